@@ -1,0 +1,67 @@
+"""kvplan: KV-cache memory planner for LLM inference engines.
+
+Public API (``examples/`` use only this)::
+
+    import planner
+    spec = planner.load_model_spec("llama-3.1-8b")
+    est = planner.estimate(spec, tp=2, kv_cache_dtype=planner.KVDtype.FP8)
+    print(est.kv_bytes_per_token)
+"""
+
+from __future__ import annotations
+
+from planner.errors import (
+    ConfigError,
+    DoesNotFitError,
+    KvplanError,
+    ModelNotFoundError,
+    UsageError,
+)
+from planner.hf_config import load_model_spec, parse_config
+from planner.memory import KVEstimate, estimate, get_pp_indices
+from planner.models import ModelRow, list_models
+from planner.specs import (
+    MLA,
+    ChunkedLocal,
+    Engine,
+    FullAttention,
+    GatedDeltaNetState,
+    KVDtype,
+    LayerSpec,
+    Mamba1State,
+    Mamba2State,
+    ModelSpec,
+    SlidingWindow,
+    StateSpec,
+    cdiv,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MLA",
+    "ChunkedLocal",
+    "ConfigError",
+    "DoesNotFitError",
+    "Engine",
+    "FullAttention",
+    "GatedDeltaNetState",
+    "KVDtype",
+    "KVEstimate",
+    "KvplanError",
+    "LayerSpec",
+    "Mamba1State",
+    "Mamba2State",
+    "ModelNotFoundError",
+    "ModelRow",
+    "ModelSpec",
+    "SlidingWindow",
+    "StateSpec",
+    "UsageError",
+    "cdiv",
+    "estimate",
+    "get_pp_indices",
+    "list_models",
+    "load_model_spec",
+    "parse_config",
+]

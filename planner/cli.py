@@ -1,0 +1,151 @@
+"""The ``kvplan`` command line. Each command parses, calls one library function, renders."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Annotated
+
+import typer
+
+from planner.errors import KvplanError, UsageError
+
+app = typer.Typer(
+    name="kvplan",
+    help="KV-cache memory planner for vLLM, SGLang and TensorRT-LLM: what fits, before launch.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+
+ModelArg = Annotated[
+    str, typer.Argument(help="Catalog name (llama-3.1-8b), Hub id (org/name), or local dir / "
+                             "config.json.", show_default=False)
+]
+TpOpt = Annotated[int, typer.Option("--tp", "--tensor-parallel-size", help="Tensor-parallel size.")]
+PpOpt = Annotated[int, typer.Option("--pp", "--pipeline-parallel-size",
+                                    help="Pipeline-parallel size.")]
+KVDtypeOpt = Annotated[str, typer.Option(
+    "--kv-cache-dtype", help="auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8 (fp32: hf only).")]
+EngineOpt = Annotated[str, typer.Option("--engine", help="vllm, sglang, trtllm or hf.")]
+BlockOpt = Annotated[int | None, typer.Option(
+    "--block-size", help="Tokens per block [default: vllm 16, trtllm 32, sglang/hf 1].",
+    show_default=False)]
+MaxLenOpt = Annotated[int | None, typer.Option(
+    "--max-model-len", help="Context length per request [default: the model's].",
+    show_default=False)]
+BatchedTokensOpt = Annotated[int | None, typer.Option(
+    "--max-num-batched-tokens",
+    help="vLLM tokens per step; sets sliding-window KV in flight [default: vllm serve's, 2048 "
+         "when no GPU is named].", show_default=False)]
+MaxSeqsOpt = Annotated[int | None, typer.Option(
+    "--max-num-seqs", help="vLLM concurrent sequences [default: 256].", show_default=False)]
+BatchOpt = Annotated[str, typer.Option(
+    "--batch", help="Comma-separated batch sizes for the worked example.")]
+RevisionOpt = Annotated[str | None, typer.Option(
+    "--revision", help="Hub branch, tag or commit (skips the catalog).", show_default=False)]
+OfflineOpt = Annotated[bool, typer.Option(
+    "--offline", help="Use only the local HF cache (like HF_HUB_OFFLINE=1).")]
+PrefixOpt = Annotated[bool, typer.Option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    help="vLLM prefix caching (hybrid models keep extra Mamba pages when on).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (integer bytes) instead of tables.")]
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Show a KvplanError as one `Error:` line and exit 1 (usage: 2); KVPLAN_DEBUG re-raises."""
+    try:
+        yield
+    except KvplanError as exc:
+        if os.environ.get("KVPLAN_DEBUG"):
+            raise
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _batch_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--batch takes comma-separated integers, got {text!r}") from None
+    return sizes
+
+
+@app.command()
+def estimate(
+    model: ModelArg,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    kv_cache_dtype: KVDtypeOpt = "auto",
+    engine: EngineOpt = "vllm",
+    block_size: BlockOpt = None,
+    max_model_len: MaxLenOpt = None,
+    max_num_batched_tokens: BatchedTokensOpt = None,
+    max_num_seqs: MaxSeqsOpt = None,
+    batch: BatchOpt = "1,8,32",
+    revision: RevisionOpt = None,
+    offline: OfflineOpt = False,
+    enable_prefix_caching: PrefixOpt = True,
+    json_: JsonOpt = False,
+) -> None:
+    """KV-cache bytes per token and per sequence for MODEL, per GPU rank.
+
+    Example: kvplan estimate Qwen/Qwen3-8B --tp 2 --kv-cache-dtype fp8 --max-model-len 32768
+    """
+    import planner
+    from planner import render
+    from planner.specs import Engine, KVDtype
+
+    with user_errors():
+        engine_ = Engine.parse(engine)
+        dtype = KVDtype.parse(kv_cache_dtype)
+        if dtype is KVDtype.FP32 and engine_ is not Engine.HF:
+            raise UsageError("--kv-cache-dtype fp32 is only meaningful with --engine hf")
+        sizes = _batch_sizes(batch)
+        spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
+        result = planner.estimate(
+            spec,
+            engine=engine_,
+            tp=tp,
+            pp=pp,
+            kv_cache_dtype=dtype,
+            block_size=block_size,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            prefix_caching=enable_prefix_caching,
+            batch_sizes=sizes,
+        )
+        render.estimate(result, as_json=json_)
+
+
+@app.command()
+def models(json_: JsonOpt = False) -> None:
+    """List the bundled offline catalog: layers, KV heads, head size, attention kinds, bytes/token.
+
+    Example: kvplan models --json
+    """
+    import planner
+    from planner import render
+
+    with user_errors():
+        render.models(planner.list_models(), as_json=json_)
+
+
+def main() -> None:
+    """Console entry point: KvplanError -> one line and exit 1; bugs keep their traceback."""
+    try:
+        app()
+    except KvplanError as exc:  # raised outside a command body (should not happen)
+        if os.environ.get("KVPLAN_DEBUG"):
+            raise
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

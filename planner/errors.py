@@ -1,0 +1,27 @@
+"""Exceptions the library raises. Only these are shown to users without a traceback."""
+
+from __future__ import annotations
+
+
+class KvplanError(Exception):
+    """Expected failure; shown to the user as one `Error: ...` line, exit code 1."""
+
+    exit_code = 1
+
+
+class UsageError(KvplanError):
+    """A flag value the user can fix on the command line (exit code 2, like click)."""
+
+    exit_code = 2
+
+
+class ConfigError(KvplanError):
+    """A model config that cannot be read or does not describe a decoder we can size."""
+
+
+class ModelNotFoundError(KvplanError):
+    """The model argument names no local path, catalog entry or reachable Hub repo."""
+
+
+class DoesNotFitError(KvplanError):
+    """A plan that cannot hold even one request."""

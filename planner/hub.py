@@ -1,0 +1,84 @@
+"""Hugging Face Hub access: config.json only, never weights, never remote code.
+
+Errors from ``huggingface_hub`` map to one-line messages through an ordered type -> formatter
+table, the way ``huggingface_hub.cli`` does with ``CLI_ERROR_MAPPINGS`` (subclasses first).
+The token is read by huggingface_hub from ``HF_TOKEN`` / the login cache and never printed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from planner.errors import ModelNotFoundError
+
+
+def _offline_env() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _error_table(repo: str, revision: str | None) -> list[tuple[type[BaseException], Callable[
+        [BaseException], str]]]:
+    from huggingface_hub import errors
+
+    rev = f" at revision {revision!r}" if revision else ""
+    return [
+        (errors.GatedRepoError, lambda e: (
+            f"{repo} is a gated model: accept its licence at https://huggingface.co/{repo} "
+            "and set HF_TOKEN to a token of that account")),
+        (errors.RevisionNotFoundError, lambda e: (
+            f"{repo} has no revision {revision!r}; check --revision")),
+        (errors.RepositoryNotFoundError, lambda e: (
+            f"{repo} was not found on the Hub (a private repo also needs HF_TOKEN)")),
+        (errors.LocalEntryNotFoundError, lambda e: (
+            f"{repo}{rev} is not in the local Hugging Face cache and the Hub cannot be reached "
+            + ("(HF_HUB_OFFLINE is set)" if _offline_env() else "(offline?)")
+            + "; download it once online, pass a local path, or use a catalog name "
+            "(`kvplan models`)")),
+        (errors.EntryNotFoundError, lambda e: f"{repo}{rev} has no config.json"),
+        (errors.HfHubHTTPError, lambda e: (
+            f"the Hub refused {repo}/config.json{rev}: "
+            + _status_line(e))),
+        (errors.HFValidationError, lambda e: f"{repo!r} is not a valid Hub repo id"),
+        (OSError, lambda e: f"cannot fetch {repo}/config.json{rev}: {type(e).__name__}"),
+    ]
+
+
+def _status_line(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    return f"HTTP {status}" if status else type(exc).__name__
+
+
+def download_config(repo: str, *, revision: str | None = None, offline: bool | None = None) -> Path:
+    """Fetch ``config.json`` of ``repo`` into the normal HF cache and return its path.
+
+    Args:
+        repo: Hub repo id (``org/name``).
+        revision: branch, tag or commit; default ``main``.
+        offline: only look in the local cache; default follows ``HF_HUB_OFFLINE``.
+
+    Returns:
+        The cached file's path.
+    """
+    from huggingface_hub import hf_hub_download
+
+    local_only = _offline_env() if offline is None else offline
+    try:
+        return Path(
+            hf_hub_download(
+                repo_id=repo,
+                filename="config.json",
+                revision=revision,
+                local_files_only=local_only,
+            )
+        )
+    except Exception as exc:
+        for exc_type, message in _error_table(repo, revision):
+            if isinstance(exc, exc_type):
+                raise ModelNotFoundError(message(exc)) from None
+        raise
+
+
+

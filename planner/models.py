@@ -1,0 +1,52 @@
+"""`kvplan models`: one row per catalog model with its cache geometry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner import catalog
+from planner.hf_config import parse_config
+from planner.memory import estimate
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    name: str
+    hub_id: str
+    model_type: str
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    attention_type: str
+    kinds: list[str]
+    kv_bytes_per_token: int
+    state_bytes_per_sequence: int
+    max_model_len: int
+    aliases: list[str]
+    provenance: str
+
+
+def list_models() -> list[ModelRow]:
+    """Every catalog model, with vLLM's KV bytes per token at TP 1 and ``--kv-cache-dtype auto``."""
+    rows = []
+    for entry in catalog.entries():
+        spec = parse_config(entry.config, name=entry.hub_id, source="catalog")
+        est = estimate(spec, batch_sizes=())
+        rows.append(
+            ModelRow(
+                name=entry.name,
+                hub_id=entry.hub_id,
+                model_type=spec.model_type,
+                num_layers=spec.num_layers,
+                num_kv_heads=spec.num_kv_heads,
+                head_dim=spec.head_dim,
+                attention_type=spec.attention_type,
+                kinds=list(spec.kinds),
+                kv_bytes_per_token=est.kv_bytes_per_token,
+                state_bytes_per_sequence=est.state_bytes_per_sequence,
+                max_model_len=spec.max_model_len,
+                aliases=list(entry.aliases),
+                provenance=entry.provenance,
+            )
+        )
+    return rows

@@ -1,0 +1,164 @@
+"""Two views of every result: a rich table on stdout, or ``--json``. GiB/MiB appear only here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.memory import KVEstimate
+from planner.models import ModelRow
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+def console() -> Console:
+    return Console(highlight=False)
+
+
+def err_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def fmt_bytes(n: int) -> str:
+    """Binary units, named as such: ``16.00 GiB``, ``128.0 KiB``, ``576 B``."""
+    if n >= GIB:
+        return f"{n / GIB:,.2f} GiB"
+    if n >= MIB:
+        return f"{n / MIB:,.2f} MiB"
+    if n >= KIB:
+        return f"{n / KIB:,.1f} KiB"
+    return f"{n:,} B"
+
+
+def to_json(obj: Any) -> str:
+    """Stable, indented JSON with integer bytes (dataclasses via ``asdict``)."""
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+
+
+def estimate_dict(est: KVEstimate) -> dict[str, Any]:
+    data = asdict(est)
+    data["pp_layers"] = list(est.pp_layers)
+    data["mha_savings"] = round(est.mha_savings, 4)
+    return data
+
+
+def warnings_(messages: list[str]) -> None:
+    out = err_console()
+    for message in messages:
+        out.print(f"[yellow]Warning:[/] {message}", soft_wrap=True)
+
+
+def estimate(est: KVEstimate, *, as_json: bool = False) -> None:
+    """Print an estimate: header, per-kind table, totals, vLLM layout, batch examples."""
+    warnings_(est.warnings)
+    if as_json:
+        console().file.write(to_json(estimate_dict(est)))
+        return
+    out = console()
+    out.print(f"[bold]{est.model}[/]  ({est.source})")
+    heads = (f"{est.num_attention_heads} heads / {est.num_kv_heads} KV heads"
+             if est.num_attention_heads else "no attention")
+    out.print(f"{est.model_type} · {est.attention_type} · {est.num_layers} layers · {heads} · "
+              f"head {est.head_dim} · weights {est.model_dtype}")
+    pp = f" · PP {est.pipeline_parallel_size} (stage {est.pp_stage}: layers "\
+         f"{est.pp_layers[0]}–{est.pp_layers[1] - 1})" if est.pipeline_parallel_size > 1 else ""
+    out.print(f"engine {est.engine} · TP {est.tensor_parallel_size}{pp} · KV dtype "
+              f"{est.kv_cache_dtype} ({est.kv_dtype_bytes} B) · block {est.block_size} · "
+              f"max_model_len {est.max_model_len:,}")
+
+    table = Table(title="Cache per GPU rank, by layer kind", title_justify="left")
+    table.add_column("kind")
+    table.add_column("layers", justify="right")
+    table.add_column("window", justify="right")
+    table.add_column("B/token/layer", justify="right")
+    table.add_column("state/layer", justify="right")
+    table.add_column("B/token", justify="right")
+    for g in est.layer_groups:
+        table.add_row(
+            g.kind,
+            str(g.num_layers),
+            f"{g.window:,}" if g.window else "—",
+            f"{g.bytes_per_token:,}" if g.bytes_per_token else "—",
+            fmt_bytes(g.state_bytes_per_sequence) if g.state_bytes_per_sequence else "—",
+            f"{g.bytes_per_token * g.num_layers:,}" if g.bytes_per_token else "—",
+        )
+    out.print(table)
+
+    out.print(f"KV bytes per token:  {est.kv_bytes_per_token:,} B ({fmt_bytes(est.kv_bytes_per_token)})"
+              + _savings(est))
+    if est.state_bytes_per_sequence:
+        out.print(f"State per sequence:  {est.state_bytes_per_sequence:,} B "
+                  f"({fmt_bytes(est.state_bytes_per_sequence)}), independent of length")
+    out.print(f"KV per sequence at {est.max_model_len:,} tokens: {est.kv_bytes_per_sequence:,} B "
+              f"({fmt_bytes(est.kv_bytes_per_sequence)}) with window caps and block rounding")
+    if est.request_bytes != est.kv_bytes_per_sequence:
+        out.print(f"One request in all (KV + state pages): {est.request_bytes:,} B "
+                  f"({fmt_bytes(est.request_bytes)})")
+    if est.vllm is not None:
+        _vllm_layout(out, est)
+
+    examples = Table(title=f"KV for {est.max_model_len:,} tokens × batch", title_justify="left")
+    examples.add_column("batch", justify="right")
+    examples.add_column("tokens", justify="right")
+    examples.add_column("KV + state (per rank)", justify="right")
+    examples.add_column("bytes", justify="right")
+    for ex in est.examples:
+        examples.add_row(str(ex.batch), f"{ex.tokens:,}", fmt_bytes(ex.total_bytes),
+                         f"{ex.total_bytes:,}")
+    if est.examples:
+        out.print(examples)
+    for note in est.notes:
+        out.print(f"[dim]note: {note}[/]", soft_wrap=True)
+    out.print("[dim]Sizes in binary units (1 GiB = 2^30 bytes). --json gives every figure.[/]")
+
+
+def _savings(est: KVEstimate) -> str:
+    if not est.mha_bytes_per_token or est.mha_bytes_per_token == est.kv_bytes_per_token:
+        return ""
+    return (f"; {est.mha_savings:.1f}× smaller than MHA of the same width "
+            f"({fmt_bytes(est.mha_bytes_per_token)}/token)")
+
+
+def _vllm_layout(out: Console, est: KVEstimate) -> None:
+    layout = est.vllm
+    assert layout is not None
+    table = Table(title="vLLM KV-cache groups (one block table each)", title_justify="left")
+    table.add_column("group", justify="right")
+    table.add_column("kind")
+    table.add_column("layers", justify="right")
+    table.add_column("block", justify="right")
+    table.add_column("page/layer", justify="right")
+    table.add_column("blocks/request", justify="right")
+    for i, g in enumerate(layout.groups):
+        table.add_row(str(i), g.kind + (f" (W={g.window:,})" if g.window else ""),
+                      str(g.num_layers), str(g.block_size), fmt_bytes(g.page_size_bytes),
+                      f"{g.blocks_per_request:,}")
+    out.print(table)
+    out.print(f"vLLM: {fmt_bytes(layout.bytes_per_block)} per block ({layout.bytes_per_block:,} B), "
+              f"{layout.blocks_per_request:,} blocks per {est.max_model_len:,}-token request; "
+              f"max_num_batched_tokens {layout.max_num_batched_tokens:,} "
+              f"({layout.max_in_flight_tokens:,} tokens in flight)")
+
+
+def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
+    if as_json:
+        console().file.write(to_json([asdict(r) for r in rows]))
+        return
+    table = Table(title="Bundled catalog (offline) — KV bytes/token for vLLM, TP 1, dtype auto")
+    table.add_column("name")
+    table.add_column("hub id")
+    table.add_column("layers", justify="right")
+    table.add_column("KV heads", justify="right")
+    table.add_column("head", justify="right")
+    table.add_column("attention")
+    table.add_column("KV B/token", justify="right")
+    table.add_column("state/seq", justify="right")
+    for r in rows:
+        table.add_row(r.name, r.hub_id, str(r.num_layers), str(r.num_kv_heads), str(r.head_dim),
+                      r.attention_type, f"{r.kv_bytes_per_token:,}",
+                      fmt_bytes(r.state_bytes_per_sequence) if r.state_bytes_per_sequence else "—")
+    console().print(table)

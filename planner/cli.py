@@ -22,37 +22,76 @@ app = typer.Typer(
 )
 
 ModelArg = Annotated[
-    str, typer.Argument(help="Catalog name (llama-3.1-8b), Hub id (org/name), or local dir / "
-                             "config.json.", show_default=False)
+    str,
+    typer.Argument(
+        help="Catalog name (llama-3.1-8b), Hub id (org/name), or local dir / config.json.",
+        show_default=False,
+    ),
 ]
 TpOpt = Annotated[int, typer.Option("--tp", "--tensor-parallel-size", help="Tensor-parallel size.")]
-PpOpt = Annotated[int, typer.Option("--pp", "--pipeline-parallel-size",
-                                    help="Pipeline-parallel size.")]
-KVDtypeOpt = Annotated[str, typer.Option(
-    "--kv-cache-dtype", help="auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8 (fp32: hf only).")]
+PpOpt = Annotated[
+    int, typer.Option("--pp", "--pipeline-parallel-size", help="Pipeline-parallel size.")
+]
+KVDtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--kv-cache-dtype", help="auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8 (fp32: hf only)."
+    ),
+]
 EngineOpt = Annotated[str, typer.Option("--engine", help="vllm, sglang, trtllm or hf.")]
-BlockOpt = Annotated[int | None, typer.Option(
-    "--block-size", help="Tokens per block [default: vllm 16, trtllm 32, sglang/hf 1].",
-    show_default=False)]
-MaxLenOpt = Annotated[int | None, typer.Option(
-    "--max-model-len", help="Context length per request [default: the model's].",
-    show_default=False)]
-BatchedTokensOpt = Annotated[int | None, typer.Option(
-    "--max-num-batched-tokens",
-    help="vLLM tokens per step; sets sliding-window KV in flight [default: vllm serve's, 2048 "
-         "when no GPU is named].", show_default=False)]
-MaxSeqsOpt = Annotated[int | None, typer.Option(
-    "--max-num-seqs", help="vLLM concurrent sequences [default: 256].", show_default=False)]
-BatchOpt = Annotated[str, typer.Option(
-    "--batch", help="Comma-separated batch sizes for the worked example.")]
-RevisionOpt = Annotated[str | None, typer.Option(
-    "--revision", help="Hub branch, tag or commit (skips the catalog).", show_default=False)]
-OfflineOpt = Annotated[bool, typer.Option(
-    "--offline", help="Use only the local HF cache (like HF_HUB_OFFLINE=1).")]
-PrefixOpt = Annotated[bool, typer.Option(
-    "--enable-prefix-caching/--no-enable-prefix-caching",
-    help="vLLM prefix caching (hybrid models keep extra Mamba pages when on).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (integer bytes) instead of tables.")]
+BlockOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--block-size",
+        help="Tokens per block [default: vllm 16, trtllm 32, sglang/hf 1].",
+        show_default=False,
+    ),
+]
+MaxLenOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-model-len",
+        help="Context length per request [default: the model's].",
+        show_default=False,
+    ),
+]
+BatchedTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-batched-tokens",
+        help="vLLM tokens per step; sets sliding-window KV in flight [default: vllm serve's, 2048 "
+        "when no GPU is named].",
+        show_default=False,
+    ),
+]
+MaxSeqsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-seqs", help="vLLM concurrent sequences [default: 256].", show_default=False
+    ),
+]
+BatchOpt = Annotated[
+    str, typer.Option("--batch", help="Comma-separated batch sizes for the worked example.")
+]
+RevisionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--revision", help="Hub branch, tag or commit (skips the catalog).", show_default=False
+    ),
+]
+OfflineOpt = Annotated[
+    bool, typer.Option("--offline", help="Use only the local HF cache (like HF_HUB_OFFLINE=1).")
+]
+PrefixOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="vLLM prefix caching (hybrid models keep extra Mamba pages when on).",
+    ),
+]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print JSON (integer bytes) instead of tables.")
+]
 
 
 @contextlib.contextmanager

@@ -86,8 +86,16 @@ CONFIG_MAX_BYTES = 5 * 1024 * 1024
 # transformers itself (see _transformers_defaults). Types transformers does not know (custom
 # code: chatglm, internlm2, kimi_k2, Falcon's RefinedWeb) have no defaults beyond the raw JSON.
 KNOWN_DEFAULTS: dict[str, dict[str, Any]] = {
-    "llama": {}, "mixtral": {}, "phi3": {}, "opt": {}, "bloom": {}, "falcon": {},
-    "RefinedWeb": {}, "chatglm": {}, "internlm2": {}, "kimi_k2": {},
+    "llama": {},
+    "mixtral": {},
+    "phi3": {},
+    "opt": {},
+    "bloom": {},
+    "falcon": {},
+    "RefinedWeb": {},
+    "chatglm": {},
+    "internlm2": {},
+    "kimi_k2": {},
     "mistral": {"sliding_window": 4096},
     "gemma2": {"sliding_window": 4096},
     "gemma3_text": {"sliding_window": 4096},
@@ -100,8 +108,13 @@ KNOWN_DEFAULTS: dict[str, dict[str, Any]] = {
     "deepseek_v2": {"qk_nope_head_dim": 128, "v_head_dim": 128},
     "deepseek_v3": {"qk_nope_head_dim": 128, "v_head_dim": 128},
     "mamba": {"expand": 2, "state_size": 16, "conv_kernel": 4},
-    "nemotron_h": {"expand": 2, "conv_kernel": 4, "n_groups": 8, "ssm_state_size": 128,
-                   "mamba_ssm_cache_dtype": "float32"},
+    "nemotron_h": {
+        "expand": 2,
+        "conv_kernel": 4,
+        "n_groups": 8,
+        "ssm_state_size": 128,
+        "mamba_ssm_cache_dtype": "float32",
+    },
 }
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
@@ -181,14 +194,21 @@ def _transformers_defaults(model_type: str) -> Mapping[str, Any]:
         return KNOWN_DEFAULTS[model_type]
     if not model_type or os.environ.get("KVPLAN_NO_TRANSFORMERS"):
         return {}
+    import warnings
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" noise
     try:
-        from transformers import CONFIG_MAPPING  # heavy import: only when a field is missing
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from transformers import CONFIG_MAPPING  # heavy import: only when a field is missing
     except ImportError:
         return {}
     if model_type not in CONFIG_MAPPING:
         return {}
     try:
-        config = CONFIG_MAPPING[model_type]()  # built-in class: no remote code is involved
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = CONFIG_MAPPING[model_type]()  # built-in class: no remote code is involved
     except Exception:  # a config class that cannot build with no arguments
         return {}
     return dict(config.to_dict())
@@ -232,9 +252,11 @@ def parse_config(raw: Mapping[str, Any], *, name: str, source: str) -> ModelSpec
     num_layers = _num_layers(f)
     is_mla = model_type in MLA_MODEL_TYPES and f.get("kv_lora_rank") is not None
     has_attention = model_type not in ("mamba", "falcon_mamba", "mamba2")
-    num_heads = f.require_int("num_attention_heads", "n_head", "n_heads", "num_heads") if (
-        has_attention
-    ) else (f.optional_int("num_attention_heads", "n_head", "num_heads") or 0)
+    num_heads = (
+        f.require_int("num_attention_heads", "n_head", "n_heads", "num_heads")
+        if (has_attention)
+        else (f.optional_int("num_attention_heads", "n_head", "num_heads") or 0)
+    )
     hidden = f.require_int("hidden_size", "n_embed", "n_embd", "d_model")
     num_kv_heads = _num_kv_heads(f, num_heads, hidden) if has_attention else 0
     head_dim = _head_dim(f, num_heads, hidden, is_mla, notes) if has_attention else 0
@@ -245,9 +267,7 @@ def parse_config(raw: Mapping[str, Any], *, name: str, source: str) -> ModelSpec
     layers = _layer_specs(f, kinds, num_kv_heads, head_dim, dtype_bytes, is_mla, notes)
     kv_auto, quant = _kv_dtype_auto(f, dtype, notes)
     if f.defaults_used:
-        notes.append(
-            "transformers defaults used for: " + ", ".join(sorted(set(f.defaults_used)))
-        )
+        notes.append("transformers defaults used for: " + ", ".join(sorted(set(f.defaults_used))))
     architectures = raw.get("architectures") or []
     return ModelSpec(
         name=name,
@@ -323,8 +343,10 @@ def _head_dim(f: _Fields, num_heads: int, hidden: int, is_mla: bool, notes: list
         lora = f.positive_int(f.get("kv_lora_rank"), "kv_lora_rank")
         rope = f.positive_int(f.get("qk_rope_head_dim"), "qk_rope_head_dim")
         if f.get("head_dim") is not None and f.get("head_dim") != lora + rope:
-            notes.append(f"MLA cache head {lora + rope} = kv_lora_rank + qk_rope_head_dim "
-                         f"(config head_dim {f.get('head_dim')} is not the cache's head size)")
+            notes.append(
+                f"MLA cache head {lora + rope} = kv_lora_rank + qk_rope_head_dim "
+                f"(config head_dim {f.get('head_dim')} is not the cache's head size)"
+            )
         return lora + rope
     explicit = f.get("head_dim")
     if explicit is not None and not (isinstance(explicit, int | float) and explicit == 0):
@@ -354,8 +376,13 @@ def _model_dtype(f: _Fields) -> str:
     if value is None:
         return "bfloat16"  # vLLM: safetensors dtype, else float32 -> bf16 on SM80+
     text = str(value).replace("torch.", "").lower()
-    text = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "float": "float32",
-            "fp32": "float32"}.get(text, text)
+    text = {
+        "fp16": "float16",
+        "half": "float16",
+        "bf16": "bfloat16",
+        "float": "float32",
+        "fp32": "float32",
+    }.get(text, text)
     if text not in DTYPE_BYTES:
         raise ConfigError(f"{f.name}: unsupported torch_dtype {value!r}")
     return text
@@ -416,7 +443,8 @@ def _layer_kinds(f: _Fields, n: int, notes: list[str]) -> list[str]:
                 f"{f.name}: hybrid_override_pattern has {len(pattern)} entries for {n} layers"
             )
         return [{"M": "mamba2", "*": "full"}.get(c, "none") for c in pattern]
-    period, offset = f.get("attn_layer_period"), f.get("attn_layer_offset")
+    read = f.optional if mt == "jamba" else f.get
+    period, offset = read("attn_layer_period"), read("attn_layer_offset")
     if period is not None and offset is not None:  # Jamba
         p = f.positive_int(period, "attn_layer_period")
         return ["full" if i % p == offset else "mamba1" for i in range(n)]
@@ -437,7 +465,9 @@ def _layer_kinds(f: _Fields, n: int, notes: list[str]) -> list[str]:
         return ["sliding" if i % 2 == 0 else "full" for i in range(n)]
     if mt in ("gemma3", "gemma3_text", "cohere2") and window:
         default = 6 if mt.startswith("gemma3") else 4
-        k = f.positive_int(f.optional("sliding_window_pattern") or default, "sliding_window_pattern")
+        k = f.positive_int(
+            f.optional("sliding_window_pattern") or default, "sliding_window_pattern"
+        )
         return ["sliding" if (i + 1) % k else "full" for i in range(n)]
     if mt in ("llama4", "llama4_text") and f.get("attention_chunk_size"):
         nope = f.get("no_rope_layers")
@@ -465,8 +495,11 @@ def _kinds_from_layer_types(f: _Fields, key: str, types: Any, n: int) -> list[st
     if len(types) != n:
         raise ConfigError(f"{f.name}: {key} has {len(types)} entries for {n} layers")
     kinds = []
-    state_kind = "mamba2" if f.model_type in ("nemotron_h", "granitemoehybrid", "zamba2",
-                                               "bamba") else "linear"
+    state_kind = (
+        "mamba2"
+        if f.model_type in ("nemotron_h", "granitemoehybrid", "zamba2", "bamba")
+        else "linear"
+    )
     if f.model_type in ("mamba", "falcon_mamba", "jamba"):
         state_kind = "mamba1"
     for t in types:
@@ -515,7 +548,9 @@ def _layer_specs(
             v_dim = f.get("v_head_dim") if f.model_type not in MLA_MODEL_TYPES else None
             head_v = f.positive_int(v_dim, "v_head_dim") if v_dim is not None else head_dim
             full = FullAttention(
-                num_kv_heads=num_kv_heads, head_size=head_dim, head_size_v=head_v,
+                num_kv_heads=num_kv_heads,
+                head_size=head_dim,
+                head_size_v=head_v,
                 dtype_bytes=dtype_bytes,
             )
             builders["full"] = lambda: full
@@ -524,15 +559,21 @@ def _layer_specs(
                 if window is None:
                     raise ConfigError(f"{f.name}: sliding layers but no sliding_window")
                 sliding = SlidingWindow(
-                    num_kv_heads=num_kv_heads, head_size=head_dim, head_size_v=head_v,
-                    dtype_bytes=dtype_bytes, sliding_window=window,
+                    num_kv_heads=num_kv_heads,
+                    head_size=head_dim,
+                    head_size_v=head_v,
+                    dtype_bytes=dtype_bytes,
+                    sliding_window=window,
                 )
                 builders["sliding"] = lambda: sliding
             if "chunked" in kinds:
                 chunk = f.positive_int(f.get("attention_chunk_size"), "attention_chunk_size")
                 chunked = ChunkedLocal(
-                    num_kv_heads=num_kv_heads, head_size=head_dim, head_size_v=head_v,
-                    dtype_bytes=dtype_bytes, chunk_size=chunk,
+                    num_kv_heads=num_kv_heads,
+                    head_size=head_dim,
+                    head_size_v=head_v,
+                    dtype_bytes=dtype_bytes,
+                    chunk_size=chunk,
                 )
                 builders["chunked"] = lambda: chunked
     if "mamba1" in kinds:
@@ -547,9 +588,9 @@ def _layer_specs(
 def _mamba1_builder(f: _Fields, dtype_bytes: int) -> Callable[[], LayerSpec]:
     hidden = f.require_int("hidden_size", "n_embed", "d_model")
     expand = f.optional_int("mamba_expand", "expand", default=2) or 2
-    intermediate = f.optional_int("intermediate_size", default=None)
-    if f.model_type == "jamba" or intermediate is None:
-        intermediate = expand * hidden
+    intermediate = expand * hidden  # Jamba; state-spaces/mamba configs also write it out
+    if f.model_type != "jamba" and f.get("intermediate_size") is not None:
+        intermediate = f.positive_int(f.get("intermediate_size"), "intermediate_size")
     spec = Mamba1State(
         intermediate_size=intermediate,
         state_size=f.optional_int("mamba_d_state", "state_size", default=16) or 16,
@@ -681,6 +722,9 @@ def _load_local(path: Path, model: str) -> ModelSpec:
     if not config_path.is_file():
         raise ModelNotFoundError(f"{model} has no config.json")
     raw = read_json_config(config_path, str(config_path))
-    name = str(raw.get("_name_or_path") or path.resolve().name if path.is_dir() else
-               raw.get("_name_or_path") or config_path.resolve().parent.name)
+    name = str(
+        raw.get("_name_or_path") or path.resolve().name
+        if path.is_dir()
+        else raw.get("_name_or_path") or config_path.resolve().parent.name
+    )
     return parse_config(raw, name=name, source=str(config_path))

@@ -7,6 +7,7 @@ The token is read by huggingface_hub from ``HF_TOKEN`` / the login cache and nev
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -18,28 +19,42 @@ def _offline_env() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _error_table(repo: str, revision: str | None) -> list[tuple[type[BaseException], Callable[
-        [BaseException], str]]]:
+def _error_table(
+    repo: str, revision: str | None
+) -> list[tuple[type[BaseException], Callable[[BaseException], str]]]:
     from huggingface_hub import errors
 
     rev = f" at revision {revision!r}" if revision else ""
     return [
-        (errors.GatedRepoError, lambda e: (
-            f"{repo} is a gated model: accept its licence at https://huggingface.co/{repo} "
-            "and set HF_TOKEN to a token of that account")),
-        (errors.RevisionNotFoundError, lambda e: (
-            f"{repo} has no revision {revision!r}; check --revision")),
-        (errors.RepositoryNotFoundError, lambda e: (
-            f"{repo} was not found on the Hub (a private repo also needs HF_TOKEN)")),
-        (errors.LocalEntryNotFoundError, lambda e: (
-            f"{repo}{rev} is not in the local Hugging Face cache and the Hub cannot be reached "
-            + ("(HF_HUB_OFFLINE is set)" if _offline_env() else "(offline?)")
-            + "; download it once online, pass a local path, or use a catalog name "
-            "(`kvplan models`)")),
+        (
+            errors.GatedRepoError,
+            lambda e: (
+                f"{repo} is a gated model: accept its licence at https://huggingface.co/{repo} "
+                "and set HF_TOKEN to a token of that account"
+            ),
+        ),
+        (
+            errors.RevisionNotFoundError,
+            lambda e: f"{repo} has no revision {revision!r}; check --revision",
+        ),
+        (
+            errors.RepositoryNotFoundError,
+            lambda e: f"{repo} was not found on the Hub (a private repo also needs HF_TOKEN)",
+        ),
+        (
+            errors.LocalEntryNotFoundError,
+            lambda e: (
+                f"{repo}{rev} is not in the local Hugging Face cache and the Hub cannot be reached "
+                + ("(HF_HUB_OFFLINE is set)" if _offline_env() else "(offline?)")
+                + "; download it once online, pass a local path, or use a catalog name "
+                "(`kvplan models`)"
+            ),
+        ),
         (errors.EntryNotFoundError, lambda e: f"{repo}{rev} has no config.json"),
-        (errors.HfHubHTTPError, lambda e: (
-            f"the Hub refused {repo}/config.json{rev}: "
-            + _status_line(e))),
+        (
+            errors.HfHubHTTPError,
+            lambda e: f"the Hub refused {repo}/config.json{rev}: " + _status_line(e),
+        ),
         (errors.HFValidationError, lambda e: f"{repo!r} is not a valid Hub repo id"),
         (OSError, lambda e: f"cannot fetch {repo}/config.json{rev}: {type(e).__name__}"),
     ]
@@ -65,6 +80,8 @@ def download_config(repo: str, *, revision: str | None = None, offline: bool | N
     from huggingface_hub import hf_hub_download
 
     local_only = _offline_env() if offline is None else offline
+    # huggingface_hub logs each connection retry as a warning; the one-line error says it all.
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     try:
         return Path(
             hf_hub_download(
@@ -79,6 +96,3 @@ def download_config(repo: str, *, revision: str | None = None, offline: bool | N
             if isinstance(exc, exc_type):
                 raise ModelNotFoundError(message(exc)) from None
         raise
-
-
-

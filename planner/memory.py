@@ -237,10 +237,14 @@ def estimate(
     Returns:
         The :class:`KVEstimate`.
     """
-    for name, value in (("--tp", tp), ("--pp", pp), ("--block-size", block_size),
-                        ("--max-model-len", max_model_len),
-                        ("--max-num-batched-tokens", max_num_batched_tokens),
-                        ("--max-num-seqs", max_num_seqs)):
+    for name, value in (
+        ("--tp", tp),
+        ("--pp", pp),
+        ("--block-size", block_size),
+        ("--max-model-len", max_model_len),
+        ("--max-num-batched-tokens", max_num_batched_tokens),
+        ("--max-num-seqs", max_num_seqs),
+    ):
         _positive(name, value)
     for b in batch_sizes:
         _positive("--batch", b)
@@ -266,8 +270,10 @@ def estimate(
     if engine is Engine.HF and kv_cache_dtype is KVDtype.AUTO and spec.dtype == "float32":
         dtype = KVDtype.FP32  # transformers keeps the checkpoint dtype; only engines cast to bf16
     if engine is Engine.HF and dtype.bytes == 1:
-        warnings.append("transformers' default DynamicCache has no fp8 layout; "
-                        "sized as if a quantized cache stored 1 byte per element")
+        warnings.append(
+            "transformers' default DynamicCache has no fp8 layout; "
+            "sized as if a quantized cache stored 1 byte per element"
+        )
     if engine is Engine.HF and tp > 1:
         notes.append("transformers shards KV heads only when loaded with a tp_plan")
     bs = block_size or engine.default_block_size
@@ -277,12 +283,16 @@ def estimate(
     # Engines serve float32 checkpoints in bf16 (vLLM _resolve_auto_dtype); transformers does not.
     run_dtype_bytes = 2 if spec.dtype == "float32" and engine is not Engine.HF else spec.dtype_bytes
     rank_layers = [
-        None if s is None else s.for_rank(tp=tp, kv_dtype_bytes=dtype.bytes, engine=engine,
-                                          model_dtype_bytes=run_dtype_bytes)
+        None
+        if s is None
+        else s.for_rank(
+            tp=tp, kv_dtype_bytes=dtype.bytes, engine=engine, model_dtype_bytes=run_dtype_bytes
+        )
         for s in spec.layers
     ]
-    tokens, seqs = vllm_batch_defaults(length, gpu_memory_bytes, max_num_batched_tokens,
-                                       max_num_seqs)
+    tokens, seqs = vllm_batch_defaults(
+        length, gpu_memory_bytes, max_num_batched_tokens, max_num_seqs
+    )
     in_flight = (pp + 1) * tokens  # async scheduling: max_concurrent_batches = pp + 1
     has_state = any(isinstance(s, StateSpec) for s in rank_layers)
     has_attention = any(s is not None and s.bytes_per_token for s in rank_layers)
@@ -295,11 +305,15 @@ def estimate(
         swa_pool=spec.model_type in SGLANG_HYBRID_SWA_MODEL_TYPES,
         mamba_align=mamba_align,
     )
-    if engine is Engine.SGLANG and not ctx.swa_pool and any(
-        s is not None and s.window for s in rank_layers
+    if (
+        engine is Engine.SGLANG
+        and not ctx.swa_pool
+        and any(s is not None and s.window for s in rank_layers)
     ):
-        notes.append("SGLang keeps window layers full length for this model type "
-                     "(not in its hybrid-SWA list)")
+        notes.append(
+            "SGLang keeps window layers full length for this model type "
+            "(not in its hybrid-SWA list)"
+        )
 
     stages = [get_pp_indices(spec.num_layers, r, pp) for r in range(pp)]
     vllm_layout = None
@@ -307,8 +321,9 @@ def estimate(
         bs, vllm_layout, stage = _vllm_layout(rank_layers, stages, ctx, tokens, seqs, notes)
         ctx = replace(ctx, block_size=bs)
         request = vllm_layout.request_bytes
-        state_pages = sum(g.blocks_per_request for g in vllm_layout.groups
-                          if g.kind in ("mamba", "linear"))
+        state_pages = sum(
+            g.blocks_per_request for g in vllm_layout.groups if g.kind in ("mamba", "linear")
+        )
         kv_seq = request - state_pages * vllm_layout.bytes_per_block
     else:
         per_stage = [_plain_request_bytes(rank_layers[a:b], ctx) for a, b in stages]
@@ -452,7 +467,8 @@ def _vllm_groups(
         buckets.setdefault((m.spec.merge_key(), m.spec, m.block_size), []).append(m)
     sizes = [len(b) for b in buckets.values()]
     group_size = max(sizes) if max(sizes) < min(sizes) * 1.5 else min(sizes)
-    groups, padding = [], 0
+    groups: list[list[_Member]] = []
+    padding = 0
     for bucket in buckets.values():
         n_groups = cdiv(len(bucket), group_size)
         padding += n_groups * group_size - len(bucket)
@@ -472,8 +488,10 @@ def _vllm_layout(
     present = [(i, s) for i, s in enumerate(rank_layers) if s is not None]
     block_size, padded = _vllm_hybrid_block_size([s for _, s in present], ctx.block_size)
     if block_size != ctx.block_size:
-        notes.append(f"vLLM raises the attention block size to {block_size} tokens so one page "
-                     "holds a Mamba state")
+        notes.append(
+            f"vLLM raises the attention block size to {block_size} tokens so one page "
+            "holds a Mamba state"
+        )
     ctx = replace(ctx, block_size=block_size)
     groups, padding = _vllm_groups(present, block_size, padded)
     if padding:

@@ -60,15 +60,26 @@ def estimate(est: KVEstimate, *, as_json: bool = False) -> None:
         return
     out = console()
     out.print(f"[bold]{est.model}[/]  ({est.source})")
-    heads = (f"{est.num_attention_heads} heads / {est.num_kv_heads} KV heads"
-             if est.num_attention_heads else "no attention")
-    out.print(f"{est.model_type} · {est.attention_type} · {est.num_layers} layers · {heads} · "
-              f"head {est.head_dim} · weights {est.model_dtype}")
-    pp = f" · PP {est.pipeline_parallel_size} (stage {est.pp_stage}: layers "\
-         f"{est.pp_layers[0]}–{est.pp_layers[1] - 1})" if est.pipeline_parallel_size > 1 else ""
-    out.print(f"engine {est.engine} · TP {est.tensor_parallel_size}{pp} · KV dtype "
-              f"{est.kv_cache_dtype} ({est.kv_dtype_bytes} B) · block {est.block_size} · "
-              f"max_model_len {est.max_model_len:,}")
+    heads = (
+        f"{est.num_attention_heads} heads / {est.num_kv_heads} KV heads"
+        if est.num_attention_heads
+        else "no attention"
+    )
+    out.print(
+        f"{est.model_type} · {est.attention_type} · {est.num_layers} layers · {heads} · "
+        f"head {est.head_dim} · weights {est.model_dtype}"
+    )
+    pp = (
+        f" · PP {est.pipeline_parallel_size} (stage {est.pp_stage}: layers "
+        f"{est.pp_layers[0]}–{est.pp_layers[1] - 1})"
+        if est.pipeline_parallel_size > 1
+        else ""
+    )
+    out.print(
+        f"engine {est.engine} · TP {est.tensor_parallel_size}{pp} · KV dtype "
+        f"{est.kv_cache_dtype} ({est.kv_dtype_bytes} B) · block {est.block_size} · "
+        f"max_model_len {est.max_model_len:,}"
+    )
 
     table = Table(title="Cache per GPU rank, by layer kind", title_justify="left")
     table.add_column("kind")
@@ -88,16 +99,24 @@ def estimate(est: KVEstimate, *, as_json: bool = False) -> None:
         )
     out.print(table)
 
-    out.print(f"KV bytes per token:  {est.kv_bytes_per_token:,} B ({fmt_bytes(est.kv_bytes_per_token)})"
-              + _savings(est))
+    out.print(
+        f"KV bytes per token:  {est.kv_bytes_per_token:,} B ({fmt_bytes(est.kv_bytes_per_token)})"
+        + _savings(est)
+    )
     if est.state_bytes_per_sequence:
-        out.print(f"State per sequence:  {est.state_bytes_per_sequence:,} B "
-                  f"({fmt_bytes(est.state_bytes_per_sequence)}), independent of length")
-    out.print(f"KV per sequence at {est.max_model_len:,} tokens: {est.kv_bytes_per_sequence:,} B "
-              f"({fmt_bytes(est.kv_bytes_per_sequence)}) with window caps and block rounding")
+        out.print(
+            f"State per sequence:  {est.state_bytes_per_sequence:,} B "
+            f"({fmt_bytes(est.state_bytes_per_sequence)}), independent of length"
+        )
+    out.print(
+        f"KV per sequence at {est.max_model_len:,} tokens: {est.kv_bytes_per_sequence:,} B "
+        f"({fmt_bytes(est.kv_bytes_per_sequence)}) with window caps and block rounding"
+    )
     if est.request_bytes != est.kv_bytes_per_sequence:
-        out.print(f"One request in all (KV + state pages): {est.request_bytes:,} B "
-                  f"({fmt_bytes(est.request_bytes)})")
+        out.print(
+            f"One request in all (KV + state pages): {est.request_bytes:,} B "
+            f"({fmt_bytes(est.request_bytes)})"
+        )
     if est.vllm is not None:
         _vllm_layout(out, est)
 
@@ -107,8 +126,9 @@ def estimate(est: KVEstimate, *, as_json: bool = False) -> None:
     examples.add_column("KV + state (per rank)", justify="right")
     examples.add_column("bytes", justify="right")
     for ex in est.examples:
-        examples.add_row(str(ex.batch), f"{ex.tokens:,}", fmt_bytes(ex.total_bytes),
-                         f"{ex.total_bytes:,}")
+        examples.add_row(
+            str(ex.batch), f"{ex.tokens:,}", fmt_bytes(ex.total_bytes), f"{ex.total_bytes:,}"
+        )
     if est.examples:
         out.print(examples)
     for note in est.notes:
@@ -119,8 +139,10 @@ def estimate(est: KVEstimate, *, as_json: bool = False) -> None:
 def _savings(est: KVEstimate) -> str:
     if not est.mha_bytes_per_token or est.mha_bytes_per_token == est.kv_bytes_per_token:
         return ""
-    return (f"; {est.mha_savings:.1f}× smaller than MHA of the same width "
-            f"({fmt_bytes(est.mha_bytes_per_token)}/token)")
+    return (
+        f"; {est.mha_savings:.1f}× smaller than MHA of the same width "
+        f"({fmt_bytes(est.mha_bytes_per_token)}/token)"
+    )
 
 
 def _vllm_layout(out: Console, est: KVEstimate) -> None:
@@ -134,14 +156,22 @@ def _vllm_layout(out: Console, est: KVEstimate) -> None:
     table.add_column("page/layer", justify="right")
     table.add_column("blocks/request", justify="right")
     for i, g in enumerate(layout.groups):
-        table.add_row(str(i), g.kind + (f" (W={g.window:,})" if g.window else ""),
-                      str(g.num_layers), str(g.block_size), fmt_bytes(g.page_size_bytes),
-                      f"{g.blocks_per_request:,}")
+        table.add_row(
+            str(i),
+            g.kind + (f" (W={g.window:,})" if g.window else ""),
+            str(g.num_layers),
+            str(g.block_size),
+            fmt_bytes(g.page_size_bytes),
+            f"{g.blocks_per_request:,}",
+        )
     out.print(table)
-    out.print(f"vLLM: {fmt_bytes(layout.bytes_per_block)} per block ({layout.bytes_per_block:,} B), "
-              f"{layout.blocks_per_request:,} blocks per {est.max_model_len:,}-token request; "
-              f"max_num_batched_tokens {layout.max_num_batched_tokens:,} "
-              f"({layout.max_in_flight_tokens:,} tokens in flight)")
+    per_block = f"{fmt_bytes(layout.bytes_per_block)} per block ({layout.bytes_per_block:,} B)"
+    out.print(
+        f"vLLM: {per_block}, "
+        f"{layout.blocks_per_request:,} blocks per {est.max_model_len:,}-token request; "
+        f"max_num_batched_tokens {layout.max_num_batched_tokens:,} "
+        f"({layout.max_in_flight_tokens:,} tokens in flight)"
+    )
 
 
 def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
@@ -149,16 +179,21 @@ def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
         console().file.write(to_json([asdict(r) for r in rows]))
         return
     table = Table(title="Bundled catalog (offline) — KV bytes/token for vLLM, TP 1, dtype auto")
-    table.add_column("name")
-    table.add_column("hub id")
-    table.add_column("layers", justify="right")
-    table.add_column("KV heads", justify="right")
-    table.add_column("head", justify="right")
-    table.add_column("attention")
-    table.add_column("KV B/token", justify="right")
-    table.add_column("state/seq", justify="right")
+    table.add_column("name", overflow="fold")
+    table.add_column("layers", justify="right", no_wrap=True)
+    table.add_column("KV heads", justify="right", no_wrap=True)
+    table.add_column("head", justify="right", no_wrap=True)
+    table.add_column("attention", no_wrap=True)
+    table.add_column("KV B/token", justify="right", no_wrap=True)
+    table.add_column("state/seq", justify="right", no_wrap=True)
     for r in rows:
-        table.add_row(r.name, r.hub_id, str(r.num_layers), str(r.num_kv_heads), str(r.head_dim),
-                      r.attention_type, f"{r.kv_bytes_per_token:,}",
-                      fmt_bytes(r.state_bytes_per_sequence) if r.state_bytes_per_sequence else "—")
+        table.add_row(
+            r.name,
+            str(r.num_layers),
+            str(r.num_kv_heads),
+            str(r.head_dim),
+            r.attention_type,
+            f"{r.kv_bytes_per_token:,}",
+            fmt_bytes(r.state_bytes_per_sequence) if r.state_bytes_per_sequence else "—",
+        )
     console().print(table)

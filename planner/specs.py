@@ -334,8 +334,13 @@ class StateSpec(LayerSpec):
         # transformers keeps the whole conv kernel window; vLLM keeps kernel - 1 columns.
         extra = 0 if engine is Engine.HF else -1
         ssm = self.ssm_dtype_bytes if self.ssm_dtype_fixed else model_dtype_bytes
-        return replace(self, tp=tp, conv_state_extra=extra, conv_dtype_bytes=model_dtype_bytes,
-                       ssm_dtype_bytes=ssm)
+        return replace(
+            self,
+            tp=tp,
+            conv_state_extra=extra,
+            conv_dtype_bytes=model_dtype_bytes,
+            ssm_dtype_bytes=ssm,
+        )
 
     def merge_key(self) -> tuple[Any, ...]:
         return (type(self).__name__, self.shapes)

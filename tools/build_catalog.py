@@ -16,10 +16,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DROP_SUFFIXES = ("_token_id", "_token_index", "dropout", "_pdrop")
 DROP_KEYS = {
-    "_name_or_path", "transformers_version", "auto_map", "use_cache", "initializer_range",
-    "init_std", "output_router_logits", "_attn_implementation_autoset", "attn_implementation",
-    "for_llm_compressor", "router_jitter_noise", "layerdrop", "slow_but_exact",
-    "bias_dropout_fusion", "masked_softmax_fusion", "attention_softmax_in_fp32",
+    "_name_or_path",
+    "transformers_version",
+    "auto_map",
+    "use_cache",
+    "initializer_range",
+    "init_std",
+    "output_router_logits",
+    "_attn_implementation_autoset",
+    "attn_implementation",
+    "for_llm_compressor",
+    "router_jitter_noise",
+    "layerdrop",
+    "slow_but_exact",
+    "bias_dropout_fusion",
+    "masked_softmax_fusion",
+    "attention_softmax_in_fp32",
 }
 NAME_SUFFIXES = ("-instruct", "-it", "-hf", "-chat", "-base-8k", "-bf16", "-thinking")
 
@@ -29,7 +41,8 @@ def trim(config: dict) -> dict:
     for key, value in config.items():
         if key in DROP_KEYS or key.endswith(DROP_SUFFIXES):
             continue
-        out[key] = trim(value) if isinstance(value, dict) and key != "quantization_config" else value
+        nested = isinstance(value, dict) and key != "quantization_config"
+        out[key] = trim(value) if nested else value
     return out
 
 
@@ -40,8 +53,10 @@ def provenance(sources: str) -> dict[str, str]:
         if len(cells) > 8 and cells[1].isdigit():
             folder = cells[3].strip("`").split("/")[0]
             repo = re.sub(r"^\[([^\]]+)\].*$", r"\1", cells[5])
-            rows[folder] = f"{cells[4].strip('`')} config.json via github.com/{repo} " \
+            rows[folder] = (
+                f"{cells[4].strip('`')} config.json via github.com/{repo} "
                 f"{cells[6].strip('`')} @ {cells[7].strip('`')} (shared/model-configs #{cells[1]})"
+            )
     return rows
 
 
@@ -55,12 +70,14 @@ def main() -> None:
     entries = []
     for folder in sorted(p for p in src.iterdir() if (p / "config.json").is_file()):
         hub_id = folder.name.replace("--", "/", 1)
-        entries.append({
-            "name": short_name(hub_id),
-            "hub_id": hub_id,
-            "provenance": prov.get(folder.name, f"shared/model-configs/{folder.name}"),
-            "config": trim(json.loads((folder / "config.json").read_text())),
-        })
+        entries.append(
+            {
+                "name": short_name(hub_id),
+                "hub_id": hub_id,
+                "provenance": prov.get(folder.name, f"shared/model-configs/{folder.name}"),
+                "config": trim(json.loads((folder / "config.json").read_text())),
+            }
+        )
     names = {e["name"] for e in entries}
     for entry in entries:
         aliases = []

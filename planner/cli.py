@@ -26,6 +26,7 @@ ModelArg = Annotated[
     typer.Argument(
         help="Catalog name (llama-3.1-8b), Hub id (org/name), or local dir / config.json.",
         show_default=False,
+        metavar="MODEL",
     ),
 ]
 TpOpt = Annotated[int, typer.Option("--tp", "--tensor-parallel-size", help="Tensor-parallel size.")]

@@ -81,6 +81,7 @@ ATTENTION_LAYER_TYPES = frozenset(
 STATE_LAYER_TYPES = frozenset({"linear_attention", "mamba", "mamba2", "ssm"})
 NO_CACHE_LAYER_TYPES = frozenset({"mlp", "moe", "ffn", "none"})
 CONFIG_MAX_BYTES = 5 * 1024 * 1024
+MAX_LAYERS = 10_000  # the largest released models have a few hundred
 # Defaults of optional fields that transformers' (5.24) config classes fill in for the catalog's
 # model types, so the common path needs no transformers import; other model types ask
 # transformers itself (see _transformers_defaults). Types transformers does not know (custom
@@ -200,7 +201,8 @@ def _transformers_defaults(model_type: str) -> Mapping[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from transformers import CONFIG_MAPPING  # heavy import: only when a field is missing
+            # heavy import: only when a field is missing and the type is not in KNOWN_DEFAULTS
+            from transformers import CONFIG_MAPPING, AutoConfig
     except ImportError:
         return {}
     if model_type not in CONFIG_MAPPING:
@@ -208,7 +210,8 @@ def _transformers_defaults(model_type: str) -> Mapping[str, Any]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            config = CONFIG_MAPPING[model_type]()  # built-in class: no remote code is involved
+            # for_model builds the built-in config class: remote code cannot be involved.
+            config = AutoConfig.for_model(model_type)
     except Exception:  # a config class that cannot build with no arguments
         return {}
     return dict(config.to_dict())
@@ -231,13 +234,16 @@ def text_config_of(raw: Mapping[str, Any]) -> dict[str, Any]:
     return dict(raw)
 
 
-def parse_config(raw: Mapping[str, Any], *, name: str, source: str) -> ModelSpec:
+def parse_config(
+    raw: Mapping[str, Any], *, name: str, source: str, label: str | None = None
+) -> ModelSpec:
     """Build the model's :class:`ModelSpec` from a config dict (as read from config.json).
 
     Args:
         raw: the parsed ``config.json`` (top level; nested ``text_config`` is handled here).
         name: the model's display name (hub id or catalog name).
         source: where the config came from, for the user (``catalog``, a path, ``hub:...``).
+        label: how error messages name the config (default ``name``; a local file's path).
 
     Returns:
         The whole-model spec: per-layer cache specs at TP 1 in the model dtype.
@@ -245,7 +251,7 @@ def parse_config(raw: Mapping[str, Any], *, name: str, source: str) -> ModelSpec
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{name}: config must be a JSON object, got {type(raw).__name__}")
     text = text_config_of(raw)
-    f = _Fields(text, raw, name)
+    f = _Fields(text, raw, label or name)
     model_type = f.model_type
     notes: list[str] = []
 
@@ -292,11 +298,13 @@ def parse_config(raw: Mapping[str, Any], *, name: str, source: str) -> ModelSpec
 
 def _num_layers(f: _Fields) -> int:
     pattern = f.get("hybrid_override_pattern")
-    if f.get("num_hidden_layers", "n_layer", "num_layers", "n_layers") is None and isinstance(
-        pattern, str
-    ):
+    keys = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    if f.get(*keys) is None and isinstance(pattern, str) and pattern:
         return len(pattern)  # NOTE: Nemotron-H configs of transformers 5.x count from the pattern
-    return f.require_int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    n = f.require_int(*keys)
+    if n > MAX_LAYERS:
+        raise ConfigError(f"{f.name}: {n:,} layers is not a plausible model (limit {MAX_LAYERS:,})")
+    return n
 
 
 def _num_kv_heads(f: _Fields, num_heads: int, hidden: int) -> int:
@@ -660,6 +668,8 @@ def read_json_config(path: Path, name: str | None = None) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {label}: {exc}") from None
+    if not text.strip():
+        raise ConfigError(f"{label} is empty; expected a model's config.json")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -722,9 +732,7 @@ def _load_local(path: Path, model: str) -> ModelSpec:
     if not config_path.is_file():
         raise ModelNotFoundError(f"{model} has no config.json")
     raw = read_json_config(config_path, str(config_path))
-    name = str(
-        raw.get("_name_or_path") or path.resolve().name
-        if path.is_dir()
-        else raw.get("_name_or_path") or config_path.resolve().parent.name
-    )
-    return parse_config(raw, name=name, source=str(config_path))
+    name = raw.get("_name_or_path")
+    if not isinstance(name, str) or not name:
+        name = config_path.resolve().parent.name
+    return parse_config(raw, name=name, source=str(config_path), label=str(config_path))

@@ -20,11 +20,15 @@ def _offline_env() -> bool:
 
 
 def _error_table(
-    repo: str, revision: str | None
+    repo: str, revision: str | None, offline: bool
 ) -> list[tuple[type[BaseException], Callable[[BaseException], str]]]:
     from huggingface_hub import errors
 
     rev = f" at revision {revision!r}" if revision else ""
+    if offline:
+        why = "(--offline or HF_HUB_OFFLINE is set)"
+    else:
+        why = "and the Hub cannot be reached (offline?)"
     return [
         (
             errors.GatedRepoError,
@@ -35,7 +39,7 @@ def _error_table(
         ),
         (
             errors.RevisionNotFoundError,
-            lambda e: f"{repo} has no revision {revision!r}; check --revision",
+            lambda e: f"{repo} has no revision {revision or 'main'!r}; check --revision",
         ),
         (
             errors.RepositoryNotFoundError,
@@ -44,8 +48,7 @@ def _error_table(
         (
             errors.LocalEntryNotFoundError,
             lambda e: (
-                f"{repo}{rev} is not in the local Hugging Face cache and the Hub cannot be reached "
-                + ("(HF_HUB_OFFLINE is set)" if _offline_env() else "(offline?)")
+                f"{repo}{rev} is not in the local Hugging Face cache {why}"
                 + "; download it once online, pass a local path, or use a catalog name "
                 "(`kvplan models`)"
             ),
@@ -92,7 +95,7 @@ def download_config(repo: str, *, revision: str | None = None, offline: bool | N
             )
         )
     except Exception as exc:
-        for exc_type, message in _error_table(repo, revision):
+        for exc_type, message in _error_table(repo, revision, local_only):
             if isinstance(exc, exc_type):
                 raise ModelNotFoundError(message(exc)) from None
         raise

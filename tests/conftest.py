@@ -26,6 +26,11 @@ def _hermetic_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("COLUMNS", "120")
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("KVPLAN_DEBUG", raising=False)
+    # huggingface_hub reads HF_HOME / HF_HUB_OFFLINE once, at import: patch its constants too.
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_home" / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,0 +1,54 @@
+"""Size strings from the command line: plain bytes or an explicit unit, never a guess.
+
+``6.51GiB``, ``80GB``, ``512MiB``, ``1073741824`` parse; ``80G`` is refused because it could mean
+GiB (2^30) or GB (10^9) and the two differ by 7 %.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from planner.errors import UsageError
+
+UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str, *, flag: str = "size") -> int:
+    """Bytes in ``text``: an integer, or a number with B/KB/MB/GB/TB/KiB/MiB/GiB/TiB.
+
+    Args:
+        text: the user's string.
+        flag: the option name, for the error message.
+
+    Returns:
+        Integer bytes (rounded down).
+    """
+    match = _SIZE.match(str(text))
+    if not match:
+        raise UsageError(f"{flag} {text!r} is not a size; write bytes or e.g. 24GiB, 80GB, 512MiB")
+    number, unit = match.group(1), match.group(2).lower()
+    if unit in ("k", "m", "g", "t"):
+        raise UsageError(
+            f"{flag} {text!r} is ambiguous: say {number}{unit.upper()}iB (2^30-style) or "
+            f"{number}{unit.upper()}B (10^9-style)"
+        )
+    if unit and unit not in UNITS:
+        raise UsageError(f"{flag} {text!r}: unknown unit {match.group(2)!r}; use GiB, GB, MiB ...")
+    if not unit and "." in number:
+        raise UsageError(f"{flag} {text!r}: a plain number is bytes and must be whole")
+    value = float(number) * UNITS[unit or "b"]
+    if not math.isfinite(value):
+        raise UsageError(f"{flag} {text!r} is too large")
+    return int(value)

@@ -2,8 +2,11 @@
 ``gpu_memory_utilization``), not the marketing size, plus spec-sheet bandwidth and dense BF16
 matmul rate for the simulator's roofline.
 
-Driver totals come from published PyTorch OOM messages ("GPU 0 has a total capacity of X GiB")
-and vLLM startup logs; see ``source`` on each entry and shared/CALIBRATION.md.
+Driver totals come from published cudaDeviceProp / deviceQuery output, PyTorch OOM messages
+("GPU 0 has a total capacity of X GiB") and vLLM startup logs; see ``source`` on each entry and
+shared/CALIBRATION.md. They move by about 0.1 GiB with the driver version, and the 48 GB
+workstation cards lose about 3 GiB with ECC on; MIG slices report their slice size. For anything
+else, pass ``--gpu-memory``.
 """
 
 from __future__ import annotations
@@ -47,12 +50,12 @@ def _tb(x: float) -> int:
 GPUS: tuple[GPU, ...] = (
     GPU(
         "h200",
-        _gib(139.81),
+        143156 * MIB,
         _tb(4.8),
         _tb(989),
         "9.0",
         ("h200-sxm", "h200-141gb"),
-        "nvidia-smi 143,771 MiB (CALIBRATION.md); driver total ~0.5 GiB below",
+        "cudaDeviceProp 143156 MiB; vLLM log total_gpu_memory 139.81 GiB",
     ),
     GPU(
         "h100",
@@ -61,13 +64,19 @@ GPUS: tuple[GPU, ...] = (
         _tb(989),
         "9.0",
         ("h100-sxm", "h100-80gb", "h100-sxm5"),
-        "vLLM log: total 79.18 GiB (CALIBRATION.md)",
+        "vLLM log 79.18 GiB (CALIBRATION.md); deviceQuery 81079-81106 MiB",
     ),
-    GPU("h100-pcie", _gib(79.18), _tb(2.0), _tb(756), "9.0", (), "same 80 GB part as SXM"),
+    GPU("h100-pcie", 81008 * MIB, _tb(2.0), _tb(756), "9.0", (), "cudaDeviceProp 81008 MiB"),
     GPU(
-        "h100-nvl", _gib(93.10), _tb(3.9), _tb(835), "9.0", ("h100-94gb",), "nvidia-smi 95,830 MiB"
+        "h100-nvl",
+        _gib(93.10),
+        _tb(3.9),
+        _tb(835),
+        "9.0",
+        ("h100-94gb",),
+        "PyTorch OOM: total capacity 93.09-93.11 GiB",
     ),
-    GPU("h20", _gib(95.08), _tb(4.0), _tb(148), "9.0", (), "nvidia-smi 97,871 MiB"),
+    GPU("h20", 97285 * MIB, _tb(4.0), _tb(148), "9.0", (), "cudaDeviceProp 97285 MiB"),
     GPU(
         "a100-40gb",
         _gib(39.38),
@@ -75,21 +84,31 @@ GPUS: tuple[GPU, ...] = (
         _tb(312),
         "8.0",
         ("a100", "a100-40g"),
-        "vLLM log: 39.38 GiB (CALIBRATION.md)",
+        "vLLM log 39.38 GiB (CALIBRATION.md); deviceQuery 40339 MiB",
     ),
     GPU(
         "a100-80gb",
-        _gib(79.15),
+        81051 * MIB,
         _tb(2.039),
         _tb(312),
         "8.0",
         ("a100-80g",),
-        "PyTorch OOM: total capacity of 79.15 GiB",
+        "deviceQuery 81051 MiB (84,987,740,160 B)",
     ),
-    GPU("l40s", _gib(44.39), _tb(0.864), _tb(362), "8.9", (), "PyTorch OOM: 44.39 GiB"),
-    GPU("l4", _gib(22.03), _tb(0.3), _tb(121), "8.9", (), "PyTorch OOM: 22.03 GiB"),
-    GPU("a10", _gib(22.06), _tb(0.6), _tb(125), "8.6", (), "nvidia-smi 23,028 MiB"),
-    GPU("a10g", _gib(22.06), _tb(0.6), _tb(70), "8.6", (), "PyTorch OOM: 22.06 GiB"),
+    GPU("l40s", 45589 * MIB, _tb(0.864), _tb(362), "8.9", (), "cudaDeviceProp 45589 MiB (ECC on)"),
+    GPU(
+        "l4", 22518 * MIB, _tb(0.3), _tb(121), "8.9", (), "deviceQuery 22518 MiB (23,612,293,120 B)"
+    ),
+    GPU(
+        "a10",
+        22516 * MIB,
+        _tb(0.6),
+        _tb(125),
+        "8.6",
+        (),
+        "deviceQuery 22516 MiB (23,609,475,072 B)",
+    ),
+    GPU("a10g", 22587 * MIB, _tb(0.6), _tb(70), "8.6", (), "cudaDeviceProp 22587 MiB"),
     GPU(
         "rtx-3090",
         _gib(23.58),
@@ -97,49 +116,73 @@ GPUS: tuple[GPU, ...] = (
         _tb(71),
         "8.6",
         ("3090",),
-        "vLLM log: 23.58 GiB (CALIBRATION.md)",
+        "vLLM log 23.58 GiB (CALIBRATION.md); cudaDeviceProp 24238-24268 MiB",
     ),
     GPU(
         "rtx-4090",
-        _gib(23.65),
+        24207 * MIB,
         _tb(1.008),
         _tb(165),
         "8.9",
         ("4090",),
-        "PyTorch OOM: total capacity of 23.65 GiB",
+        "trtexec 24207 MiB; PyTorch OOM 23.64 GiB (Linux)",
     ),
     GPU(
         "rtx-5090",
-        _gib(31.36),
+        32109 * MIB,
         _tb(1.792),
         _tb(209),
         "12.0",
         ("5090",),
-        "PyTorch OOM: total capacity of 31.36 GiB",
+        "deviceQuery 32109 MiB (33,668,857,856 B)",
     ),
     GPU(
         "rtx-6000-ada",
-        _gib(47.50),
+        48622 * MIB,
         _tb(0.96),
         _tb(364),
         "8.9",
         ("rtx6000-ada", "6000-ada"),
-        "nvidia-smi 49,140 MiB",
+        "cudaDeviceProp 48622 MiB (ECC off; about 44.4 GiB with ECC on)",
     ),
     GPU(
         "a6000",
-        _gib(47.54),
+        48676 * MIB,
         _tb(0.768),
         _tb(155),
         "8.6",
         ("rtx-a6000",),
-        "PyTorch OOM: total capacity of 47.54 GiB",
+        "cudaDeviceProp 48676 MiB",
     ),
-    GPU("t4", _gib(14.75), _tb(0.32), _tb(65), "7.5", (), "PyTorch OOM: 14.75 GiB"),
-    GPU("v100-16gb", _gib(15.77), _tb(0.9), _tb(125), "7.0", ("v100",), "PyTorch OOM: 15.77 GiB"),
-    GPU("v100-32gb", _gib(31.74), _tb(0.9), _tb(125), "7.0", (), "PyTorch OOM: 31.74 GiB"),
-    GPU("b200", _gib(178.35), _tb(8.0), _tb(2250), "10.0", (), "nvidia-smi 183,359 MiB"),
-    GPU("mi300x", _gib(191.98), _tb(5.3), _tb(1307), "gfx942", (), "ROCm PyTorch OOM: 191.98 GiB"),
+    GPU("t4", 15109 * MIB, _tb(0.32), _tb(65), "7.5", (), "cudaDeviceProp 15109 MiB (ECC on)"),
+    GPU(
+        "v100-16gb",
+        16160 * MIB,
+        _tb(0.9),
+        _tb(125),
+        "7.0",
+        ("v100",),
+        "deviceQuery 16160 MiB (16,945,512,448 B)",
+    ),
+    GPU(
+        "v100-32gb",
+        32510 * MIB,
+        _tb(0.9),
+        _tb(125),
+        "7.0",
+        (),
+        "deviceQuery 32510 MiB (34,089,730,048 B)",
+    ),
+    GPU("b200", 182631 * MIB, _tb(8.0), _tb(2250), "10.0", (), "cudaDeviceProp 182631 MiB"),
+    GPU(
+        "mi300x",
+        196592 * MIB,
+        _tb(5.3),
+        _tb(1307),
+        "gfx942",
+        (),
+        "ROCm total_memory 196592 MiB (206,141,652,992 B)",
+    ),
 )
 
 

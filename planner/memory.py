@@ -145,15 +145,16 @@ def vllm_batch_defaults(
     gpu_memory_bytes: int | None = None,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
+    a100: bool = False,
 ) -> tuple[int, int]:
     """``vllm serve`` defaults for (max_num_batched_tokens, max_num_seqs), 0.33
-    ``EngineArgs.get_batch_defaults``: >= 160 GiB GPUs 16384 / 1024; >= 70 GiB 8192 / 1024;
-    otherwise (and with no GPU named) 2048 / 256. Then tokens = min(tokens, seqs * len) and
-    seqs = min(seqs, tokens)."""
+    ``EngineArgs.get_batch_defaults``: >= 160 GiB GPUs 16384 / 1024; >= 70 GiB (not A100)
+    8192 / 1024; otherwise (and with no GPU named) 2048 / 256. Then tokens = min(tokens,
+    seqs * len) and seqs = min(seqs, tokens)."""
     gib = 1 << 30
     if gpu_memory_bytes is not None and gpu_memory_bytes >= 160 * gib:
         tokens, seqs = 16384, 1024
-    elif gpu_memory_bytes is not None and gpu_memory_bytes >= 70 * gib:
+    elif gpu_memory_bytes is not None and gpu_memory_bytes >= 70 * gib and not a100:
         tokens, seqs = 8192, 1024
     else:
         tokens, seqs = 2048, 256
@@ -214,6 +215,7 @@ def estimate(
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     gpu_memory_bytes: int | None = None,
+    gpu_is_a100: bool = False,
     prefix_caching: bool = True,
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
 ) -> KVEstimate:
@@ -231,6 +233,7 @@ def estimate(
             layers keep in flight); default is ``vllm serve``'s for the GPU size.
         max_num_seqs: vLLM's concurrent-sequence limit (caps the default token budget).
         gpu_memory_bytes: GPU size, only to pick vLLM's batch defaults.
+        gpu_is_a100: A100s get the smaller batch defaults whatever their size.
         prefix_caching: vLLM's ``--enable-prefix-caching`` (hybrids keep extra Mamba pages).
         batch_sizes: batch sizes for the worked examples.
 
@@ -291,7 +294,7 @@ def estimate(
         for s in spec.layers
     ]
     tokens, seqs = vllm_batch_defaults(
-        length, gpu_memory_bytes, max_num_batched_tokens, max_num_seqs
+        length, gpu_memory_bytes, max_num_batched_tokens, max_num_seqs, a100=gpu_is_a100
     )
     in_flight = (pp + 1) * tokens  # async scheduling: max_concurrent_batches = pp + 1
     has_state = any(isinstance(s, StateSpec) for s in rank_layers)

@@ -9,8 +9,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from planner.gpus import GPU
 from planner.memory import KVEstimate
 from planner.models import ModelRow
+from planner.recommend import Plan, Report
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
@@ -195,5 +197,261 @@ def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
             r.attention_type,
             f"{r.kv_bytes_per_token:,}",
             fmt_bytes(r.state_bytes_per_sequence) if r.state_bytes_per_sequence else "—",
+        )
+    console().print(table)
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def report_dict(rep: Report) -> dict[str, Any]:
+    """The JSON of ``kvplan estimate``: the estimate's keys, plus the plan's when a GPU is set."""
+    data = estimate_dict(rep.estimate)
+    if rep.gpu_table:
+        data["gpus"] = [asdict(r) for r in rep.gpu_table]
+    p = rep.plan
+    if p is None:
+        return data
+    cap = p.vllm
+    data.update(
+        gpu={"name": p.gpu.name, "memory_bytes": p.gpu.memory_bytes, "source": p.gpu.source},
+        gpu_memory_utilization=cap.gpu_memory_utilization,
+        requested_bytes=cap.requested_bytes,
+        weights_bytes=p.weights.bytes_per_rank,
+        weights_total_bytes=p.weights.total_bytes,
+        weights_source=p.weights.source,
+        parameter_count=p.weights.parameter_count,
+        activation_peak_bytes=cap.activation_peak_bytes,
+        non_torch_bytes=cap.non_torch_bytes,
+        cuda_graph_bytes=cap.cuda_graph_bytes,
+        headroom_bytes=cap.headroom_bytes,
+        available_kv_bytes=cap.available_kv_bytes,
+        num_gpu_blocks=cap.num_gpu_blocks,
+        kv_cache_size_tokens=cap.kv_cache_size_tokens,
+        max_concurrency=round(cap.max_concurrency, 4),
+        estimated_max_model_len=cap.estimated_max_model_len,
+        fits=cap.fits,
+        error=cap.error,
+        mamba_max_num_seqs=cap.mamba_max_num_seqs,
+        vllm_log=cap.log_lines,
+        recommended=asdict(p.recommended) if p.recommended else None,
+        grid=[asdict(c) for c in p.grid],
+        alternatives=[asdict(a) for a in p.alternatives],
+        engines=[asdict(e) for e in p.engines],
+        block_sizes=[asdict(b) for b in p.block_sizes],
+        prefix_sharing=asdict(p.prefix_sharing) if p.prefix_sharing else None,
+        naive_vs_paged=asdict(p.naive_vs_paged),
+        commands=p.commands,
+        plan_notes=p.notes,
+        estimates_note=(
+            "weights are exact only from safetensors headers; activation, non-torch and "
+            "CUDA-graph terms are estimates calibrated on measured vLLM startups — "
+            "`kvplan verify --gpu` measures them"
+        ),
+    )
+    return data
+
+
+def report(rep: Report, *, as_json: bool = False, show_grid: bool = False) -> None:
+    """Print ``kvplan estimate``: the KV estimate, then the plan or the GPU table."""
+    if as_json:
+        warnings_(rep.estimate.warnings)
+        console().file.write(to_json(report_dict(rep)))
+        return
+    estimate(rep.estimate)
+    if rep.gpu_table:
+        _gpu_table(rep)
+    if rep.plan is not None:
+        _plan(rep.plan, show_grid)
+
+
+def _gpu_table(rep: Report) -> None:
+    est = rep.estimate
+    out = console()
+    table = Table(
+        title=f"vLLM on common GPUs (TP {est.tensor_parallel_size}, gpu_memory_utilization "
+        f"default, max_model_len {est.max_model_len:,}) — name one with --gpu",
+        title_justify="left",
+    )
+    for col in ("GPU", "memory", "weights", "KV available", "KV tokens", "concurrency"):
+        table.add_column(col, justify="left" if col == "GPU" else "right", no_wrap=True)
+    for r in rep.gpu_table:
+        table.add_row(
+            r.name,
+            fmt_bytes(r.memory_bytes),
+            fmt_bytes(r.weights_bytes),
+            fmt_bytes(r.available_kv_bytes) if r.available_kv_bytes > 0 else "none",
+            f"{r.kv_cache_size_tokens:,}" if r.fits else "does not fit",
+            f"{r.max_concurrency:.2f}x" if r.fits else "—",
+        )
+    out.print(table)
+
+
+BAR_CHARS = {
+    "weights": "█",
+    "activation": "▓",
+    "overhead": "▒",
+    "KV cache": "░",
+    "not requested": "·",
+}
+
+
+def _bar(parts: list[tuple[str, int]], total: int, width: int = 64) -> str:
+    """A memory bar readable without colour: one character per segment kind."""
+    return "".join(
+        BAR_CHARS[label] * (round(width * max(size, 0) / total) if total else 0)
+        for label, size in parts
+    )
+
+
+def _plan(p: Plan, show_grid: bool) -> None:
+    out = console()
+    cap = p.vllm
+    out.print()
+    if p.gpu.memory_bytes:
+        out.print(
+            f"[bold]vLLM on {p.gpu.name}[/] — {fmt_bytes(p.gpu.memory_bytes)} as the driver "
+            f"reports it; gpu_memory_utilization {cap.gpu_memory_utilization} → "
+            f"{fmt_bytes(cap.requested_bytes)} requested"
+        )
+        free = p.gpu.memory_bytes - cap.requested_bytes
+        parts = [
+            ("weights", cap.weights_bytes),
+            ("activation", cap.activation_peak_bytes),
+            ("overhead", cap.non_torch_bytes + cap.cuda_graph_bytes + cap.headroom_bytes),
+            ("KV cache", max(cap.available_kv_bytes, 0)),
+            ("not requested", free),
+        ]
+        out.print("  [" + _bar(parts, p.gpu.memory_bytes) + "]", markup=False)
+        out.print("   " + "  ".join(f"{c} {label}" for label, c in BAR_CHARS.items()), markup=False)
+        legend = Table(box=None, show_header=False, pad_edge=False)
+        legend.add_column()
+        legend.add_column(justify="right")
+        legend.add_column()
+        rows = [
+            ("weights", cap.weights_bytes, f"{p.weights.source}: {p.weights.detail}"),
+            (
+                "activation peak",
+                cap.activation_peak_bytes,
+                f"estimate, profile run of {cap.max_num_batched_tokens:,} tokens",
+            ),
+            ("non-torch", cap.non_torch_bytes, "estimate (cuBLAS/NCCL)"),
+            (
+                "CUDA graphs",
+                cap.cuda_graph_bytes,
+                "estimate (--cuda-graph-memory, --enforce-eager)",
+            ),
+        ]
+        if cap.headroom_bytes:
+            rows.append(("headroom", cap.headroom_bytes, "--headroom"))
+        rows.append(("KV cache", cap.available_kv_bytes, "what is left for blocks"))
+        for label, size, why in rows:
+            legend.add_row(f"  {label}", fmt_bytes(size), f"[dim]{why}[/]")
+        out.print(legend)
+    else:
+        out.print(f"[bold]vLLM with --kv-cache-memory {fmt_bytes(cap.available_kv_bytes)}[/]")
+    out.print("[bold]vLLM would log:[/]")
+    for line in cap.log_lines:
+        out.print(f"  {line}", soft_wrap=True)
+    out.print(
+        f"  ({cap.num_gpu_blocks:,} blocks of {fmt_bytes(cap.bytes_per_block)}; "
+        f"{cap.blocks_per_request:,} blocks per request)"
+    )
+    if cap.mamba_max_num_seqs is not None:
+        out.print(
+            f"  Mamba layers: max_num_seqs may not exceed {cap.mamba_max_num_seqs:,} "
+            "(one state block per decoding sequence)"
+        )
+    if show_grid:
+        _grid(p)
+    rec = p.recommended
+    if rec:
+        out.print(
+            f"[bold]Recommended:[/] max_model_len {rec.max_model_len:,}, max_num_seqs "
+            f"{rec.max_num_seqs} — {rec.reason}"
+        )
+    for alt in p.alternatives:
+        verdict = f"{alt.max_concurrency:.2f}x concurrency" if alt.fits else "still does not fit"
+        out.print(f"  with {alt.change}: {verdict} ({alt.num_gpu_blocks:,} blocks)")
+    if p.engines:
+        table = Table(title="Other engines on this GPU", title_justify="left")
+        for col in ("engine", "setting", "KV memory", "KV tokens", "requests at max length"):
+            table.add_column(col, justify="left" if col in ("engine", "setting") else "right")
+        for e in p.engines:
+            table.add_row(
+                e.engine,
+                e.setting,
+                fmt_bytes(max(e.available_kv_bytes, 0)),
+                f"{e.max_total_tokens:,}",
+                f"{e.max_concurrency:.2f}",
+            )
+        out.print(table)
+    nv = p.naive_vs_paged
+    out.print(
+        f"Naive contiguous cache for {nv.sequences} sequences: {fmt_bytes(nv.naive_bytes)}; "
+        f"paged at {nv.avg_tokens:,} tokens each: {fmt_bytes(nv.paged_bytes)} "
+        f"({nv.waste_pct:.0f}% of the naive cache would be empty)"
+    )
+    bs = ", ".join(
+        f"{b.block_size}: {b.fragmentation_pct:.2f}% waste, {b.block_table_entries:,} table entries"
+        for b in p.block_sizes
+    )
+    out.print(f"Block size trade-off (at {nv.avg_tokens:,} tokens/request): {bs}")
+    if p.prefix_sharing:
+        ps = p.prefix_sharing
+        out.print(
+            f"Prefix sharing: {ps.requests} requests × {ps.shared_prefix_tokens:,}-token "
+            f"prefix → {ps.blocks_saved:,} blocks ({fmt_bytes(ps.bytes_saved)}) saved"
+        )
+    out.print("[bold]Commands:[/]")
+    for name, command in p.commands.items():
+        out.print(f"  {name:7} {command}", soft_wrap=True, markup=False)
+    for note in p.notes:
+        out.print(f"[dim]note: {note}[/]", soft_wrap=True)
+    out.print(
+        "[dim]Weights are exact only from safetensors headers; activation, non-torch and "
+        "CUDA-graph figures are estimates — `kvplan verify --gpu` measures them.[/]"
+    )
+
+
+def _grid(p: Plan) -> None:
+    seqs = sorted({c.max_num_seqs for c in p.grid})
+    table = Table(
+        title="max_model_len × max_num_seqs: KV usage at full concurrency (✗ = does not fit)",
+        title_justify="left",
+    )
+    table.add_column("max_model_len", justify="right")
+    for s in seqs:
+        table.add_column(f"{s} seqs", justify="right")
+    for length in sorted({c.max_model_len for c in p.grid}):
+        row = [f"{length:,}"]
+        for s in seqs:
+            cell = next(c for c in p.grid if c.max_model_len == length and c.max_num_seqs == s)
+            row.append(
+                f"{cell.kv_usage:.0%}"
+                if cell.fits
+                else f"✗ {cell.kv_usage:.0%}"
+                if cell.kv_usage != float("inf")
+                else "✗"
+            )
+        table.add_row(*row)
+    console().print(table)
+
+
+def gpus(rows: list[GPU], *, as_json: bool = False) -> None:
+    if as_json:
+        console().file.write(to_json([asdict(g) for g in rows]))
+        return
+    table = Table(title="GPU catalog — memory as the CUDA driver reports it")
+    for col in ("name", "memory", "bytes", "bandwidth", "BF16 dense", "source"):
+        table.add_column(col, justify="right" if col not in ("name", "source") else "left")
+    for g in rows:
+        table.add_row(
+            g.name,
+            fmt_bytes(g.memory_bytes),
+            f"{g.memory_bytes:,}",
+            f"{g.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
+            f"{g.bf16_flops / 1e12:,.0f} TFLOP/s",
+            g.source,
         )
     console().print(table)

@@ -1,0 +1,360 @@
+"""What fits on a GPU: each engine's memory budget and vLLM's own capacity numbers.
+
+vLLM 0.33 (``Worker.determine_available_memory``; shared/ENGINES.md §1.2)::
+
+    requested    = ceil(total * gpu_memory_utilization)
+    available_kv = requested - weights - activation_peak - non_torch - cuda_graphs
+    num_blocks   = available_kv // bytes_per_block
+    concurrency  = num_blocks / blocks_per_request          # "Maximum concurrency ... X.XXx"
+    tokens       = int(concurrency * max_model_len)          # "GPU KV cache size: N tokens"
+
+``weights`` are exact when safetensors headers are available. ``activation_peak``,
+``non_torch`` and ``cuda_graphs`` are *estimates* calibrated on the measured startups in
+shared/CALIBRATION.md; ``kvplan verify`` measures them on a GPU.
+
+Worked example (Llama-3.1-8B, H100 79.18 GiB, gmu 0.9, 8,192 batched tokens, CALIBRATION.md
+row 1): requested 71.26 GiB - weights 14.96 - activation 4.76 - non-torch 0.13 = 51.41 GiB;
+2 MiB per block -> 26,322 blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.errors import UsageError
+from planner.memory import KVEstimate
+from planner.specs import ModelSpec
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+# Activation peak of vLLM's profile run at T = max_num_batched_tokens: the fp32 logits of the
+# dummy sampler run dominate (T x vocab x 4 B) plus residual-stream buffers (T x hidden). The
+# coefficients are a least-squares fit to the six measured startups of CALIBRATION.md (all at
+# T = 8,192): bytes = T * (vocab * 4.757 + hidden * 2.549) + 27 MB, within 0.07 GiB of each row.
+ACT_VOCAB_MILLI_BYTES = 4757
+ACT_HIDDEN_MILLI_BYTES = 2549
+ACT_CONST_BYTES = 27_100_000
+# Memory outside torch's allocator that appears after vLLM's first snapshot (cuBLAS, NCCL):
+# measured 0.13 GiB at TP 1 and 0.55 GiB at TP 2 (CALIBRATION.md).
+NON_TORCH_TP1_BYTES = round(0.13 * GIB)
+NON_TORCH_TPN_BYTES = round(0.55 * GIB)
+# vLLM >= 0.21 subtracts its profiled CUDA-graph estimate; measured graph memory ranged from
+# -0.88 to +1.03 GiB in CALIBRATION.md. kvplan assumes 0.5 GiB unless told (--cuda-graph-memory,
+# --enforce-eager).
+CUDA_GRAPH_DEFAULT_BYTES = GIB // 2
+VLLM_DEFAULT_GMU = 0.92
+
+
+def activation_peak_bytes(spec: ModelSpec, max_num_batched_tokens: int) -> int:
+    """Estimated peak of vLLM's profile run (see the module constants for the calibration)."""
+    vocab = spec.config.get("vocab_size") or spec.config.get("padded_vocab_size") or 32000
+    per_token = int(vocab) * ACT_VOCAB_MILLI_BYTES + spec.hidden_size * ACT_HIDDEN_MILLI_BYTES
+    return max_num_batched_tokens * per_token // 1000 + ACT_CONST_BYTES
+
+
+def non_torch_bytes(tp: int, pp: int = 1) -> int:
+    """cuBLAS/NCCL memory outside torch: larger once ranks talk to each other."""
+    return NON_TORCH_TP1_BYTES if tp * pp == 1 else NON_TORCH_TPN_BYTES
+
+
+def check_gmu(gmu: float) -> None:
+    if not (isinstance(gmu, int | float) and math.isfinite(gmu) and 0 < gmu <= 1):
+        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {gmu!r}")
+
+
+@dataclass(frozen=True)
+class VllmCapacity:
+    """vLLM's startup numbers for one plan, per GPU rank (the most-loaded one)."""
+
+    gpu_memory_bytes: int
+    gpu_memory_utilization: float
+    requested_bytes: int
+    weights_bytes: int
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    headroom_bytes: int
+    available_kv_bytes: int
+    kv_cache_memory_override: bool
+    bytes_per_block: int
+    blocks_per_request: int
+    num_gpu_blocks: int
+    kv_cache_size_tokens: int
+    max_concurrency: float
+    max_model_len: int
+    estimated_max_model_len: int | None
+    fits: bool
+    error: str | None
+    mamba_max_num_seqs: int | None
+    max_num_batched_tokens: int
+    max_num_seqs: int
+
+    @property
+    def log_lines(self) -> list[str]:
+        """The lines vLLM prints at startup, in its wording (``format_gib``: 2 decimals)."""
+        lines = [f"Available KV cache memory: {_gib(self.available_kv_bytes)} GiB"]
+        if self.fits:
+            lines.append(f"GPU KV cache size: {self.kv_cache_size_tokens:,} tokens")
+            lines.append(
+                f"Maximum concurrency for {self.max_model_len:,} tokens per request: "
+                f"{self.max_concurrency:.2f}x"
+            )
+        elif self.error:
+            lines.append(f"ValueError: {self.error}")
+        return lines
+
+
+def _gib(n: int) -> str:
+    return f"{round(n / GIB, 2):.2f}"
+
+
+def vllm_capacity(
+    est: KVEstimate,
+    *,
+    estimate_at: object,
+    gpu_memory_bytes: int,
+    weights_bytes: int,
+    activation_bytes: int,
+    gpu_memory_utilization: float = VLLM_DEFAULT_GMU,
+    kv_cache_memory_bytes: int | None = None,
+    cuda_graph_bytes: int = CUDA_GRAPH_DEFAULT_BYTES,
+    non_torch: int | None = None,
+    headroom_bytes: int = 0,
+) -> VllmCapacity:
+    """vLLM's available KV memory, block count, token capacity and concurrency.
+
+    Args:
+        est: the vLLM :class:`KVEstimate` (bytes per block, blocks per request).
+        estimate_at: ``callable(max_model_len) -> KVEstimate`` for the max-length search.
+        gpu_memory_bytes: total device memory as the driver reports it.
+        weights_bytes: weights on the most-loaded rank.
+        activation_bytes: activation peak of the profile run.
+        gpu_memory_utilization: fraction of the total vLLM may use.
+        kv_cache_memory_bytes: vLLM's ``--kv-cache-memory-bytes``; replaces the profiled budget.
+        cuda_graph_bytes: CUDA-graph estimate subtracted by vLLM >= 0.21 (0 with eager mode).
+        non_torch: memory outside torch's allocator (default by TP size).
+        headroom_bytes: extra memory the user wants to keep free.
+
+    Returns:
+        The :class:`VllmCapacity`.
+    """
+    check_gmu(gpu_memory_utilization)
+    assert est.vllm is not None
+    layout = est.vllm
+    requested = math.ceil(gpu_memory_bytes * gpu_memory_utilization)
+    non_torch = (
+        non_torch_bytes(est.tensor_parallel_size, est.pipeline_parallel_size)
+        if (non_torch is None)
+        else non_torch
+    )
+    if kv_cache_memory_bytes is not None:
+        available = kv_cache_memory_bytes
+    else:
+        available = (
+            requested
+            - weights_bytes
+            - activation_bytes
+            - non_torch
+            - cuda_graph_bytes
+            - headroom_bytes
+        )
+    bpb = layout.bytes_per_block
+    bpr = layout.blocks_per_request
+    num_blocks = max(0, available // bpb) if bpb else 0
+    concurrency = num_blocks / bpr if bpr else 0.0
+    tokens = int(concurrency * est.max_model_len)
+    check = available - bpb  # the null block is reserved before admission (BlockPool)
+    error = None
+    estimated = None
+    if available <= 0:
+        error = (
+            "No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine."
+        )
+    elif bpb * bpr > check:
+        estimated = _max_len_that_fits(estimate_at, est.max_model_len, check)
+        error = (
+            f"To serve at least one request with the model's max seq len "
+            f"({est.max_model_len}), ({_gib(bpb * bpr)} GiB KV cache is needed, which is larger "
+            f"than the available KV cache memory ({_gib(check)} GiB)."
+            + (
+                f" Based on the available memory, the estimated maximum model length is "
+                f"{estimated}."
+                if estimated
+                else ""
+            )
+            + " Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+            "initializing the engine."
+        )
+    has_state = any(g.kind in ("mamba", "linear") for g in layout.groups)
+    return VllmCapacity(
+        gpu_memory_bytes=gpu_memory_bytes,
+        gpu_memory_utilization=gpu_memory_utilization,
+        requested_bytes=requested,
+        weights_bytes=weights_bytes,
+        activation_peak_bytes=activation_bytes,
+        non_torch_bytes=non_torch,
+        cuda_graph_bytes=cuda_graph_bytes,
+        headroom_bytes=headroom_bytes,
+        available_kv_bytes=available,
+        kv_cache_memory_override=kv_cache_memory_bytes is not None,
+        bytes_per_block=bpb,
+        blocks_per_request=bpr,
+        num_gpu_blocks=num_blocks,
+        kv_cache_size_tokens=tokens,
+        max_concurrency=concurrency,
+        max_model_len=est.max_model_len,
+        estimated_max_model_len=estimated,
+        fits=error is None,
+        error=error,
+        mamba_max_num_seqs=num_blocks if has_state else None,
+        max_num_batched_tokens=layout.max_num_batched_tokens,
+        max_num_seqs=layout.max_num_seqs,
+    )
+
+
+def _max_len_that_fits(estimate_at: object, max_len: int, budget: int) -> int:
+    """vLLM ``_estimate_max_model_len_from_groups``: binary search over [1, max_len] for the
+    longest request whose blocks fit ``budget`` bytes (0 when not even one token fits)."""
+    assert callable(estimate_at)
+
+    def needed(length: int) -> int:
+        e = estimate_at(length)
+        assert e.vllm is not None
+        return int(e.vllm.bytes_per_block * e.vllm.blocks_per_request)
+
+    lo, hi, best = 1, max_len, 0
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if needed(mid) <= budget:
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+# --------------------------------------------------------------------------- other engines
+
+
+@dataclass(frozen=True)
+class EngineCapacity:
+    """Capacity under SGLang, TensorRT-LLM or transformers, with the knob each engine uses."""
+
+    engine: str
+    setting: str  # e.g. "mem_fraction_static=0.83"
+    available_kv_bytes: int
+    max_total_tokens: int
+    max_running_requests: int
+    max_concurrency: float
+    note: str
+
+
+def sglang_mem_fraction_static(
+    gpu_memory_bytes: int, tp: int = 1, pp: int = 1, mla: bool = False
+) -> float:
+    """SGLang 0.5.23 ``handle_gpu_memory_settings`` default (ENGINES.md §2.3).
+
+    Example: H100 reporting 81,559 MiB, TP 1, non-MLA -> reserved 13,904 MiB -> 0.83.
+    """
+    gpu_mib = gpu_memory_bytes / MIB
+    gib = gpu_mib / 1024
+    if gib < 20:
+        chunk, max_bs = 2048, 8
+    elif gib < 35:
+        chunk, max_bs = 4096, 48 if tp < 4 else 160
+    elif gib < 60:
+        chunk, max_bs = 4096, 32 if tp < 4 else 160
+    elif gib < 160:
+        chunk, max_bs = 8192, 256 if tp < 4 else 512
+    else:
+        chunk, max_bs = 16384, 512
+    activation_tokens = max(chunk, 2048)
+    # NOTE: ~58 prefill graph sizes at 8 MiB each for non-MLA models (SGLang's H100 example).
+    graphs = 2 * max_bs + (1536 if mla else 8 * 58)
+    reserved = 512 + 1.5 * activation_tokens + tp * pp / 8 * 1024 + graphs
+    if gib > 60:
+        reserved = max(reserved, 10240)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def sglang_capacity(
+    est: KVEstimate,
+    *,
+    gpu_memory_bytes: int,
+    weights_bytes: int,
+    mem_fraction_static: float | None = None,
+    context_len: int | None = None,
+) -> EngineCapacity:
+    """SGLang: KV = free_before_weights * mem_fraction_static - weights (ENGINES.md §2.1)."""
+    mla = est.attention_type == "MLA"
+    mfs = mem_fraction_static or sglang_mem_fraction_static(
+        gpu_memory_bytes, est.tensor_parallel_size, est.pipeline_parallel_size, mla
+    )
+    free_before = gpu_memory_bytes - GIB // 2  # CUDA context and NCCL before the weights load
+    available = int(free_before * mfs) - weights_bytes
+    cell = est.kv_bytes_per_token
+    tokens = max(0, available // cell) if cell and available > 0 else 0
+    tokens -= tokens % max(est.block_size, 1)
+    length = context_len or est.max_model_len
+    estimated = min(max(int(tokens / length * 512), 2048), 4096)
+    running = min(estimated, tokens // 2)
+    return EngineCapacity(
+        engine="sglang",
+        setting=f"mem_fraction_static={mfs}",
+        available_kv_bytes=available,
+        max_total_tokens=tokens,
+        max_running_requests=running,
+        max_concurrency=tokens / length if length else 0.0,
+        note="max_total_num_tokens = (free x mem_fraction_static - weights) // cell size",
+    )
+
+
+def trtllm_capacity(
+    est: KVEstimate,
+    *,
+    gpu_memory_bytes: int,
+    weights_bytes: int,
+    activation_bytes: int,
+    free_gpu_memory_fraction: float = 0.9,
+) -> EngineCapacity:
+    """TRT-LLM: the fraction applies to memory left after weights and activations (§3.2)."""
+    free = (
+        gpu_memory_bytes
+        - weights_bytes
+        - activation_bytes
+        - non_torch_bytes(est.tensor_parallel_size, est.pipeline_parallel_size)
+    )
+    available = int(max(0, free) * free_gpu_memory_fraction)
+    per_token = est.kv_bytes_per_token
+    tokens = available // per_token if per_token else 0
+    blocks = tokens // est.block_size
+    per_seq = max(1, -(-est.kv_bytes_per_sequence // max(1, est.block_size * per_token)))
+    return EngineCapacity(
+        engine="trtllm",
+        setting=f"free_gpu_memory_fraction={free_gpu_memory_fraction}",
+        available_kv_bytes=available,
+        max_total_tokens=blocks * est.block_size,
+        max_running_requests=blocks // per_seq,
+        max_concurrency=blocks / per_seq,
+        note=f"{blocks:,} blocks of {est.block_size} tokens",
+    )
+
+
+def hf_capacity(
+    est: KVEstimate, *, gpu_memory_bytes: int, weights_bytes: int, activation_bytes: int
+) -> EngineCapacity:
+    """transformers ``generate`` with a contiguous cache pre-allocated at max length."""
+    available = gpu_memory_bytes - weights_bytes - activation_bytes
+    per_seq = est.request_bytes
+    batch = available // per_seq if per_seq and available > 0 else 0
+    return EngineCapacity(
+        engine="hf",
+        setting="contiguous cache, max_cache_len = max_model_len",
+        available_kv_bytes=available,
+        max_total_tokens=batch * est.max_model_len,
+        max_running_requests=batch,
+        max_concurrency=float(batch),
+        note="every sequence reserves max_model_len tokens up front (the naive baseline)",
+    )

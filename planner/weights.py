@@ -1,0 +1,437 @@
+"""Weight bytes per GPU rank: exact from safetensors headers, else derived from the config.
+
+Headers are read, never tensors: a safetensors file starts with an 8-byte little-endian header
+length and a JSON header that gives every tensor's dtype, shape and byte range. On the Hub,
+``huggingface_hub.get_safetensors_metadata`` fetches those headers only.
+
+Without headers the parameter count comes from the config (attention / MLA / Mamba / linear
+projections, dense or MoE MLPs, embeddings, tied or not) and the checkpoint's
+``quantization_config`` sets bytes per parameter of the quantized linear layers (AWQ, GPTQ, FP8,
+NVFP4, MXFP4, bitsandbytes); embeddings, norms and routers stay in the model dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.errors import ConfigError
+from planner.memory import get_pp_indices
+from planner.specs import (
+    MLA,
+    GatedDeltaNetState,
+    Mamba1State,
+    Mamba2State,
+    ModelSpec,
+)
+
+SAFETENSORS_DTYPE_BITS = {
+    "F64": 64,
+    "F32": 32,
+    "F16": 16,
+    "BF16": 16,
+    "I64": 64,
+    "I32": 32,
+    "I16": 16,
+    "I8": 8,
+    "U8": 8,
+    "U16": 16,
+    "U32": 32,
+    "U64": 64,
+    "BOOL": 8,
+    "F8_E4M3": 8,
+    "F8_E5M2": 8,
+    "F8_E8M0": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "E8M0": 8,
+}
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+# Models whose MLP has two matrices (up, down) instead of gated three (gate, up, down).
+UNGATED_MLP = frozenset(
+    {
+        "opt",
+        "bloom",
+        "falcon",
+        "RefinedWeb",
+        "RefinedWebModel",
+        "gpt2",
+        "gpt_bigcode",
+        "phi",
+        "nemotron_h",
+        "starcoder2",
+        "gpt_neox",
+    }
+)
+TIED_BY_DEFAULT = frozenset(
+    {
+        "bloom",
+        "opt",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "mamba",
+        "falcon",
+        "RefinedWeb",
+        "RefinedWebModel",
+        "gpt2",
+    }
+)
+LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|block|decoder\.layers)\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weight bytes of the most-loaded GPU rank, and where the number came from."""
+
+    bytes_per_rank: int
+    total_bytes: int
+    source: str  # "safetensors" (exact headers) or "config" (derived parameter count)
+    parameter_count: int
+    quantization: str | None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """Whole-model bytes split the way TP/PP split them."""
+
+    embed: int
+    lm_head: int
+    layers: list[int]  # per decoder layer, shardable over TP
+    replicated: list[int]  # per decoder layer, copied on every TP rank (norms, MLA down-projs)
+    other: int  # final norm, etc. (last stage, replicated)
+    params: int
+
+
+def _quant_bytes_per_param(quant: Mapping[str, Any] | None, dtype_bytes: int) -> tuple[float, str]:
+    """Bytes per parameter of quantized linear weights, and a label."""
+    if not quant:
+        return float(dtype_bytes), "none"
+    method = str(quant.get("quant_method") or quant.get("quant_algo") or "").lower()
+    bits = quant.get("bits") or quant.get("w_bit")
+    group = quant.get("group_size") or quant.get("q_group_size") or 128
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "autoround") and bits:
+        # packed ints + an fp16 scale (and packed zero point) per group
+        return int(bits) / 8 + (2 + int(bits) / 8) / int(group), f"{method} {bits}-bit"
+    if method in ("fp8", "fbgemm_fp8", "fp8_dynamic"):
+        return 1.0, "fp8"
+    if method == "mxfp4":
+        return 0.5 + 1 / 32, "mxfp4"  # e8m0 scale per 32 elements
+    if method in ("nvfp4", "modelopt_fp4") or "fp4" in method:
+        return 0.5 + 1 / 16, "nvfp4"  # fp8 scale per 16 elements
+    if method == "bitsandbytes":
+        if quant.get("load_in_4bit"):
+            return 0.5 + 4 / 64, "bitsandbytes 4-bit"
+        return 1.0, "bitsandbytes 8-bit"
+    if method in ("compressed-tensors", "compressed_tensors", "modelopt"):
+        groups = quant.get("config_groups") or {}
+        for group_cfg in groups.values() if isinstance(groups, dict) else []:
+            weights = group_cfg.get("weights") or {}
+            nbits = weights.get("num_bits")
+            if nbits:
+                extra = 0.0
+                if weights.get("group_size"):
+                    extra = 2 / int(weights["group_size"])
+                return int(nbits) / 8 + extra, f"{method} w{nbits}"
+        algo = str(quant.get("quant_algo") or "").upper()
+        if "FP8" in algo:
+            return 1.0, "modelopt fp8"
+        if "FP4" in algo:
+            return 0.5 + 1 / 16, "modelopt nvfp4"
+    return float(dtype_bytes), method or "unknown"
+
+
+def _dense_intermediate(c: Mapping[str, Any], hidden: int) -> int:
+    for key in (
+        "intermediate_size_mlp",
+        "intermediate_size",
+        "ffn_hidden_size",
+        "ffn_dim",
+        "n_inner",
+    ):
+        value = c.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 4 * hidden
+
+
+def _num_experts(c: Mapping[str, Any]) -> int:
+    for key in ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"):
+        value = c.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 0
+
+
+def _is_moe_layer(c: Mapping[str, Any], model_type: str, i: int) -> bool:
+    if not _num_experts(c):
+        return False
+    if model_type.startswith("deepseek") or model_type in ("kimi_k2", "kimi_linear"):
+        first = int(c.get("first_k_dense_replace") or 0)
+        freq = int(c.get("moe_layer_freq") or 1)
+        return i >= first and i % freq == 0
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
+        if i in (c.get("mlp_only_layers") or []):
+            return False
+        step = int(c.get("decoder_sparse_step") or 1)
+        return (i + 1) % step == 0
+    if model_type in ("llama4", "llama4_text"):
+        step = int(c.get("interleave_moe_layer_step") or 1)
+        return (i + 1) % step == 0
+    return True
+
+
+def _parts(spec: ModelSpec) -> _Parts:
+    c = spec.config
+    mt = spec.model_type
+    hidden = spec.hidden_size
+    vocab = c.get("vocab_size") or c.get("padded_vocab_size") or 32000
+    if not isinstance(vocab, int) or vocab <= 0:
+        raise ConfigError(f"{spec.name}: vocab_size must be a positive integer")
+    quant = c.get("quantization_config") or c.get("compression_config")
+    linear_bpp, _ = _quant_bytes_per_param(quant if isinstance(quant, dict) else None, 2)
+    wdtype = 2  # served dtype: float32 checkpoints load in bf16
+    expert_only = isinstance(quant, dict) and str(quant.get("quant_method")) == "mxfp4"
+    attn_bpp = wdtype if expert_only else linear_bpp
+    heads, kv, head = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
+    gated = mt not in UNGATED_MLP
+    dense_i = _dense_intermediate(c, hidden)
+    experts = _num_experts(c)
+    moe_i = c.get("moe_intermediate_size") or c.get("intermediate_size") or dense_i
+    shared_i = (c.get("shared_expert_intermediate_size") or 0) + int(
+        c.get("n_shared_experts") or 0
+    ) * moe_i
+    if expert_only:
+        # NOTE: gpt-oss. vLLM's Hopper MXFP4 MoE kernel pads the expert intermediate size to a
+        # multiple of 256 (2880 -> 3072); with it the derived weights match CALIBRATION.md's
+        # logged 13.47 GiB (20b) and 64.38 GiB (120b) within 0.5 %.
+        moe_i = -(-int(moe_i) // 256) * 256
+    if mt in ("llama4", "llama4_text"):
+        shared_i = c.get("intermediate_size") or 0  # one shared expert of expert width
+        moe_i = c.get("intermediate_size") or dense_i
+    pattern = (
+        c.get("hybrid_override_pattern")
+        if isinstance(c.get("hybrid_override_pattern"), str)
+        else None
+    )
+    mlp_mats = 3 if gated else 2
+    layers, replicated = [], []
+    params = 0
+    for i, s in enumerate(spec.layers):
+        shard = repl = 0.0
+        n = 0
+        # mixer
+        if isinstance(s, MLA):
+            nope = int(c.get("qk_nope_head_dim") or 128)
+            rope = s.qk_rope_head_dim
+            v_dim = int(c.get("v_head_dim") or nope)
+            q_lora = c.get("q_lora_rank")
+            if q_lora:
+                repl += hidden * q_lora * attn_bpp
+                shard += q_lora * heads * (nope + rope) * attn_bpp
+                n += hidden * q_lora + q_lora * heads * (nope + rope)
+            else:
+                shard += hidden * heads * (nope + rope) * attn_bpp
+                n += hidden * heads * (nope + rope)
+            repl += hidden * (s.kv_lora_rank + rope) * attn_bpp
+            shard += (s.kv_lora_rank * heads * (nope + v_dim) + heads * v_dim * hidden) * attn_bpp
+            n += hidden * (s.kv_lora_rank + rope) + s.kv_lora_rank * heads * (nope + v_dim)
+            n += heads * v_dim * hidden
+        elif isinstance(s, Mamba2State):
+            inner = s.intermediate_size
+            conv_dim = inner + 2 * s.n_groups * s.state_size
+            m = hidden * (inner + conv_dim + s.num_heads) + conv_dim * s.conv_kernel
+            m += inner * hidden + 3 * s.num_heads + inner
+            shard += m * linear_bpp
+            n += m
+        elif isinstance(s, Mamba1State):
+            inner = s.intermediate_size
+            dt_rank = int(c.get("time_step_rank") or -(-hidden // 16))
+            m = hidden * 2 * inner + inner * s.conv_kernel + inner * (dt_rank + 2 * s.state_size)
+            m += dt_rank * inner + inner * s.state_size + inner + inner * hidden
+            shard += m * linear_bpp
+            n += m
+        elif isinstance(s, GatedDeltaNetState):
+            key_dim, value_dim = s.num_k_heads * s.head_k_dim, s.num_v_heads * s.head_v_dim
+            m = hidden * (2 * key_dim + 2 * value_dim + 2 * s.num_v_heads)
+            m += (2 * key_dim + value_dim) * s.conv_kernel + value_dim * hidden
+            shard += m * linear_bpp
+            n += m
+        elif s is not None:
+            m = hidden * heads * head + 2 * hidden * kv * head + heads * head * hidden
+            shard += m * attn_bpp
+            n += m
+        # MLP (Nemotron-H layers are a mixer or an MLP, never both)
+        block = pattern[i] if pattern else None
+        if block in ("M", "*"):
+            pass
+        elif (block == "E") or (block is None and _is_moe_layer(c, mt, i)):
+            per_expert = mlp_mats * hidden * moe_i
+            shared = (mlp_mats if block is None else 2) * hidden * shared_i
+            expert_bpp = linear_bpp
+            shard += (experts * per_expert) * expert_bpp + shared * attn_bpp
+            repl += hidden * experts * wdtype  # router
+            n += experts * per_expert + shared + hidden * experts
+        else:
+            m = mlp_mats * hidden * dense_i
+            shard += m * attn_bpp
+            n += m
+        repl += 2 * hidden * wdtype  # two norms
+        n += 2 * hidden
+        layers.append(round(shard))
+        replicated.append(round(repl))
+        params += n
+    tied = bool(c.get("tie_word_embeddings", mt in TIED_BY_DEFAULT))
+    embed = vocab * hidden * wdtype
+    lm_head = 0 if tied else vocab * hidden * wdtype
+    params += vocab * hidden * (1 if tied else 2) + hidden
+    return _Parts(embed, lm_head, layers, replicated, hidden * wdtype, params)
+
+
+def from_config(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> Weights:
+    """Weight bytes per rank derived from the config's parameter count and quantization."""
+    parts = _parts(spec)
+    quant = spec.config.get("quantization_config") or spec.config.get("compression_config")
+    _, label = _quant_bytes_per_param(quant if isinstance(quant, dict) else None, 2)
+    total = parts.embed + parts.lm_head + sum(parts.layers) + sum(parts.replicated) + parts.other
+    per_rank = _per_rank(parts, len(spec.layers), tp, pp)
+    return Weights(
+        bytes_per_rank=per_rank,
+        total_bytes=total,
+        source="config",
+        parameter_count=parts.params,
+        quantization=None if label == "none" else label,
+        detail=f"{parts.params / 1e9:.2f} B parameters derived from the config",
+    )
+
+
+def _per_rank(parts: _Parts, num_layers: int, tp: int, pp: int) -> int:
+    best = 0
+    for rank in range(pp):
+        start, end = get_pp_indices(num_layers, rank, pp)
+        shard = sum(parts.layers[start:end])
+        repl = sum(parts.replicated[start:end])
+        if rank == 0:
+            shard += parts.embed  # vocab-parallel embedding
+        if rank == pp - 1:
+            shard += parts.lm_head if parts.lm_head else (parts.embed if pp > 1 else 0)
+            repl += parts.other
+        best = max(best, -(-shard // tp) + repl)
+    return best
+
+
+# --------------------------------------------------------------------------- safetensors
+
+
+def read_safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of one safetensors file (reads at most the header, never tensors)."""
+    with path.open("rb") as fh:
+        raw = fh.read(8)
+        if len(raw) != 8:
+            raise ConfigError(f"{path} is not a safetensors file (too short)")
+        (length,) = struct.unpack("<Q", raw)
+        if length > MAX_HEADER_BYTES:
+            raise ConfigError(f"{path}: safetensors header of {length:,} bytes is implausible")
+        try:
+            header = json.loads(fh.read(length))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ConfigError(f"{path}: safetensors header is not valid JSON") from None
+    if not isinstance(header, dict):
+        raise ConfigError(f"{path}: safetensors header is not a JSON object")
+    return header
+
+
+def _tensor_bytes(info: Mapping[str, Any]) -> int:
+    offsets = info.get("data_offsets")
+    if isinstance(offsets, list) and len(offsets) == 2:
+        return int(offsets[1]) - int(offsets[0])
+    count = 1
+    for dim in info.get("shape", []):
+        count *= int(dim)
+    return count * SAFETENSORS_DTYPE_BITS.get(str(info.get("dtype")), 16) // 8
+
+
+def from_tensors(
+    tensors: Iterable[tuple[str, Mapping[str, Any]]],
+    num_layers: int,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    quantization: str | None = None,
+) -> Weights:
+    """Exact weight bytes from (name, {dtype, shape, data_offsets}) pairs."""
+    layers = [0] * num_layers
+    embed = lm_head = other = 0
+    params = 0
+    for name, info in tensors:
+        if name == "__metadata__":
+            continue
+        size = _tensor_bytes(info)
+        count = 1
+        for dim in info.get("shape", []):
+            count *= int(dim)
+        params += count
+        match = LAYER_INDEX.search(name)
+        if match and int(match.group(1)) < num_layers:
+            layers[int(match.group(1))] += size
+        elif "lm_head" in name or name.endswith("output.weight"):
+            lm_head += size
+        elif "embed" in name or "wte" in name or "word_embeddings" in name:
+            embed += size
+        else:
+            other += size
+    parts = _Parts(embed, lm_head, layers, [0] * num_layers, other, params)
+    total = embed + lm_head + sum(layers) + other
+    return Weights(
+        bytes_per_rank=_per_rank(parts, num_layers, tp, pp),
+        total_bytes=total,
+        source="safetensors",
+        parameter_count=params,
+        quantization=quantization,
+        detail="exact tensor sizes from safetensors headers",
+    )
+
+
+def from_local_dir(model_dir: Path, num_layers: int, *, tp: int = 1, pp: int = 1) -> Weights | None:
+    """Exact weights from a local model folder's ``*.safetensors`` headers (None if none)."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        return None
+    tensors: list[tuple[str, Mapping[str, Any]]] = []
+    for path in files:
+        tensors.extend(read_safetensors_header(path).items())
+    return from_tensors(tensors, num_layers, tp=tp, pp=pp)
+
+
+def from_hub(
+    repo: str, num_layers: int, *, revision: str | None = None, tp: int = 1, pp: int = 1
+) -> Weights | None:
+    """Exact weights from the Hub's safetensors headers (None when unavailable or offline)."""
+    try:
+        from huggingface_hub import get_safetensors_metadata
+
+        meta = get_safetensors_metadata(repo, revision=revision)
+    except Exception:  # offline, no safetensors, gated: fall back to the config
+        return None
+    tensors: list[tuple[str, Mapping[str, Any]]] = []
+    for file_meta in meta.files_metadata.values():
+        for name, info in file_meta.tensors.items():
+            tensors.append(
+                (
+                    name,
+                    {
+                        "dtype": info.dtype,
+                        "shape": info.shape,
+                        "data_offsets": list(info.data_offsets),
+                    },
+                )
+            )
+    return from_tensors(tensors, num_layers, tp=tp, pp=pp)

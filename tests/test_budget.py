@@ -1,0 +1,231 @@
+"""The vLLM memory budget against measured startups, and vLLM's capacity formulas by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import planner
+from planner.budget import (
+    VllmCapacity,
+    activation_peak_bytes,
+    non_torch_bytes,
+    sglang_mem_fraction_static,
+    vllm_capacity,
+)
+from planner.gpus import get_gpu
+from planner.recommend import GpuInfo, plan
+from planner.units import parse_size
+from planner.weights import from_config
+from tests.conftest import fixture_config
+
+GIB = 1 << 30
+
+
+def spec_of(name: str) -> planner.ModelSpec:
+    return planner.load_model_spec(name)
+
+
+def llama33_70b_fp8() -> planner.ModelSpec:
+    # RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic: Llama-3.1-70B geometry, FP8 weights
+    # (compressed-tensors, 8-bit float, per channel).
+    raw = json.loads(fixture_config("meta-llama--Llama-3.1-70B").read_text())
+    raw["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}},
+    }
+    return planner.parse_config(
+        raw, name="RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", source="test"
+    )
+
+
+# CALIBRATION.md rows: (model, TP, gmu, weights GiB, activation GiB, non-torch GiB,
+# KV available GiB as vLLM logged it). H100 79.18 GiB, max_model_len 16000, H100 batch
+# defaults (8,192 tokens). Those startups did not subtract the CUDA-graph estimate
+# (available = requested - weights - activation - non-torch, e.g. 71.26 - 14.99 - 4.76 - 0.13
+# = 51.38), so the budget is computed with cuda_graph_bytes=0.
+# NOTE: the gpt-oss-120b row only adds up with gpu_memory_utilization 0.95:
+# 75.22 - 64.38 - 7.38 - 0.13 = 3.33.
+CALIBRATION = [
+    ("llama-3.1-8b", 1, 0.9, 14.99, 4.76, 0.13, 51.38),
+    ("gpt-oss-20b", 1, 0.9, 13.47, 7.38, 0.13, 50.28),
+    ("gpt-oss-120b", 1, 0.95, 64.38, 7.38, 0.13, 3.33),
+    ("llama-3.3-70b-fp8", 2, 0.9, 33.88, 4.84, 0.55, 32.0),
+    ("qwen3-0.6b", 1, 0.9, 1.12, 5.56, 0.13, 64.45),
+    ("qwen3-32b", 1, 0.9, 61.03, 5.64, 0.14, 4.45),
+]
+
+
+def load(name: str) -> planner.ModelSpec:
+    return llama33_70b_fp8() if name == "llama-3.3-70b-fp8" else spec_of(name)
+
+
+def capacity_for(
+    name: str, tp: int, gmu: float, weights_bytes: int, max_model_len: int = 16000
+) -> VllmCapacity:
+    spec = load(name)
+    h100 = get_gpu("h100")
+
+    def at(n: int) -> planner.KVEstimate:
+        return planner.estimate(spec, tp=tp, max_model_len=n, gpu_memory_bytes=h100.memory_bytes)
+
+    est = at(max_model_len)
+    assert est.vllm is not None and est.vllm.max_num_batched_tokens == 8192
+    return vllm_capacity(
+        est,
+        estimate_at=at,
+        gpu_memory_bytes=h100.memory_bytes,
+        weights_bytes=weights_bytes,
+        activation_bytes=activation_peak_bytes(spec, 8192),
+        gpu_memory_utilization=gmu,
+        cuda_graph_bytes=0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "tp", "gmu", "weights", "act", "non_torch", "kv"),
+    CALIBRATION,
+    ids=[r[0] for r in CALIBRATION],
+)
+def test_calibration_rows_available_kv_within_5_percent(
+    name: str, tp: int, gmu: float, weights: float, act: float, non_torch: float, kv: float
+) -> None:
+    cap = capacity_for(name, tp, gmu, round(weights * GIB))
+    assert cap.available_kv_bytes / GIB == pytest.approx(kv, rel=0.05)
+    # each estimated term is close to the measured one
+    assert cap.activation_peak_bytes / GIB == pytest.approx(act, abs=0.1)
+    assert cap.non_torch_bytes / GIB == pytest.approx(non_torch, abs=0.02)
+
+
+@pytest.mark.parametrize(
+    ("name", "tp", "gmu", "weights", "act", "non_torch", "kv"),
+    CALIBRATION,
+    ids=[r[0] for r in CALIBRATION],
+)
+def test_calibration_rows_weights_from_config_within_1_percent(
+    name: str, tp: int, gmu: float, weights: float, act: float, non_torch: float, kv: float
+) -> None:
+    derived = from_config(load(name), tp=tp).bytes_per_rank / GIB
+    assert derived == pytest.approx(weights, rel=0.01)
+
+
+def test_calibration_70b_fp8_on_one_h100_does_not_start() -> None:
+    # 71.26 - 67.72 - 4.84 - 0.13 = -1.43 GiB (logged -1.44: "does not start").
+    cap = capacity_for("llama-3.3-70b-fp8", 1, 0.9, round(67.72 * GIB))
+    assert cap.available_kv_bytes / GIB == pytest.approx(-1.44, abs=0.05)
+    assert not cap.fits and cap.num_gpu_blocks == 0
+    assert "No available memory for the cache blocks" in (cap.error or "")
+
+
+def test_activation_does_not_depend_on_max_model_len() -> None:
+    # Qwen3-0.6B measured 5.56 GiB at 16k and 32k alike.
+    a = capacity_for("qwen3-0.6b", 1, 0.9, round(1.12 * GIB), max_model_len=16000)
+    b = capacity_for("qwen3-0.6b", 1, 0.9, round(1.12 * GIB), max_model_len=32000)
+    assert a.activation_peak_bytes == b.activation_peak_bytes
+
+
+def test_non_torch_grows_with_tensor_parallelism() -> None:
+    assert non_torch_bytes(1) < non_torch_bytes(2) == non_torch_bytes(4)
+
+
+def test_requested_is_ceil_of_total_times_gmu() -> None:
+    cap = capacity_for("qwen3-0.6b", 1, 0.9, round(1.12 * GIB))
+    assert cap.requested_bytes == -(-get_gpu("h100").memory_bytes * 9 // 10)
+
+
+# ------------------------------------------------------------------ --kv-cache-memory, exact
+
+
+def kv_plan(name: str, kv_bytes: int, max_model_len: int) -> VllmCapacity:
+    gpu = GpuInfo("unspecified", 0, "test")
+    return plan(
+        spec_of(name), gpu=gpu, kv_cache_memory_bytes=kv_bytes, max_model_len=max_model_len
+    ).vllm
+
+
+def test_kv_cache_memory_full_attention_qwen3_14b() -> None:
+    # 6.51 GiB = int(6.51 x 2^30) = 6,990,059,274 B. Block: 40 layers x 16 x 8 kv x 256 x 2 B
+    # = 2,621,440 B -> 2,666 blocks. 32,768 tokens = 2,048 blocks per request.
+    # concurrency 2,666 / 2,048 = 1.30x; tokens int(1.3017578125 x 32,768) = 42,656.
+    cap = kv_plan("qwen3-14b", parse_size("6.51GiB"), 32_768)
+    assert cap.num_gpu_blocks == 2_666
+    assert cap.kv_cache_size_tokens == 42_656
+    assert f"{cap.max_concurrency:.2f}" == "1.30"
+    assert "GPU KV cache size: 42,656 tokens" in cap.log_lines
+    assert "Maximum concurrency for 32,768 tokens per request: 1.30x" in cap.log_lines
+
+
+def test_kv_cache_memory_sliding_window_gemma2() -> None:
+    # gemma-2-9b: 2,752,512 B per block (2 groups of 21 layers); 4 GiB -> 1,560 blocks.
+    # Request at 8,192: 512 full + 513 sliding blocks = 1,025 (2,048 tokens/step, 2 in flight).
+    # tokens = int(1,560 / 1,025 x 8,192) = int(12,467.5) = 12,467.
+    cap = kv_plan("gemma-2-9b", 4 * GIB, 8_192)
+    assert (cap.num_gpu_blocks, cap.blocks_per_request) == (1_560, 1_025)
+    assert cap.kv_cache_size_tokens == 12_467
+
+
+def test_kv_cache_memory_mla_deepseek_v2_lite() -> None:
+    # 27 layers x 16 x 576 x 2 B = 497,664 B per block; 2 GiB -> 4,315 blocks; 256 per request.
+    cap = kv_plan("deepseek-v2-lite", 2 * GIB, 4_096)
+    assert cap.num_gpu_blocks == 4_315
+    assert cap.kv_cache_size_tokens == 4_315 * 16  # int(4,315 / 256 x 4,096)
+
+
+def test_kv_cache_memory_mamba_hybrid_nemotron() -> None:
+    # Nemotron-H-56B: 169,082,880 B per block (see test_kv_math); 20 GiB -> 127 blocks;
+    # 20 blocks per request -> 6.35x; tokens int(127 / 20 x 8,192) = int(52,019.2) = 52,019.
+    # Each decoding sequence needs a Mamba block: max_num_seqs <= 127.
+    cap = kv_plan("nemotron-h-56b", 20 * GIB, 8_192)
+    assert cap.num_gpu_blocks == 127
+    assert cap.kv_cache_size_tokens == 52_019
+    assert cap.mamba_max_num_seqs == 127
+
+
+def test_admission_error_and_estimated_max_model_len() -> None:
+    # Llama-3.1-8B with 1 GiB: the null block leaves 2^30 - 2 MiB = 1,071,644,672 B;
+    # 131,072 tokens need 16 GiB; the longest fitting request has 511 blocks = 8,176 tokens.
+    cap = kv_plan("llama-3.1-8b", GIB, 131_072)
+    assert not cap.fits
+    assert cap.estimated_max_model_len == 8_176
+    assert "the estimated maximum model length is 8176" in (cap.error or "")
+    assert "(16.00 GiB KV cache is needed" in (cap.error or "")
+
+
+def test_auto_fit_max_model_len() -> None:
+    # vLLM's --max-model-len -1 picks the estimated maximum (8,176 for 1 GiB, as above).
+    p = plan(
+        spec_of("llama-3.1-8b"),
+        gpu=GpuInfo("x", 0, "test"),
+        kv_cache_memory_bytes=GIB,
+        max_model_len=-1,
+    )
+    assert p.estimate.max_model_len == 8_176
+    assert p.vllm.fits
+
+
+# ------------------------------------------------------------------ other engines
+
+
+def test_sglang_mem_fraction_static_h100_example() -> None:
+    # ENGINES.md 2.3: H100 reporting 81,559 MiB, TP 1, non-MLA: reserved 512 + 1.5 x 8,192 +
+    # 1/8 x 1,024 + 2 x 256 + 8 x 58 = 13,904 MiB -> (81,559 - 13,904) / 81,559 = 0.83.
+    assert sglang_mem_fraction_static(81_559 << 20) == 0.83
+
+
+def test_trtllm_fraction_applies_after_weights_and_activations() -> None:
+    p = plan(
+        spec_of("llama-3.1-8b"),
+        gpu=GpuInfo("h100", get_gpu("h100").memory_bytes, "t"),
+        max_model_len=8192,
+    )
+    trt = next(e for e in p.engines if e.engine == "trtllm")
+    free = (
+        p.gpu.memory_bytes
+        - p.weights.bytes_per_rank
+        - p.vllm.activation_peak_bytes
+        - p.vllm.non_torch_bytes
+    )
+    assert trt.available_kv_bytes == int(free * 0.9)
+    # 131,072 B per token; tokens rounded down to 32-token blocks
+    assert trt.max_total_tokens == (trt.available_kv_bytes // 131_072) // 32 * 32

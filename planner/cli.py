@@ -305,6 +305,54 @@ def models(json_: JsonOpt = False) -> None:
         render.models(planner.list_models(), as_json=json_)
 
 
+PlansArg = Annotated[
+    str,
+    typer.Argument(
+        help="YAML plans file with a `deployments:` list (examples/plans.yaml).",
+        show_default=False,
+        metavar="PLANS",
+    ),
+]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json, markdown or junit.")]
+OutputOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write the report to this file (atomically) instead of stdout.",
+        show_default=False,
+    ),
+]
+
+
+@app.command()
+def check(
+    plans: PlansArg,
+    format_: FormatOpt = "table",
+    output: OutputOpt = None,
+    offline: OfflineOpt = False,
+) -> None:
+    """Check every deployment of a plans file against its requirements, for CI.
+
+    Exit code 0: every deployment fits; 1: any fails or cannot be planned; 2: the file is
+    invalid (each problem is an `Error: file:line:` line on stderr).
+
+    Examples:
+      kvplan check deploy/plans.yaml
+      kvplan check deploy/plans.yaml --format junit -o kvplan.xml
+      kvplan check deploy/plans.yaml --format markdown >> "$GITHUB_STEP_SUMMARY"
+    """
+    from planner import render
+    from planner.plans import check_file
+
+    with user_errors():
+        if format_ not in render.CHECK_FORMATS:
+            raise UsageError(f"--format {format_!r}: use one of {', '.join(render.CHECK_FORMATS)}")
+        result = check_file(plans, offline=offline or None)
+        render.check(result, fmt=format_, output=output)
+    raise typer.Exit(result.exit_code)
+
+
 def main() -> None:
     """Console entry point: KvplanError -> one line and exit 1; bugs keep their traceback."""
     try:

@@ -12,6 +12,7 @@ from rich.table import Table
 from planner.gpus import GPU
 from planner.memory import KVEstimate
 from planner.models import ModelRow
+from planner.plans import Check, CheckReport, DeploymentResult
 from planner.recommend import Plan, Report
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -455,3 +456,269 @@ def gpus(rows: list[GPU], *, as_json: bool = False) -> None:
             g.source,
         )
     console().print(table)
+
+
+# --------------------------------------------------------------------------- kvplan check
+
+CHECK_FORMATS = ("table", "json", "markdown", "junit")
+_STATUS = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
+_MD_STATUS = {"pass": "✅ pass", "fail": "❌ fail", "error": "⚠️ error"}
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename, so
+    a reader (or a failed run) never sees half a report."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from planner.errors import UsageError
+
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise UsageError(f"-o {path}: cannot write there: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise UsageError(f"-o {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _check_text(c: Check, r: DeploymentResult) -> str:
+    """One check as a sentence with its numbers."""
+    ok = "✓" if c.passed else "✗"
+    length = r.settings.get("max_model_len")
+    if c.name == "weights":
+        return (
+            f"{ok} weights {fmt_bytes(int(c.actual))} per GPU > the "
+            f"{fmt_bytes(int(c.required))} the engine may use"
+        )
+    if c.name == "max_model_len" and c.unit == "bytes":
+        return (
+            f"{ok} one {length:,}-token request needs {fmt_bytes(int(c.required))} of KV, "
+            f"{fmt_bytes(max(int(c.actual), 0))} available"
+        )
+    if c.name == "max_model_len":
+        return f"{ok} {c.actual:.2f} requests of {length:,} tokens fit (at least 1)"
+    if c.name == "min_concurrency":
+        sign = "≥" if c.passed else "<"
+        return f"{ok} concurrency {c.actual:.2f}x {sign} {c.required:g}x required"
+    if c.name == "min_kv_tokens":
+        sign = "≥" if c.passed else "<"
+        return f"{ok} KV cache {int(c.actual):,} tokens {sign} {int(c.required):,} required"
+    seqs = r.settings.get("max_num_seqs")
+    sign = "≤" if c.passed else ">"
+    usage = f"{c.actual:.0%}" if c.actual != float("inf") else "∞"
+    return f"{ok} KV usage at {seqs} × {length:,} tokens {usage} {sign} {c.required:.0%} allowed"
+
+
+def _limiting(r: DeploymentResult) -> Check | None:
+    return next((c for c in r.checks if c.name == r.limiting), None)
+
+
+def _summary(r: DeploymentResult) -> str:
+    """The limiting check (or the error) in one line."""
+    if r.status == "error":
+        return f"error: {r.error}"
+    c = _limiting(r)
+    return _check_text(c, r) if c is not None else ""
+
+
+def _margin(r: DeploymentResult) -> str:
+    if r.margin is None or r.margin == float("inf"):
+        return "—"
+    return f"{r.margin:+.0%}"
+
+
+def _where(r: DeploymentResult) -> str:
+    tp = r.settings.get("tp", 1) * r.settings.get("pp", 1)
+    gpus = f" ×{tp}" if tp > 1 else ""
+    return f"{r.gpu}{gpus}"
+
+
+def check_dict(rep: CheckReport) -> dict[str, Any]:
+    """JSON of ``kvplan check``: integer bytes, floats rounded, infinities as null."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, float):
+            return round(value, 4) if value == value and abs(value) != float("inf") else None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    return {
+        "file": rep.file,
+        "exit_code": rep.exit_code,
+        "counts": rep.counts,
+        "deployments": [clean(asdict(r)) for r in rep.results],
+        "problems": [asdict(p) for p in rep.problems],
+    }
+
+
+def check_markdown(rep: CheckReport) -> str:
+    """A job-summary / PR-comment table (GitHub-flavoured markdown)."""
+    counts = rep.counts
+    fits = counts["passed"]
+    lines = [
+        f"### kvplan check: {fits} of {counts['deployments']} deployments fit (`{rep.file}`)",
+        "",
+        "| result | deployment | model | engine | GPU | limiting | margin | numbers |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(text: Any) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    for r in rep.results:
+        row = [
+            _MD_STATUS[r.status],
+            f"`{cell(r.name)}`",
+            cell(r.model),
+            r.engine,
+            cell(_where(r)),
+            cell(r.limiting or "—"),
+            _margin(r),
+            cell(_summary(r)),
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    fixes = [r for r in rep.results if r.fix]
+    if fixes:
+        lines.append("")
+        for r in fixes:
+            lines.append(f"- **{cell(r.name)}** — fix: {cell(r.fix)}")
+    if rep.problems:
+        lines.append("")
+        lines.append("**Invalid plans file** (exit 2):")
+        for p in sorted(rep.problems, key=lambda p: p.line):
+            lines.append(f"- `{cell(p.file)}:{p.line}` {cell(p.where)}: {cell(p.message)}")
+    lines.append("")
+    lines.append(
+        "<sub>vLLM figures use vLLM 0.33's formulas; activation, non-torch and CUDA-graph "
+        "terms are estimates (`kvplan verify` measures them).</sub>"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def check_junit(rep: CheckReport) -> str:
+    """JUnit XML: one testcase per deployment; a failure carries the numbers and the fix, an
+    unplannable deployment or an invalid entry is an error."""
+    import xml.etree.ElementTree as ET
+
+    counts = rep.counts
+    errors = counts["errors"] + len(rep.problems)
+    attrs = {
+        "name": "kvplan check",
+        "tests": str(len(rep.results) + len(rep.problems)),
+        "failures": str(counts["failed"]),
+        "errors": str(errors),
+    }
+    root = ET.Element("testsuites", attrs)
+    suite = ET.SubElement(root, "testsuite", {**attrs, "name": rep.file, "skipped": "0"})
+    for r in rep.results:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {
+                "classname": f"kvplan.{r.engine}",
+                "name": r.name,
+                "file": rep.file,
+                "line": str(r.line),
+            },
+        )
+        if r.status == "error":
+            error = ET.SubElement(case, "error", {"type": "PlanError", "message": r.error or ""})
+            error.text = r.error
+            continue
+        body = [f"{r.model} on {_where(r)} ({r.engine})"]
+        body += [_check_text(c, r) for c in r.checks]
+        if r.figures is not None:
+            f = r.figures
+            body.append(
+                f"{f.source} figures: KV cache {fmt_bytes(max(f.available_kv_bytes, 0))}, "
+                f"{f.kv_cache_size_tokens:,} tokens, {f.max_concurrency:.2f}x concurrency "
+                f"({f.setting})"
+            )
+        if r.fix:
+            body.append(f"fix: {r.fix}")
+        if r.status == "fail":
+            message = _summary(r) + (f"; fix: {r.fix}" if r.fix else "")
+            failure = ET.SubElement(case, "failure", {"type": "DoesNotFit", "message": message})
+            failure.text = "\n".join(body)
+        else:
+            ET.SubElement(case, "system-out").text = "\n".join(body)
+    for p in sorted(rep.problems, key=lambda p: p.line):
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {"classname": "kvplan.plans", "name": p.where, "file": p.file, "line": str(p.line)},
+        )
+        ET.SubElement(case, "error", {"type": "InvalidPlan", "message": str(p)}).text = str(p)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _check_table(rep: CheckReport, out: Console) -> None:
+    counts = rep.counts
+    table = Table(
+        title=f"kvplan check {rep.file}: {counts['passed']} of {counts['deployments']} "
+        "deployments fit",
+        title_justify="left",
+    )
+    for col in ("result", "deployment", "model", "engine", "GPU", "limiting", "margin"):
+        table.add_column(col, justify="right" if col == "margin" else "left", overflow="fold")
+    for r in rep.results:
+        style = {"pass": "green", "fail": "red", "error": "yellow"}[r.status]
+        table.add_row(
+            f"[{style}]{_STATUS[r.status]}[/]",
+            r.name,
+            r.model,
+            r.engine,
+            _where(r),
+            r.limiting or "—",
+            _margin(r),
+        )
+    out.print(table)
+    for r in rep.results:
+        out.print(f"[bold]{r.name}[/]: {_summary(r)}", soft_wrap=True, highlight=False)
+        if r.fix:
+            out.print(f"  fix: {r.fix}", soft_wrap=True, highlight=False, markup=False)
+    out.print(
+        "[dim]vLLM figures use vLLM 0.33's formulas; SGLang/TRT-LLM rows use those engines' "
+        "budgets. --format json gives every figure.[/]"
+    )
+
+
+def check(rep: CheckReport, *, fmt: str = "table", output: str | None = None) -> None:
+    """Print (or write with ``-o``) a :class:`CheckReport`; invalid entries also
+    go to stderr as ``Error:`` lines, whatever the format."""
+    import io
+
+    if fmt == "json":
+        text = to_json(check_dict(rep))
+    elif fmt == "markdown":
+        text = check_markdown(rep)
+    elif fmt == "junit":
+        text = check_junit(rep)
+    elif not rep.results:  # every entry is invalid: the Error lines say it all
+        text = ""
+    elif output is None:
+        _check_table(rep, console())
+        text = ""
+    else:
+        buf = io.StringIO()
+        _check_table(rep, Console(file=buf, width=120, no_color=True, highlight=False))
+        text = buf.getvalue()
+    if output is not None:
+        write_atomic(output, text)
+    elif text:
+        console().file.write(text)
+    err = err_console()
+    for problem in sorted(rep.problems, key=lambda p: p.line):
+        err.print(f"Error: {problem}", markup=False, soft_wrap=True)

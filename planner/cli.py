@@ -6,11 +6,14 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from planner.errors import KvplanError, UsageError
+
+if TYPE_CHECKING:
+    from planner.recommend import GpuInfo
 
 app = typer.Typer(
     name="kvplan",
@@ -351,6 +354,120 @@ def check(
         result = check_file(plans, offline=offline or None)
         render.check(result, fmt=format_, output=output)
     raise typer.Exit(result.exit_code)
+
+
+LogArg = Annotated[
+    str,
+    typer.Argument(help="vLLM log (startup and runtime lines).", show_default=False, metavar="LOG"),
+]
+LogModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model", help="Model to plan [default: the one the log names].", show_default=False
+    ),
+]
+LogTpOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--tp",
+        "--tensor-parallel-size",
+        help="Tensor-parallel size [default: the log's, else 1].",
+        show_default=False,
+    ),
+]
+LogPpOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--pp",
+        "--pipeline-parallel-size",
+        help="Pipeline-parallel size [default: the log's, else 1].",
+        show_default=False,
+    ),
+]
+LogGmuOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--gpu-memory-utilization",
+        help="vLLM's fraction of GPU memory [default: the log's, else vLLM's].",
+        show_default=False,
+    ),
+]
+LogKVDtypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-cache-dtype",
+        help="KV cache dtype [default: the log's, else auto].",
+        show_default=False,
+    ),
+]
+
+
+def _gpu_arg(gpu: str | None, gpu_memory: str | None) -> tuple[GpuInfo | None, bool]:
+    """--gpu / --gpu-memory as a GpuInfo (memory overrides the catalog's), and the A100 flag."""
+    from planner.gpus import get_gpu
+    from planner.recommend import GpuInfo
+    from planner.units import parse_size
+
+    info, a100 = None, False
+    if gpu:
+        found = get_gpu(gpu)
+        info, a100 = GpuInfo(found.name, found.memory_bytes, found.source), found.is_a100
+    if gpu_memory:
+        memory = parse_size(gpu_memory, flag="--gpu-memory")
+        if memory <= 0:
+            raise UsageError("--gpu-memory must be positive")
+        info = GpuInfo(info.name if info else "custom", memory, "--gpu-memory")
+    return info, a100
+
+
+@app.command()
+def diagnose(
+    log: LogArg,
+    model: LogModelOpt = None,
+    gpu: GpuOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    tp: LogTpOpt = None,
+    pp: LogPpOpt = None,
+    max_model_len: MaxLenOpt = None,
+    gpu_memory_utilization: LogGmuOpt = None,
+    kv_cache_dtype: LogKVDtypeOpt = None,
+    max_num_batched_tokens: BatchedTokensOpt = None,
+    max_num_seqs: MaxSeqsOpt = None,
+    enforce_eager: EagerOpt = False,
+    offline: OfflineOpt = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Read a vLLM boot log, compare it with the plan term by term, and say what to change.
+
+    Settings the log states (model, max_model_len, TP, gpu_memory_utilization, GPU total) are
+    used unless given here.
+
+    Examples:
+      kvplan diagnose vllm-startup.log --model llama-3.1-8b --gpu rtx-3090
+      kvplan diagnose server.log --gpu h100 --json
+    """
+    from planner import render
+    from planner.diagnose import diagnose_file
+    from planner.specs import KVDtype
+
+    with user_errors():
+        gpu_info, a100 = _gpu_arg(gpu, gpu_memory)
+        result = diagnose_file(
+            log,
+            model=model,
+            gpu=gpu_info,
+            gpu_is_a100=a100,
+            tp=tp,
+            pp=pp,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_dtype=KVDtype.parse(kv_cache_dtype) if kv_cache_dtype else None,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            enforce_eager=True if enforce_eager else None,
+            offline=offline or None,
+        )
+        render.diagnose(result, as_json=json_)
 
 
 def main() -> None:

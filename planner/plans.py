@@ -794,7 +794,7 @@ def _check_vllm(
             headroom_bytes=dep.headroom_bytes,
             prefix_caching=dep.enable_prefix_caching,
             weights=weights,
-            grid_lens=[length],
+            grid_lens=(),  # no max_model_len x max_num_seqs grid: the check needs one cell
             batch_sizes=(),
         )
     except DoesNotFitError as exc:
@@ -839,35 +839,48 @@ def _check_vllm(
         setting=f"gpu_memory_utilization={gmu}",
     )
     ok = all(c.passed for c in checks)
-    fix = None if ok else _vllm_fix(dep, p, checks, usable)
+    fix = None if ok else _vllm_fix(dep, p, checks)
     return _result(dep, "pass" if ok else "fail", settings, checks, figures, fix, model=spec.name)
 
 
-def _vllm_fix(dep: Deployment, p: Plan, checks: list[Check], usable: int) -> str:
+def _vllm_fix(dep: Deployment, p: Plan, checks: list[Check]) -> str:
     """What to change, from the planner's own numbers: vLLM's estimated maximum length, the
-    max_num_seqs that meets max_kv_usage, and the fp8 / TP alternatives that would pass."""
+    max_num_seqs that meets max_kv_usage, and the fp8 / TP alternatives that pass every check
+    (with the max_num_seqs each needs for max_kv_usage)."""
     cap = p.vllm
-    failed = {c.name: c for c in checks if not c.passed}
+    failed = {c.name for c in checks if not c.passed}
+    per_request = cap.blocks_per_request
+
+    def seqs_within(blocks: int) -> int:
+        """Most full-length sequences whose blocks stay within max_kv_usage of the pool."""
+        return int((dep.max_kv_usage or 0) * max(blocks - 1, 0) // per_request)
+
     fixes: list[str] = []
     if "max_model_len" in failed:
         if cap.estimated_max_model_len:
             fixes.append(f"max_model_len: {cap.estimated_max_model_len} (vLLM's estimate)")
         else:
             fixes.append("more GPU memory: weights and activations leave no KV cache")
-    if "max_kv_usage" in failed and dep.max_kv_usage is not None:
-        seqs = int(dep.max_kv_usage * usable // cap.blocks_per_request) if usable else 0
-        if seqs >= 1:
-            fixes.append(f"max_num_seqs: {seqs}")
-    need_conc = dep.min_concurrency or 0.0
-    need_tokens = dep.min_kv_tokens or 0
+    if failed == {"max_kv_usage"} and seqs_within(cap.num_gpu_blocks) >= 1:
+        fixes.append(f"max_num_seqs: {seqs_within(cap.num_gpu_blocks)}")
     length = p.estimate.max_model_len
     for alt in p.alternatives:
         tokens = int(alt.max_concurrency * length)
-        if alt.fits and alt.max_concurrency >= need_conc and tokens >= need_tokens:
-            knob = alt.change.replace("--kv-cache-dtype ", "kv_cache_dtype: ").replace(
-                "--tensor-parallel-size ", "tp: "
-            )
-            fixes.append(f"{knob} ({alt.max_concurrency:.2f}x, {tokens:,} tokens)")
+        if not alt.fits or alt.max_concurrency < (dep.min_concurrency or 0):
+            continue
+        if tokens < (dep.min_kv_tokens or 0):
+            continue
+        knob = alt.change.replace("--kv-cache-dtype ", "kv_cache_dtype: ")
+        knob = knob.replace("--tensor-parallel-size ", "tp: ")
+        text = f"{knob} ({alt.max_concurrency:.2f}x, {tokens:,} tokens)"
+        usable = max(alt.num_gpu_blocks - 1, 0)
+        if dep.max_kv_usage is not None and cap.max_num_seqs * per_request > (
+            dep.max_kv_usage * usable
+        ):
+            if seqs_within(alt.num_gpu_blocks) < 1:
+                continue
+            text += f" with max_num_seqs: {seqs_within(alt.num_gpu_blocks)}"
+        fixes.append(text)
     if not fixes:
         fixes.append("a larger GPU, more TP, or a shorter max_model_len")
     return "; or ".join(fixes)

@@ -356,7 +356,8 @@ def _grid(
     grid_lens: Sequence[int] | None,
     length: int,
 ) -> list[GridCell]:
-    lens = list(grid_lens) if grid_lens else _default_lens(spec.max_model_len, length)
+    # NOTE: an empty grid_lens means no grid (kvplan check needs none); None means the default.
+    lens = list(grid_lens) if grid_lens is not None else _default_lens(spec.max_model_len, length)
     cells = []
     for n in lens:
         for seqs in GRID_SEQS:

@@ -1,0 +1,334 @@
+"""kvplan diagnose on realistic V0 and V1 logs (tests/fixtures/logs, written from the formats vLLM
+prints): parsed figures, the term that explains the KV difference, the layout check, and the
+troubleshooting rules; plan figures are cross-checked against recommend.plan."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import planner
+from planner.cli import app
+from planner.diagnose import (
+    GIB,
+    LogFileError,
+    NothingRecognisedError,
+    diagnose_file,
+    parse_log,
+)
+from planner.gpus import get_gpu
+from planner.recommend import GpuInfo, plan
+
+runner = CliRunner()
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+V1_H100 = LOGS / "vllm-v1-llama8b-h100.log"
+V1_3090 = LOGS / "vllm-v1-llama8b-3090-maxlen.log"
+V0_A100 = LOGS / "vllm-v0-qwen7b-a100.log"
+V1_OOM = LOGS / "vllm-v1-oom-fragmented.log"
+MIB2 = 2 * 1024 * 1024  # Llama-3.1-8B block: 32 layers x 16 tokens x 8 heads x 256 x 2 B
+
+
+def gib(x: float) -> int:
+    return round(x * GIB)
+
+
+def gpu(name: str) -> GpuInfo:
+    g = get_gpu(name)
+    return GpuInfo(g.name, g.memory_bytes, g.source)
+
+
+def by_kind(findings: list[planner.diagnose.Finding]) -> dict[str, planner.diagnose.Finding]:
+    return {f.kind: f for f in findings}
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def test_v1_startup_lines_are_read() -> None:
+    log = parse_log(V1_H100.read_text())
+    assert log.engine == "V1" and log.version == "0.11.0"
+    assert log.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert log.weights_bytes == gib(14.99)
+    assert log.activation_bytes == gib(4.76)
+    assert log.non_torch_bytes == gib(0.13)
+    assert log.cuda_graph_bytes == gib(-0.45)  # graph capture can free memory
+    assert log.cuda_graph_capture_bytes == gib(-0.45)
+    assert log.available_kv_bytes == gib(51.38)
+    assert log.kv_cache_tokens == 420_880
+    assert (log.concurrency_len, log.max_concurrency) == (16_000, 26.30)
+    assert log.total_gpu_bytes == gib(79.18) and log.requested_bytes == gib(71.26)
+    assert log.settings["gpu_memory_utilization"] == 0.9
+    assert log.settings["max_model_len"] == 16_000
+    assert log.settings["enable_prefix_caching"] is True
+    assert log.kv_usage_pct == [91.2, 97.5, 99.1, 98.8]
+    assert log.max_waiting == 24 and log.preemptions == 0
+    assert log.lines["available_kv_bytes"] == 20
+
+
+def test_v0_startup_lines_are_read() -> None:
+    log = parse_log(V0_A100.read_text())
+    assert log.engine == "V0" and log.version == "0.6.6.post1"
+    assert log.num_gpu_blocks == 22_211
+    assert log.total_gpu_bytes == gib(39.38) and log.requested_bytes == gib(35.44)
+    assert log.weights_bytes == gib(14.25)  # the breakdown line, after "took 14.2487 GB"
+    assert log.available_kv_bytes == gib(18.98)
+    assert log.settings["enable_prefix_caching"] is False
+    # two warnings, but vLLM's cumulative counter says 51
+    assert log.preemptions == 51
+    assert log.max_waiting == 23
+
+
+def test_unknown_lines_and_colour_codes_are_ignored() -> None:
+    clean = parse_log(V1_H100.read_text())
+    noisy_text = "\n".join(
+        f"\x1b[32m{line}\x1b[0m\nsome unrelated line {i} took 3 seconds"
+        for i, line in enumerate(V1_H100.read_text().splitlines())
+    )
+    noisy = parse_log(noisy_text)
+    assert noisy.available_kv_bytes == clean.available_kv_bytes
+    assert noisy.kv_cache_tokens == clean.kv_cache_tokens
+    assert noisy.kv_usage_pct == clean.kv_usage_pct
+    assert noisy.recognised == clean.recognised
+
+
+# ------------------------------------------------------------------ comparison
+
+
+def test_v1_difference_is_explained_by_cuda_graphs() -> None:
+    dg = diagnose_file(V1_H100, model="llama-3.1-8b", gpu=gpu("h100"))
+    p = plan(
+        planner.load_model_spec("llama-3.1-8b"),
+        gpu=gpu("h100"),
+        max_model_len=16_000,
+        gpu_memory_utilization=0.9,
+    )
+    terms = {t.name: t for t in dg.terms}
+    assert terms["available KV"].plan == p.vllm.available_kv_bytes
+    assert terms["KV cache tokens"].plan == p.vllm.kv_cache_size_tokens
+    budget = by_kind(dg.findings)["budget"]
+    assert budget.data["term"] == "CUDA graphs"
+    # the plan assumes +0.5 GiB of graphs, the log measured -0.45 GiB: 0.95 GiB more KV
+    assert budget.data["share_bytes"] == -(gib(-0.45) - GIB // 2)
+    assert budget.data["difference_bytes"] == gib(51.38) - p.vllm.available_kv_bytes
+
+
+def test_v1_layout_reproduces_the_logged_tokens() -> None:
+    dg = diagnose_file(V1_H100, model="llama-3.1-8b", gpu=gpu("h100"))
+    layout = by_kind(dg.findings)["layout-matches"]
+    # 51.38 GiB +- 0.005 -> floor(51.375 x 512) = 26,304 .. floor(51.385 x 512) = 26,309
+    # blocks of 2 MiB; 1,000 blocks per 16,000-token request -> tokens = blocks x 16
+    assert layout.data["expected_tokens_low"] == 26_304 * 16
+    assert layout.data["expected_tokens_high"] == 26_309 * 16
+    assert layout.data["log_tokens"] == 420_880
+    assert layout.data["plan_bytes_per_token"] == 131_072
+
+
+def test_a_wrong_kv_head_count_shows_as_a_layout_difference(tmp_path: Path) -> None:
+    # Same memory, twice the tokens: the server stores half the bytes per token (4 KV heads
+    # where the plan has 8).
+    text = V1_H100.read_text().replace("420,880 tokens", "841,760 tokens")
+    path = tmp_path / "halved.log"
+    path.write_text(text)
+    layout = by_kind(diagnose_file(path, model="llama-3.1-8b", gpu=gpu("h100")).findings)["layout"]
+    assert layout.severity == "warning"
+    # 51.38 GiB / 841,760 tokens = 65,540 B/token vs 131,072: ratio 0.5
+    assert layout.data["ratio"] == 0.5
+    assert layout.data["kv_heads_per_rank"] == 8
+    assert "num_key_value_heads" in layout.fix[0]
+
+
+def test_v0_blocks_and_the_activation_term() -> None:
+    dg = diagnose_file(V0_A100, gpu=gpu("a100-40gb"))
+    assert dg.settings["model"] == "Qwen/Qwen2.5-7B-Instruct"  # named by the log
+    assert dg.sources["gpu_memory_utilization"] == "log line 8"
+    found = by_kind(dg.findings)
+    # V0 profiled 8,192 tokens (no chunked prefill) and logged 2.10 GiB of activations
+    assert found["budget"].data["term"] == "activation peak"
+    assert found["budget"].data["term_log_bytes"] == gib(2.10)
+    # Qwen2.5-7B block: 28 layers x 16 x 4 heads x 256 x 2 B = 917,504 B;
+    # 18.98 GiB +- 0.005 -> 22,206 .. 22,217 blocks; the log has 22,211
+    layout = found["layout-matches"]
+    assert layout.data["expected_tokens_low"] == 22_206 * 16
+    assert layout.data["expected_tokens_high"] == 22_217 * 16
+    assert math.floor(gib(18.975) / 917_504) == 22_206
+    # V0 never took CUDA graphs out of the KV budget: the plan has none
+    assert next(t for t in dg.terms if t.name == "CUDA graphs").plan == 0
+
+
+def test_v0_runtime_rules_pinned_and_prefix_off() -> None:
+    dg = diagnose_file(V0_A100, gpu=gpu("a100-40gb"))
+    found = by_kind(dg.findings)
+    pinned = found["kv-pinned"]
+    assert pinned.data == {
+        "samples": 4,
+        "high_samples": 3,
+        "peak_pct": 99.6,
+        "preemptions": 51,
+        "max_waiting": 23,
+    }
+    p = plan(
+        planner.load_model_spec("qwen2.5-7b"),
+        gpu=gpu("a100-40gb"),
+        gpu_is_a100=True,
+        max_model_len=8192,
+        gpu_memory_utilization=0.9,
+        cuda_graph_bytes=0,
+    )
+    assert p.recommended is not None
+    assert pinned.fix[0].startswith(f"fewer sequences: max_num_seqs {p.recommended.max_num_seqs} ")
+    assert any(fix.startswith("fp8 KV") for fix in pinned.fix)
+    assert any("prefix" in fix for fix in pinned.fix)
+    assert found["prefix-off"].fix[0] == "--enable-prefix-caching"
+
+
+def test_startup_error_gives_vllms_and_the_plans_max_len() -> None:
+    dg = diagnose_file(V1_3090, model="llama-3.1-8b", gpu=gpu("rtx-3090"))
+    error = by_kind(dg.findings)["startup-max-len"]
+    # (4.61 GiB - one 2 MiB null block) // 2 MiB = 2,359 blocks x 16 = 37,744 tokens
+    assert (gib(4.61) - MIB2) // MIB2 * 16 == 37_744
+    assert error.data["estimated_max_model_len"] == 37_744
+    assert error.data["max_model_len"] == 131_072
+    assert error.data["needed_bytes"] == gib(16.00)
+    p = plan(
+        planner.load_model_spec("llama-3.1-8b"),
+        gpu=gpu("rtx-3090"),
+        max_model_len=131_072,
+        gpu_memory_utilization=0.9,
+    )
+    assert error.data["plan_estimated_max_model_len"] == p.vllm.estimated_max_model_len
+    assert error.fix[0] == "max_model_len 37744 (vLLM's estimate)"
+    # the log states no breakdown: the difference is put on the terms it does not state
+    budget = by_kind(dg.findings)["budget"]
+    assert budget.data["term_log_bytes"] is None
+    assert "activation peak" in budget.data["unlogged"]
+
+
+def test_oom_with_free_memory_is_fragmentation_and_low_usage_lowers_gmu() -> None:
+    dg = diagnose_file(V1_OOM)  # no model, no GPU: the OOM message states the total
+    found = by_kind(dg.findings)
+    oom = found["oom-fragmentation"]
+    # 1.25 GiB free + 4.87 GiB reserved-but-unallocated >= the 1.96 GiB it tried to allocate
+    assert oom.data == {
+        "tried_bytes": gib(1.96),
+        "free_bytes": gib(1.25),
+        "reserved_unallocated_bytes": gib(4.87),
+    }
+    assert oom.fix[0].startswith("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    assert any("KV-head count" in fix for fix in oom.fix)
+    low = found["kv-low"]
+    # peak 21.7 % of 52.81 GiB is used; keeping it at 80 % of a smaller cache needs
+    # 72.85 - (52.81 - 52.81 x 0.217 / 0.8) = 34.36 GiB of 79.18 -> 0.434 -> 0.44
+    assert low.data["peak_pct"] == 21.7 and low.data["suggested_gmu"] == 0.44
+    assert found["prefix-low-hit"].data["mean_hit_pct"] == 0.0
+    assert "no model" in dg.notes[0]
+
+
+def test_oom_without_free_memory_is_a_tight_budget(tmp_path: Path) -> None:
+    path = tmp_path / "oom.log"
+    path.write_text(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 23.58 GiB of which 120.00 MiB is free. Of the allocated memory 22.1 "
+        "GiB is allocated by PyTorch, and 300.00 MiB is reserved by PyTorch but unallocated.\n"
+    )
+    oom = by_kind(diagnose_file(path).findings)["oom"]
+    assert oom.data["free_bytes"] == 120 * 1024 * 1024
+    assert oom.data["reserved_unallocated_bytes"] == 300 * 1024 * 1024
+
+
+def test_no_kv_memory_error(tmp_path: Path) -> None:
+    path = tmp_path / "nokv.log"
+    path.write_text(
+        "ERROR 11-29 [core.py:708] ValueError: No available memory for the cache blocks. Try "
+        "increasing `gpu_memory_utilization` when initializing the engine.\n"
+    )
+    assert by_kind(diagnose_file(path).findings)["startup-no-memory"].severity == "error"
+
+
+# ------------------------------------------------------------------ CLI and bad input
+
+
+def test_cli_diagnose_as_in_the_issue() -> None:
+    result = runner.invoke(
+        app, ["diagnose", str(V1_3090), "--model", "llama-3.1-8b", "--gpu", "rtx-3090"]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "vLLM refused max_model_len 131072" in result.stdout
+    assert "estimated maximum model length is 37744" in result.stdout
+    assert "→ max_model_len 37744 (vLLM's estimate)" in result.stdout
+
+
+def test_cli_diagnose_json() -> None:
+    result = runner.invoke(
+        app, ["diagnose", str(V1_H100), "--model", "llama-3.1-8b", "--gpu", "h100", "--json"]
+    )
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    kinds = [f["kind"] for f in data["findings"]]
+    assert kinds == ["budget", "layout-matches", "kv-pinned"]
+    assert data["findings"][0]["text"].startswith("Available KV cache: log 51.38 GiB")
+    assert data["log"]["kv_usage_samples"] == 4 and data["log"]["kv_usage_peak_pct"] == 99.1
+    terms = {t["name"]: t for t in data["terms"]}
+    assert terms["weights"]["log"] == gib(14.99)
+    assert terms["weights"]["diff"] == gib(14.99) - terms["weights"]["plan"]
+
+
+def test_cli_settings_on_the_command_line_win() -> None:
+    result = runner.invoke(
+        app,
+        ["diagnose", str(V1_H100), "--model", "llama-3.1-8b", "--gpu", "h100"]
+        + ["--max-model-len", "8192", "--json"],
+    )
+    data = json.loads(result.stdout)
+    assert data["settings"]["max_model_len"] == 8192
+    assert data["sources"]["max_model_len"] == "command line"
+    assert data["sources"]["tp"] == "log line 8"
+
+
+def test_nothing_recognisable_says_so() -> None:
+    with pytest.raises(NothingRecognisedError):
+        diagnose_file(LOGS / "not-a-vllm.log")
+    result = runner.invoke(app, ["diagnose", str(LOGS / "not-a-vllm.log")])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"Error: {LOGS / 'not-a-vllm.log'}: no vLLM line recognised")
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "no such file"),
+        (b"\x00\x01binary\x00", "binary file (NUL bytes), not a log file"),
+    ],
+)
+def test_unreadable_logs_exit_2(tmp_path: Path, content: bytes | None, expected: str) -> None:
+    path = tmp_path / "server.log"
+    if content is not None:
+        path.write_bytes(content)
+    result = runner.invoke(app, ["diagnose", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"Error: {path}: {expected}"
+
+
+def test_oversized_log_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("planner.diagnose.MAX_LOG_BYTES", 1000)
+    path = tmp_path / "big.log"
+    path.write_text("x" * 1001)
+    with pytest.raises(LogFileError, match="1,001 bytes is larger than the 1,000-byte limit"):
+        diagnose_file(path)
+
+
+def test_unknown_model_on_the_command_line_is_an_error() -> None:
+    result = runner.invoke(app, ["diagnose", str(V1_H100), "--model", "llama-3.1-8bb"])
+    assert result.exit_code == 1
+    assert "unknown model 'llama-3.1-8bb'" in result.stderr
+
+
+def test_model_named_only_by_the_log_and_not_cached_is_a_note() -> None:
+    # meta-llama/Llama-3.1-8B-Instruct is not in the catalog and the HF cache is empty
+    dg = diagnose_file(V1_H100, gpu=gpu("h100"))
+    assert any("pass --model" in note for note in dg.notes)
+    assert by_kind(dg.findings)["kv-pinned"].fix[0] == "fewer max_num_seqs"

@@ -862,8 +862,6 @@ def _troubleshoot(log: BootLog, p: Plan | None, s: dict[str, Any]) -> list[Findi
         fix = []
         if log.estimated_max_model_len:
             fix.append(f"max_model_len {log.estimated_max_model_len} (vLLM's estimate)")
-        if cap is not None and cap.estimated_max_model_len:
-            fix.append(f"the plan's estimate: {cap.estimated_max_model_len}")
         fix += ["kv_cache_dtype fp8", "a higher gpu_memory_utilization or more TP"]
         out.append(
             Finding(

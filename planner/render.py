@@ -523,11 +523,14 @@ def _limiting(r: DeploymentResult) -> Check | None:
 
 
 def _summary(r: DeploymentResult) -> str:
-    """The limiting check (or the error) in one line."""
+    """The limiting check, then any other that failed (or the error), in one line."""
     if r.status == "error":
         return f"error: {r.error}"
     c = _limiting(r)
-    return _check_text(c, r) if c is not None else ""
+    if c is None:
+        return ""
+    others = [x for x in r.checks if not x.passed and x is not c]
+    return "; ".join(_check_text(x, r) for x in (c, *others))
 
 
 def _margin(r: DeploymentResult) -> str:
@@ -742,7 +745,7 @@ def _signed(n: float | None, unit: str) -> str:
     if n is None:
         return ""
     if unit == "bytes":
-        return f"{n / GIB:+,.2f} GiB"
+        return "0.00 GiB" if abs(n) < GIB / 200 else f"{n / GIB:+,.2f} GiB"
     if unit == "x":
         return f"{n:+.2f}x"
     return f"{int(n):+,}"
@@ -766,8 +769,9 @@ def finding_text(f: Finding) -> str:
                 f"{_signed(d['share_bytes'], 'bytes')} (DEBUG logging prints the breakdown)"
             )
         else:
+            term = d["term"][:1].upper() + d["term"][1:]
             why = (
-                f"{d['term']} explains it: log {_size(d['term_log_bytes'], 'bytes')} vs plan "
+                f"{term} explains it: log {_size(d['term_log_bytes'], 'bytes')} vs plan "
                 f"{_size(d['term_plan_bytes'], 'bytes')} gives {_signed(d['share_bytes'], 'bytes')}"
                 " of KV cache"
             )

@@ -573,4 +573,12 @@ def test_examples_plans_file_has_one_pass_and_one_fail() -> None:
     result = runner.invoke(app, ["check", str(ROOT / "examples" / "plans.yaml"), "-f", "json"])
     assert result.exit_code == 1
     statuses = sorted(d["status"] for d in json.loads(result.stdout)["deployments"])
-    assert statuses.count("fail") == 1 and "pass" in statuses
+    assert statuses == ["fail", "pass"]
+    markdown = runner.invoke(
+        app, ["check", str(ROOT / "examples" / "plans.yaml"), "-f", "markdown"]
+    )
+    failing = next(line for line in markdown.stdout.splitlines() if "`rag-7b-4090`" in line)
+    # both failed checks are in the row, the limiting one first
+    assert failing.endswith(
+        "| ✗ KV usage at 8 × 32,768 tokens 254% > 90% allowed; ✗ concurrency 3.15x < 4x required |"
+    )

@@ -340,6 +340,7 @@ def check(
     Exit code 0: every deployment fits; 1: any fails or cannot be planned; 2: the file is
     invalid (each problem is an `Error: file:line:` line on stderr).
 
+    \b
     Examples:
       kvplan check deploy/plans.yaml
       kvplan check deploy/plans.yaml --format junit -o kvplan.xml
@@ -442,6 +443,7 @@ def diagnose(
     Settings the log states (model, max_model_len, TP, gpu_memory_utilization, GPU total) are
     used unless given here.
 
+    \b
     Examples:
       kvplan diagnose vllm-startup.log --model llama-3.1-8b --gpu rtx-3090
       kvplan diagnose server.log --gpu h100 --json

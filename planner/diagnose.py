@@ -116,14 +116,6 @@ _NUM = r"(-?[\d.]+)"
 Handler = Callable[[BootLog, "re.Match[str]", int], None]
 
 
-def _set(name: str, convert: Callable[[re.Match[str]], Any]) -> Handler:
-    def handler(log: BootLog, m: re.Match[str], line: int) -> None:
-        setattr(log, name, convert(m))
-        log.lines[name] = line
-
-    return handler
-
-
 def _many(*pairs: tuple[str, Callable[[re.Match[str]], Any]]) -> Handler:
     def handler(log: BootLog, m: re.Match[str], line: int) -> None:
         for name, convert in pairs:
@@ -131,6 +123,10 @@ def _many(*pairs: tuple[str, Callable[[re.Match[str]], Any]]) -> Handler:
             log.lines[name] = line
 
     return handler
+
+
+def _set(name: str, convert: Callable[[re.Match[str]], Any]) -> Handler:
+    return _many((name, convert))
 
 
 def _g(i: int, unit: int | None = None) -> Callable[[re.Match[str]], int]:
@@ -274,12 +270,12 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
     ("non-default args", re.compile(r"non-default args: (\{.*\})"), _non_default),
     (
         "took",
-        re.compile(r"(?:Model loading|Loading model weights) took " + _NUM + r" ?(GiB|GB)"),
+        re.compile(rf"(?:Model loading|Loading model weights) took {_NUM} ?(GiB|GB)"),
         _set("weights_bytes", _g(1)),
     ),
     (
         "Available KV cache memory",
-        re.compile(r"Available KV cache memory: " + _NUM + " ?GiB"),
+        re.compile(rf"Available KV cache memory: {_NUM} ?GiB"),
         _set("available_kv_bytes", _g(1)),
     ),
     (
@@ -300,35 +296,27 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         re.compile(r"# (?:GPU|gpu|cuda|CUDA) blocks: (\d+), # CPU blocks: (\d+)"),
         _set("num_gpu_blocks", lambda m: int(m.group(1))),
     ),
+    # V1 DEBUG: "Memory profiling takes 5.12 seconds. Total non KV cache memory: 19.88GiB;
+    # torch peak memory increase: 4.76GiB; non-torch forward increase memory: 0.13GiB; ..."
     (
         "torch peak memory increase",
-        re.compile(r"torch peak memory increase: " + _NUM + " ?GiB"),
+        re.compile(rf"torch peak memory increase: {_NUM} ?GiB"),
         _set("activation_bytes", _g(1)),
     ),
     (
         "non-torch",
         re.compile(
-            r"(?:non-torch forward increase memory|Total non-torch memory used): " + _NUM + " ?GiB"
+            rf"(?:non-torch forward increase memory|Total non-torch memory used): {_NUM} ?GiB"
         ),
         _set("non_torch_bytes", _g(1)),
     ),
-    (
-        "weights memory:",
-        re.compile(r"weights memory: " + _NUM + " ?GiB"),
-        _set("weights_bytes", _g(1)),
-    ),
+    ("weights memory:", re.compile(rf"weights memory: {_NUM} ?GiB"), _set("weights_bytes", _g(1))),
+    # vLLM >= 0.11: "Actual usage is 14.99 GiB for weight, 4.76 GiB for peak activation, ..."
     (
         "for weight,",
         re.compile(
-            r"Actual usage is "
-            + _NUM
-            + r" GiB for weight, "
-            + _NUM
-            + r" GiB for peak activation, "
-            + _NUM
-            + r" GiB for non-torch memory, and "
-            + _NUM
-            + r" GiB for CUDAGraph memory"
+            rf"Actual usage is {_NUM} GiB for weight, {_NUM} GiB for peak activation, "
+            rf"{_NUM} GiB for non-torch memory, and {_NUM} GiB for CUDAGraph memory"
         ),
         _many(
             ("weights_bytes", _g(1)),
@@ -340,13 +328,8 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
     (
         "for consumed memory",
         re.compile(
-            r"Actual usage is "
-            + _NUM
-            + r" GiB for consumed memory \(weights \+ non-torch\), "
-            + _NUM
-            + r" GiB for peak activation, and "
-            + _NUM
-            + r" GiB for CUDAGraph memory"
+            rf"Actual usage is {_NUM} GiB for consumed memory \(weights \+ non-torch\), "
+            rf"{_NUM} GiB for peak activation, and {_NUM} GiB for CUDAGraph memory"
         ),
         _many(
             ("consumed_bytes", _g(1)),
@@ -356,7 +339,7 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
     ),
     (
         "Free memory on device",
-        re.compile(r"Free memory on device \(" + _NUM + "/" + _NUM + r" GiB\) on startup"),
+        re.compile(rf"Free memory on device \({_NUM}/{_NUM} GiB\) on startup"),
         _set("total_gpu_bytes", _g(2)),
     ),
     (
@@ -369,6 +352,8 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         re.compile(r"Requested memory: ([\d.]+) \(util\), ([\d.]+) GiB"),
         lambda log, m, line: _gmu(log, m, line, m.group(1), m.group(2)),
     ),
+    # V0 0.6.4+: "the current vLLM instance can use total_gpu_memory (39.38GiB) x
+    # gpu_memory_utilization (0.90) = 35.44GiB" / "model weights take 14.25GiB; ..."
     (
         "x gpu_memory_utilization",
         re.compile(
@@ -379,35 +364,35 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
     ),
     (
         "model weights take",
-        re.compile(r"model weights take " + _NUM + " ?GiB"),
+        re.compile(rf"model weights take {_NUM} ?GiB"),
         _set("weights_bytes", _g(1)),
     ),
     (
         "non_torch_memory takes",
-        re.compile(r"non_torch_memory takes " + _NUM + " ?GiB"),
+        re.compile(rf"non_torch_memory takes {_NUM} ?GiB"),
         _set("non_torch_bytes", _g(1)),
     ),
     (
         "activation peak memory takes",
-        re.compile(r"activation peak memory takes " + _NUM + " ?GiB"),
+        re.compile(rf"activation peak memory takes {_NUM} ?GiB"),
         _set("activation_bytes", _g(1)),
     ),
     (
         "reserved for KV Cache is",
-        re.compile(r"reserved for KV Cache is " + _NUM + " ?GiB"),
+        re.compile(rf"reserved for KV Cache is {_NUM} ?GiB"),
         _set("available_kv_bytes", _g(1)),
     ),
     ("Memory profiling results:", re.compile(r"Memory profiling results:"), _v0_profile),
     (
         "Graph capturing finished",
-        re.compile(r"Graph capturing finished in [\d.]+ secs?, took " + _NUM + " ?GiB"),
+        re.compile(rf"Graph capturing finished in [\d.]+ secs?, took {_NUM} ?GiB"),
         _set("cuda_graph_capture_bytes", _g(1)),
     ),
     (
         "KV cache is needed",
         re.compile(
-            r"max seq len \((\d+)\), \(" + _NUM + r" GiB KV cache is needed, which is larger than "
-            r"the available KV cache memory \(" + _NUM + r" GiB\)"
+            rf"max seq len \((\d+)\), \({_NUM} GiB KV cache is needed, which is larger than the "
+            rf"available KV cache memory \({_NUM} GiB\)"
         ),
         _many(
             ("error_max_model_len", lambda m: int(m.group(1))),
@@ -420,7 +405,7 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         re.compile(r"estimated maximum model length is (\d+)"),
         _set("estimated_max_model_len", lambda m: int(m.group(1))),
     ),
-    (
+    (  # V0: "The model's max seq len (32768) is larger than the maximum number of tokens ..."
         "maximum number of tokens that can be stored in KV cache",
         re.compile(
             r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
@@ -597,7 +582,10 @@ def diagnose_file(
     the_plan = None
     findings: list[Finding] = []
     if settings.get("model") and gpu is not None:
-        the_plan = _plan_for(log, settings, gpu, gpu_is_a100, offline, findings, notes, model)
+        strict = any(value is not None for value in given.values()) or gpu.source != "log"
+        the_plan = _plan_for(
+            log, settings, gpu, gpu_is_a100, offline, findings, notes, strict, sources
+        )
     elif not settings.get("model"):
         notes.append("no model: pass --model (the log names none) to compare with the plan")
     else:
@@ -656,18 +644,23 @@ def _plan_for(
     offline: bool | None,
     findings: list[Finding],
     notes: list[str],
-    model_given: str | None,
+    strict: bool,
+    sources: dict[str, str],
 ) -> Plan | None:
-    """The plan for the log's settings (None, with a note or finding, when there is none)."""
+    """The plan for the log's settings (None, with a note or finding, when there is none).
+
+    ``strict``: the user named settings, so their mistakes are errors; settings that only the
+    log states become a note instead.
+    """
     import planner
     from planner.budget import CUDA_GRAPH_DEFAULT_BYTES
-    from planner.errors import DoesNotFitError, ModelNotFoundError
+    from planner.errors import DoesNotFitError, UsageError
     from planner.recommend import plan
 
     try:
         spec = planner.load_model_spec(s["model"], offline=offline)
-    except ModelNotFoundError as exc:
-        if model_given:
+    except KvplanError as exc:
+        if not sources.get("model", "").startswith("log"):
             raise
         notes.append(f"cannot load {s['model']!r} named in the log ({exc}); pass --model")
         return None
@@ -695,6 +688,11 @@ def _plan_for(
         )
     except DoesNotFitError as exc:
         findings.append(Finding("plan-does-not-fit", "error", {"message": str(exc)}))
+        return None
+    except UsageError as exc:
+        if strict:
+            raise
+        notes.append(f"cannot plan with the settings the log states: {exc}")
         return None
 
 

@@ -34,7 +34,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from planner.errors import KvplanError, UsageError
 from planner.specs import Engine, KVDtype
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from planner.specs import ModelSpec
     from planner.weights import Weights
 
+T = TypeVar("T")
 MAX_PLANS_BYTES = 1 << 20  # 1 MiB: a plans file is a few KiB
 MAX_YAML_NODES = 1_000_000  # after expanding aliases: refuses "billion laughs"
 ENGINES = (Engine.VLLM, Engine.SGLANG, Engine.TRTLLM)
@@ -462,6 +463,17 @@ def parse_plans(data: Any, *, file: str, base_dir: Path) -> tuple[list[Deploymen
     return deployments, problems
 
 
+def _parsed(e: _Entry, key: str, value: str | None, parse: Callable[[str], T], default: T) -> T:
+    """An enum parsed at the boundary; its UsageError becomes a problem on ``key``."""
+    if value is None:
+        return default
+    try:
+        return parse(value)
+    except UsageError as exc:
+        e.fail(key, str(exc))
+        return default
+
+
 def _deployment(e: _Entry, base_dir: Path) -> Deployment | None:
     from planner.gpus import get_gpu
 
@@ -481,22 +493,12 @@ def _deployment(e: _Entry, base_dir: Path) -> Deployment | None:
     for key in ("name", "model"):
         if key not in e.data:
             e.fail(None, f"missing required key {key!r}")
-    engine = Engine.VLLM
-    if values["engine"] is not None:
-        try:
-            engine = Engine.parse(values["engine"])
-        except UsageError as exc:
-            e.fail("engine", str(exc))
-        if engine not in ENGINES:
-            e.fail("engine", f"engine must be one of {', '.join(x.value for x in ENGINES)}")
-    dtype = KVDtype.AUTO
-    if values["kv_cache_dtype"] is not None:
-        try:
-            dtype = KVDtype.parse(values["kv_cache_dtype"])
-        except UsageError as exc:
-            e.fail("kv_cache_dtype", str(exc))
-        if dtype is KVDtype.FP32:
-            e.fail("kv_cache_dtype", "fp32 KV is only meaningful for transformers")
+    engine = _parsed(e, "engine", values["engine"], Engine.parse, Engine.VLLM)
+    if engine not in ENGINES:
+        e.fail("engine", f"engine must be one of {', '.join(x.value for x in ENGINES)}")
+    dtype = _parsed(e, "kv_cache_dtype", values["kv_cache_dtype"], KVDtype.parse, KVDtype.AUTO)
+    if dtype is KVDtype.FP32:
+        e.fail("kv_cache_dtype", "fp32 KV is only meaningful for transformers")
     if engine is not Engine.VLLM:
         for key in VLLM_ONLY:
             if key in e.data:
@@ -891,17 +893,8 @@ def _check_other(
 ) -> DeploymentResult:
     """SGLang / TRT-LLM: their budget models from :mod:`planner.budget` (the figures are the
     engine's, not vLLM's)."""
-    from planner.memory import estimate
-
-    est = estimate(
-        spec,
-        engine=dep.engine,
-        tp=dep.tp,
-        pp=dep.pp,
-        kv_cache_dtype=dep.kv_cache_dtype,
-        block_size=dep.block_size,
-        max_model_len=dep.max_model_len,
-        batch_sizes=(),
+    est = _estimate(
+        dep, spec, dep.engine, block_size=dep.block_size, max_model_len=dep.max_model_len
     )
     cap = engine_capacity(dep, spec, est, weights)
     settings.update(
@@ -945,13 +938,27 @@ def _check_other(
     return _result(dep, "pass" if ok else "fail", settings, checks, figures, fix, model=spec.name)
 
 
+def _estimate(dep: Deployment, spec: ModelSpec, engine: Engine, **settings: Any) -> KVEstimate:
+    """The deployment's KV layout under ``engine`` (no worked examples)."""
+    from planner.memory import estimate
+
+    return estimate(
+        spec,
+        engine=engine,
+        tp=dep.tp,
+        pp=dep.pp,
+        kv_cache_dtype=dep.kv_cache_dtype,
+        batch_sizes=(),
+        **settings,
+    )
+
+
 def engine_capacity(
     dep: Deployment, spec: ModelSpec, est: KVEstimate, weights: Weights
 ) -> EngineCapacity:
     """SGLang or TRT-LLM capacity with the deployment's fraction (engine default when unset);
     headroom is memory the KV cache may not use, so it is counted with the weights."""
     from planner.budget import activation_peak_bytes, sglang_capacity, trtllm_capacity
-    from planner.memory import estimate
 
     taken = weights.bytes_per_rank + dep.headroom_bytes
     if dep.engine is Engine.SGLANG:
@@ -963,15 +970,13 @@ def engine_capacity(
         )
     # NOTE: as in recommend.plan, TRT-LLM's activation is vLLM's profile run at vLLM's default
     # token budget for this GPU.
-    vllm = estimate(
+    vllm = _estimate(
+        dep,
         spec,
-        tp=dep.tp,
-        pp=dep.pp,
-        kv_cache_dtype=dep.kv_cache_dtype,
+        Engine.VLLM,
         max_model_len=est.max_model_len,
         gpu_memory_bytes=dep.gpu_memory_bytes,
         gpu_is_a100=dep.gpu_is_a100,
-        batch_sizes=(),
     ).vllm
     assert vllm is not None
     return trtllm_capacity(

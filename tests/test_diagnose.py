@@ -332,3 +332,21 @@ def test_model_named_only_by_the_log_and_not_cached_is_a_note() -> None:
     dg = diagnose_file(V1_H100, gpu=gpu("h100"))
     assert any("pass --model" in note for note in dg.notes)
     assert by_kind(dg.findings)["kv-pinned"].fix[0] == "fewer max_num_seqs"
+
+
+def test_bad_settings_from_the_command_line_are_errors_from_the_log_notes(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["diagnose", str(V1_H100), "--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "3"]
+    )
+    assert result.exit_code == 2
+    assert "--tp 3 does not divide 32 attention heads" in result.stderr
+    # the same mistake made by the log itself (TP 3) is reported, not fatal
+    path = tmp_path / "tp3.log"
+    text = V1_3090.read_text().replace("tensor_parallel_size=1", "tensor_parallel_size=3")
+    path.write_text(text + "INFO Free memory on device (23.31/23.58 GiB) on startup.\n")
+    dg = diagnose_file(path)  # model, GPU total and TP all from the log
+    assert (dg.settings["tp"], dg.sources["gpu"]) == (3, "log")
+    assert any(
+        note.startswith("cannot plan with the settings the log states: ") and "--tp 3" in note
+        for note in dg.notes
+    ), dg.notes

@@ -19,8 +19,8 @@ from planner import plans
 from planner.cli import app
 from planner.gpus import get_gpu
 from planner.plans import PlansFileError, check_file
-from planner.recommend import GpuInfo, plan
 from tests.conftest import fixture_config
+from tests.test_recommend import on
 
 runner = CliRunner()
 GIB = 1 << 30
@@ -54,16 +54,6 @@ def write(tmp_path: Path, text: str, name: str = "plans.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
-
-
-def on(model: str, gpu: str, **kwargs: object) -> planner.recommend.Plan:
-    g = get_gpu(gpu)
-    return plan(
-        planner.load_model_spec(model),
-        gpu=GpuInfo(g.name, g.memory_bytes, g.source),
-        gpu_is_a100=g.is_a100,
-        **kwargs,
-    )  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ exit codes

@@ -572,3 +572,9 @@ def test_examples_plans_file_has_one_pass_and_one_fail() -> None:
     assert failing.endswith(
         "| ✗ KV usage at 8 × 32,768 tokens 254% > 90% allowed; ✗ concurrency 3.15x < 4x required |"
     )
+
+
+def test_readme_shows_the_markdown_this_build_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    result = runner.invoke(app, ["check", "examples/plans.yaml", "-f", "markdown"])
+    assert "```markdown\n" + result.stdout + "```" in (ROOT / "README.md").read_text()

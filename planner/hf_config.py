@@ -711,6 +711,8 @@ def load_model_spec(
     entry = catalog.lookup(model)
     if entry is not None and revision is None:
         return parse_config(entry.config, name=entry.hub_id, source=f"catalog: {entry.name}")
+    if entry is not None:
+        model = entry.hub_id  # a catalog name with --revision: that revision from the Hub
     if HUB_ID.match(model):
         from planner.hub import download_config
 

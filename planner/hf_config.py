@@ -279,7 +279,8 @@ def parse_config(
         name=name,
         source=source,
         model_type=model_type or "unknown",
-        architecture=str(architectures[0]) if architectures else "",
+        architecture=str(architectures[0]) if isinstance(architectures, list) and architectures
+        else "",
         dtype=dtype,
         dtype_bytes=dtype_bytes,
         hidden_size=hidden,
@@ -590,6 +591,12 @@ def _layer_specs(
         builders["mamba2"] = _mamba2_builder(f, dtype_bytes, notes)
     if "linear" in kinds:
         builders["linear"] = _gdn_builder(f, dtype_bytes)
+    unsupported = sorted(set(kinds) - set(builders))
+    if unsupported:  # e.g. sliding-window MLA (DeepSeek-V4), not modelled yet
+        raise ConfigError(
+            f"{f.name}: {'/'.join(unsupported)} layers are not supported with "
+            f"{'MLA' if is_mla else 'this attention'}"
+        )
     return [builders[k]() for k in kinds]
 
 
@@ -711,6 +718,8 @@ def load_model_spec(
     entry = catalog.lookup(model)
     if entry is not None and revision is None:
         return parse_config(entry.config, name=entry.hub_id, source=f"catalog: {entry.name}")
+    if entry is not None:
+        model = entry.hub_id  # a catalog name with --revision: that revision from the Hub
     if HUB_ID.match(model):
         from planner.hub import download_config
 

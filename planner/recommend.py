@@ -225,49 +225,36 @@ def plan(
     est = est_at(length)
     cap = capacity(est)
     act = cap.activation_peak_bytes
+
+    def other(engine: Engine) -> KVEstimate:
+        return estimate(
+            spec,
+            engine=engine,
+            tp=tp,
+            pp=pp,
+            kv_cache_dtype=kv_cache_dtype,
+            max_model_len=length,
+            batch_sizes=(),
+        )
+
+    w_bytes = weights.bytes_per_rank
     engines = (
         []
         if not gpu.memory_bytes
         else [
             sglang_capacity(
-                estimate(
-                    spec,
-                    engine=Engine.SGLANG,
-                    tp=tp,
-                    pp=pp,
-                    kv_cache_dtype=kv_cache_dtype,
-                    max_model_len=length,
-                    batch_sizes=(),
-                ),
-                gpu_memory_bytes=gpu.memory_bytes,
-                weights_bytes=weights.bytes_per_rank,
+                other(Engine.SGLANG), gpu_memory_bytes=gpu.memory_bytes, weights_bytes=w_bytes
             ),
             trtllm_capacity(
-                estimate(
-                    spec,
-                    engine=Engine.TRTLLM,
-                    tp=tp,
-                    pp=pp,
-                    kv_cache_dtype=kv_cache_dtype,
-                    max_model_len=length,
-                    batch_sizes=(),
-                ),
+                other(Engine.TRTLLM),
                 gpu_memory_bytes=gpu.memory_bytes,
-                weights_bytes=weights.bytes_per_rank,
+                weights_bytes=w_bytes,
                 activation_bytes=act,
             ),
             hf_capacity(
-                estimate(
-                    spec,
-                    engine=Engine.HF,
-                    tp=tp,
-                    pp=pp,
-                    kv_cache_dtype=kv_cache_dtype,
-                    max_model_len=length,
-                    batch_sizes=(),
-                ),
+                other(Engine.HF),
                 gpu_memory_bytes=gpu.memory_bytes,
-                weights_bytes=weights.bytes_per_rank,
+                weights_bytes=w_bytes,
                 activation_bytes=act,
             ),
         ]

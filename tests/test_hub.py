@@ -384,3 +384,10 @@ def test_revision_not_found_without_a_revision_names_main(
         planner.load_model_spec(REPO)
     assert "None" not in str(info.value)
     assert "has no revision 'main'" in str(info.value)
+
+
+def test_catalog_name_with_revision_goes_to_its_hub_id(fake_download: Installer) -> None:
+    recorder = fake_download(fixture_config("meta-llama--Llama-3.1-8B"))
+    spec = planner.load_model_spec("llama-3.1-8b", revision="v2")
+    assert spec.source == "hub:meta-llama/Llama-3.1-8B@v2"
+    assert recorder.calls[0]["repo_id"] == "meta-llama/Llama-3.1-8B"

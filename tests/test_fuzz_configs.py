@@ -1,0 +1,103 @@
+"""Fuzzed configs: every mutation of a real config ends in a result or a KvplanError.
+
+The default run uses a few hundred examples; `pytest -m slow` runs 10,000.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import planner
+from tests.conftest import all_fixture_folders, fixture_config
+
+CONFIGS = {f: json.loads(fixture_config(f).read_text()) for f in all_fixture_folders()}
+KEYS = sorted({k for c in CONFIGS.values() for k in (c.get("text_config") or c)})
+
+BAD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, -1, 1, 2**31, 2**63, math.nan, math.inf, -math.inf, 1e308, 0.5]),
+    st.text(max_size=8),
+    st.lists(st.integers(-3, 3), max_size=4),
+    st.dictionaries(st.text(max_size=4), st.integers(), max_size=3),
+    st.sampled_from(["full_attention", "sliding_attention", "M*-E", "bfloat16", "float8"]),
+)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> dict[str, Any]:
+    folder = draw(st.sampled_from(sorted(CONFIGS)))
+    raw = copy.deepcopy(CONFIGS[folder])
+    target = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    for _ in range(draw(st.integers(1, 4))):
+        action = draw(st.sampled_from(["drop", "set", "set", "unicode", "nest", "list"]))
+        key = draw(st.sampled_from(KEYS))
+        if action == "drop":
+            target.pop(key, None)
+        elif action == "set":
+            target[key] = draw(BAD_VALUES)
+        elif action == "unicode":
+            target[draw(st.text(min_size=1, max_size=6))] = draw(BAD_VALUES)
+        elif action == "nest":
+            deep: Any = 1
+            for _ in range(draw(st.integers(1, 60))):
+                deep = {"x": deep}
+            target[key] = deep
+        else:
+            target[key] = [target.get(key)]
+    return raw
+
+
+def check(raw: dict[str, Any]) -> None:
+    try:
+        spec = planner.parse_config(raw, name="fuzz", source="fuzz")
+        est = planner.estimate(spec, max_model_len=4096, batch_sizes=(1,))
+        assert est.kv_bytes_per_token >= 0 and est.kv_bytes_per_sequence >= 0
+        for tp in (2, 8):
+            try:
+                planner.estimate(spec, tp=tp, max_model_len=4096, batch_sizes=())
+            except planner.UsageError:
+                pass
+    except planner.KvplanError as exc:
+        assert str(exc) and "\n" not in str(exc)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated())
+def test_mutated_configs_never_crash(raw: dict[str, Any]) -> None:
+    check(raw)
+
+
+@pytest.mark.slow
+@settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated())
+def test_mutated_configs_never_crash_10k(raw: dict[str, Any]) -> None:
+    check(raw)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e308, 2**80])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "num_hidden_layers",
+        "num_attention_heads",
+        "hidden_size",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "sliding_window",
+    ],
+)
+def test_non_finite_and_huge_sizes_are_refused(key: str, value: float) -> None:
+    raw = copy.deepcopy(CONFIGS["meta-llama--Llama-3.1-8B"])
+    raw[key] = value
+    check(raw)

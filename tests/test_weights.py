@@ -1,0 +1,174 @@
+"""Weights: exact from safetensors headers (local and Hub), else from the config."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import types
+from pathlib import Path
+
+import pytest
+
+import planner
+from planner.recommend import load_weights
+from planner.weights import from_config, read_safetensors_header
+from tests.conftest import fixture_config
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> int:
+    """A valid safetensors file (header + zero bytes); returns the data size in bytes."""
+    bits = {"BF16": 16, "F32": 32, "F8_E4M3": 8}
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        size = bits[dtype] // 8
+        for dim in shape:
+            size *= dim
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
+    return offset
+
+
+TINY = {  # a 2-layer model: embed 100 x 8, per layer q (8 x 8) + mlp (8 x 16), lm_head
+    "model.embed_tokens.weight": ("BF16", [100, 8]),
+    "model.layers.0.self_attn.q_proj.weight": ("BF16", [8, 8]),
+    "model.layers.0.mlp.up_proj.weight": ("BF16", [16, 8]),
+    "model.layers.1.self_attn.q_proj.weight": ("BF16", [8, 8]),
+    "model.layers.1.mlp.up_proj.weight": ("F8_E4M3", [16, 8]),
+    "model.norm.weight": ("F32", [8]),
+    "lm_head.weight": ("BF16", [100, 8]),
+}
+
+
+def tiny_model(tmp_path: Path) -> Path:
+    config = json.loads(fixture_config("meta-llama--Llama-3.1-8B").read_text())
+    config.update(
+        num_hidden_layers=2,
+        hidden_size=8,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=16,
+        vocab_size=100,
+    )
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    write_safetensors(
+        tmp_path / "model-00001-of-00002.safetensors",
+        {k: v for k, v in TINY.items() if "layers.1" not in k},
+    )
+    write_safetensors(
+        tmp_path / "model-00002-of-00002.safetensors",
+        {k: v for k, v in TINY.items() if "layers.1" in k},
+    )
+    return tmp_path
+
+
+def test_local_safetensors_headers_give_exact_bytes(tmp_path: Path) -> None:
+    spec = planner.load_model_spec(str(tiny_model(tmp_path)))
+    w = load_weights(spec, tp=1, pp=1)
+    # embed 1,600 + layer0 (128 + 256) + layer1 (128 + 128 fp8) + norm 32 + lm_head 1,600
+    assert w.source == "safetensors"
+    assert w.total_bytes == 1600 + 384 + 256 + 32 + 1600
+    assert w.bytes_per_rank == w.total_bytes
+    assert w.parameter_count == 800 + 64 + 128 + 64 + 128 + 8 + 800
+
+
+def test_safetensors_split_over_pipeline_stages(tmp_path: Path) -> None:
+    spec = planner.load_model_spec(str(tiny_model(tmp_path)))
+    w = load_weights(spec, tp=1, pp=2)
+    # stage 0: embed + layer 0 = 1,984; stage 1: layer 1 + norm + lm_head = 1,888
+    assert w.bytes_per_rank == 1600 + 384
+
+
+def test_safetensors_header_refuses_garbage(tmp_path: Path) -> None:
+    bad = tmp_path / "x.safetensors"
+    bad.write_bytes(struct.pack("<Q", 5) + b"nope!")
+    with pytest.raises(planner.ConfigError, match="header is not valid JSON"):
+        read_safetensors_header(bad)
+    bad.write_bytes(b"abc")
+    with pytest.raises(planner.ConfigError, match="too short"):
+        read_safetensors_header(bad)
+
+
+def test_hub_safetensors_metadata(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def info(dtype: str, shape: list[int], start: int, size: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(dtype=dtype, shape=shape, data_offsets=(start, start + size))
+
+    meta = types.SimpleNamespace(
+        files_metadata={
+            "model.safetensors": types.SimpleNamespace(
+                tensors={
+                    "model.embed_tokens.weight": info("BF16", [100, 8], 0, 1600),
+                    "model.layers.0.mlp.up_proj.weight": info("BF16", [16, 8], 1600, 256),
+                    "model.layers.1.mlp.up_proj.weight": info("BF16", [16, 8], 1856, 256),
+                }
+            )
+        }
+    )
+    calls = []
+
+    def fake(repo: str, revision: str | None = None) -> types.SimpleNamespace:
+        calls.append((repo, revision))
+        return meta
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", fake)
+    shutil.copy(tiny_model(tmp_path) / "config.json", tmp_path / "c.json")
+    spec = planner.parse_config(
+        json.loads((tmp_path / "c.json").read_text()), name="acme/tiny", source="hub:acme/tiny"
+    )
+    w = load_weights(spec, tp=2, pp=1, revision="v1")
+    assert calls == [("acme/tiny", "v1")]
+    assert w.source == "safetensors" and w.total_bytes == 2112
+    assert w.bytes_per_rank == 2112 // 2
+
+
+def test_hub_metadata_unavailable_falls_back_to_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise OSError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", offline)
+    spec = planner.parse_config(
+        json.loads(fixture_config("Qwen--Qwen3-8B").read_text()), name="acme/q", source="hub:acme/q"
+    )
+    assert load_weights(spec, tp=1, pp=1).source == "config"
+
+
+@pytest.mark.parametrize(
+    ("name", "params_b"),
+    [
+        ("llama-3.1-8b", 8.03),
+        ("llama-3.1-70b", 70.55),
+        ("qwen3-32b", 32.76),
+        ("mixtral-8x7b-v0.1", 46.70),
+        ("deepseek-v3", 671.03),
+        ("qwen3-30b-a3b", 30.53),
+    ],
+)
+def test_parameter_counts_match_published_sizes(name: str, params_b: float) -> None:
+    # Published totals: Llama-3.1-8B 8.03 B, 70B 70.55 B, Qwen3-32B 32.8 B, Mixtral-8x7B 46.7 B,
+    # DeepSeek-V3 671 B (without the 14 B MTP module), Qwen3-30B-A3B 30.5 B.
+    assert from_config(planner.load_model_spec(name)).parameter_count / 1e9 == pytest.approx(
+        params_b, rel=0.01
+    )
+
+
+def test_quantized_checkpoints_shrink_weights() -> None:
+    raw = json.loads(fixture_config("meta-llama--Llama-3.1-8B").read_text())
+    bf16 = from_config(planner.parse_config(raw, name="b", source="t")).total_bytes
+    raw["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128}
+    awq = from_config(planner.parse_config(raw, name="a", source="t"))
+    assert awq.quantization == "awq 4-bit"
+    # linear layers at 0.5 + 2.5/128 B/param; embeddings and lm_head stay bf16 (2 x 1.05 GB)
+    assert 0.3 * bf16 < awq.total_bytes < 0.4 * bf16
+
+
+def test_tensor_parallel_shards_weights() -> None:
+    spec = planner.load_model_spec("llama-3.1-70b")
+    one, four = from_config(spec, tp=1), from_config(spec, tp=4)
+    # everything but the (replicated) norms splits four ways
+    assert one.bytes_per_rank / 4 <= four.bytes_per_rank < one.bytes_per_rank / 4 * 1.001

@@ -279,7 +279,8 @@ def parse_config(
         name=name,
         source=source,
         model_type=model_type or "unknown",
-        architecture=str(architectures[0]) if isinstance(architectures, list) and architectures
+        architecture=str(architectures[0])
+        if isinstance(architectures, list) and architectures
         else "",
         dtype=dtype,
         dtype_bytes=dtype_bytes,

@@ -213,6 +213,7 @@ def estimate(
     """KV-cache bytes per token and per sequence for MODEL, per GPU rank; with a GPU, what
     vLLM will report at startup and what to set.
 
+    \b
     Examples:
       kvplan estimate Qwen/Qwen3-8B --tp 2 --kv-cache-dtype fp8 --max-model-len 32768
       kvplan estimate qwen2.5-7b --gpu rtx-4090 --grid

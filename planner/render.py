@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from planner.diagnose import Diagnosis, Finding
 from planner.gpus import GPU
 from planner.memory import KVEstimate
 from planner.models import ModelRow
-from planner.plans import Check, CheckReport, DeploymentResult
 from planner.recommend import Plan, Report
+
+if TYPE_CHECKING:  # only for annotations: estimate need not import the check/diagnose parsers
+    from planner.diagnose import Diagnosis, Finding
+    from planner.plans import Check, CheckReport, DeploymentResult
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 

@@ -913,6 +913,7 @@ class _Engine:
             if not running:
                 if not waiting:
                     if i == total:
+                        self.timeline.append((self.now, self.capacity - self.free))
                         return
                     self.timeline.append((self.now, self.capacity - self.free))
                     self.now = reqs[i].arrival  # idle until the next request
@@ -984,14 +985,15 @@ def _downsample(points: list[tuple[float, int]], capacity: int) -> list[tuple[fl
         return []
     end = points[-1][0] or 1.0
     buckets: dict[int, float] = {}
-    for t, used in points:
+    for t, used in points[:-1]:
         b = min(TIMELINE_POINTS - 1, int(t / end * TIMELINE_POINTS))
         u = used / capacity
         if u > buckets.get(b, -1.0):
             buckets[b] = u
-    return [
+    out = [
         (round((b + 1) * end / TIMELINE_POINTS, 6), round(u, 6)) for b, u in sorted(buckets.items())
     ]
+    return out + [(round(end, 6), round(points[-1][1] / capacity, 6))]  # the pool at the end
 
 
 def simulate(workload: Workload, config: SimConfig) -> SimResult:

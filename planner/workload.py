@@ -618,6 +618,9 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a plain file follows the umask
             os.replace(tmp, target)
         except BaseException:
             with contextlib.suppress(OSError):

@@ -223,7 +223,9 @@ def sparkline(timeline: list[tuple[float, float]], width: int = 48) -> str:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
+    if seconds < 1:
+        return f"{seconds * 1000:,.1f} ms"
+    return f"{seconds:,.2f} s" if seconds < 10 else f"{seconds:,.0f} s"
 
 
 def simulate_dict(report: SimReport) -> dict[str, Any]:

@@ -48,6 +48,7 @@ TIMELINE_POINTS = 240
 GOALS = ("throughput", "ttft", "tpot", "preemptions")
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 CacheConfig
 MAX_SETTINGS = 64
+TIE = 0.01  # settings closer than this on the goal are called a tie
 
 
 # --------------------------------------------------------------------------- inputs
@@ -1235,15 +1236,27 @@ def _pick_best(runs: list[SettingRun], goal: str) -> tuple[int | None, str]:
     best, second = runs[order[0]], runs[order[1]]
     b, s = best.result, second.result
     what = {
-        "throughput": f"{b.output_tokens_per_s:,.0f} output tok/s vs {s.output_tokens_per_s:,.0f}",
+        "throughput": f"{b.output_tokens_per_s:,.0f} output tok/s and {b.preemptions:,} "
+        f"preemptions vs {s.output_tokens_per_s:,.0f} and {s.preemptions:,}",
         "ttft": f"p90 TTFT {b.ttft_s.p90:.3f} s vs {s.ttft_s.p90:.3f} s",
         "tpot": f"p90 TPOT {b.tpot_s.p90 * 1000:.1f} ms vs {s.tpot_s.p90 * 1000:.1f} ms",
         "preemptions": f"{b.preemptions:,} preemptions vs {s.preemptions:,}",
     }[goal]
-    reason = (
-        f"best for {goal}: {best.label} ({what} for the runner-up {second.label}; "
-        f"{b.preemptions:,} preemptions, peak KV {b.usage_max:.0%})"
-    )
+
+    def close(x: tuple[float, float], y: tuple[float, float]) -> bool:
+        return all(abs(u - v) <= TIE * max(abs(u), abs(v)) for u, v in zip(x, y, strict=True))
+
+    tied = [runs[i].label for i in order[1:] if close(key(b), key(runs[i].result))]
+    if tied:
+        reason = (
+            f"no clear best for {goal}: {best.label} and {', '.join(tied)} are within "
+            f"{TIE:.0%} ({what} for {second.label}); ★ marks the first"
+        )
+    else:
+        reason = (
+            f"best for {goal}: {best.label} ({what} for the runner-up {second.label}; "
+            f"peak KV {b.usage_max:.0%})"
+        )
     return order[0], reason
 
 
@@ -1340,6 +1353,9 @@ def simulate_model(
             prefix_caching=setting.prefix_caching,
         )
         assert est.vllm is not None
+        for warning in est.warnings:
+            if warning not in warnings:
+                warnings.append(warning)
         layout, layout_notes = BlockLayout.from_estimate(est)
         for note in layout_notes:
             if note not in seen_notes:

@@ -390,3 +390,22 @@ def test_results_are_plain_data() -> None:
     r = simulate(workload(Request(10, 3)), config(10, 16, max_model_len=100))
     data = asdict(r)
     assert data["completed"] == 1 and isinstance(data["timeline"], list)
+
+
+def test_identical_results_are_called_a_tie() -> None:
+    # no shared prefixes and no preemption: prefix caching changes nothing, so neither wins
+    spec = planner.load_model_spec("llama-3.1-8b")
+    w = workload(*(Request(300 + i, 50) for i in range(20)))
+    report = simulate_model(
+        spec,
+        w,
+        settings=[Setting(prefix_caching=True), Setting(prefix_caching=False)],
+        axes=["prefix-caching"],
+        kv_cache_memory_bytes=4 << 30,
+        max_model_len=4096,
+    )
+    on, off = (r.result for r in report.runs)
+    assert on.preemptions == off.preemptions == 0 and on.prefix_hit_tokens == 0
+    assert report.best_reason.startswith(
+        "no clear best for throughput: prefix-caching=on and prefix-caching=off are within 1%"
+    )

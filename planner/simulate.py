@@ -442,7 +442,10 @@ class _Engine:
             return
         q = self.queue
         if plain:
-            q.append([plain, None])
+            if q and q[-1][1] is None:
+                q[-1][0] += plain  # plain blocks are interchangeable: extend the tail run
+            else:
+                q.append([plain, None])
         if own:
             assert own_chain is not None
             seg = [own * self.fg, own_chain]
@@ -562,9 +565,6 @@ class _Engine:
         tokens = (x1 * (x1 + 1) - (x0 - 1) * x0) // 2
         self.unused_slots += unused
         self.alloc_slots += tokens + unused - r.held * B * (x1 - x0 + 1)
-
-    def _frag_point(self, r: _Req, x: int) -> None:
-        self._frag_range(r, x, x)
 
     # ------------------------------------------------------------------ requests
     def _preempt(self, v: _Req) -> None:
@@ -710,7 +710,8 @@ class _Engine:
         self.step = s + k
         self.dec_sum += n * k
         self._record(dt, used_first, self.capacity - self.free, k)
-        self._process_events(s + k - 1)
+        if ev[0][0] < s + k:
+            self._process_events(s + k - 1)
         return True
 
     def _room(self, r: _Req, limit: int) -> int:
@@ -829,7 +830,9 @@ class _Engine:
                 kv += b
                 pairs += (b * (b + 1) - a * (a + 1)) // 2
                 budget -= b - a
-                self._frag_point(p, b)
+                unused = -b % B  # fragmentation: empty slots in its last block now
+                self.unused_slots += unused
+                self.alloc_slots += b + unused - p.held * B
                 if b == p.num_tokens:
                     self.partial = None
                     done.append(p)
@@ -868,7 +871,9 @@ class _Engine:
                 kv += b
                 pairs += (b * (b + 1) - a * (a + 1)) // 2
                 budget -= b - a
-                self._frag_point(r, b)
+                unused = -b % B
+                self.unused_slots += unused
+                self.alloc_slots += b + unused - r.held * B
                 if b == r.num_tokens:
                     done.append(r)
                 else:
@@ -882,7 +887,9 @@ class _Engine:
         self.dec_sum += self.dec_n
         used = self.capacity - self.free
         self._record(dt, used, used, 1)
-        self._process_events(s)
+        ev = self.events
+        if ev and ev[0][0] <= s:
+            self._process_events(s)
         for r in done:
             self._prefilled(r)
 
@@ -905,25 +912,24 @@ class _Engine:
         reqs = self.reqs
         i, total = 0, len(reqs)
         waiting, running = self.waiting, self.running
+        stretch, single, admissible = self._stretch, self._single_step, self._admissible
+        arrivals = [r.arrival for r in reqs] + [math.inf]
         while True:
             now = self.now
-            while i < total and reqs[i].arrival <= now:
+            while arrivals[i] <= now:
                 waiting.append(reqs[i])
                 i += 1
-            self.next_arrival = reqs[i].arrival if i < total else math.inf
+            self.next_arrival = arrivals[i]
             if not running:
                 if not waiting:
+                    self.timeline.append((now, self.capacity - self.free))
                     if i == total:
-                        self.timeline.append((self.now, self.capacity - self.free))
                         return
-                    self.timeline.append((self.now, self.capacity - self.free))
-                    self.now = reqs[i].arrival  # idle until the next request
+                    self.now = arrivals[i]  # idle until the next request
                     continue
-            elif (
-                self.partial is None and (not waiting or not self._admissible()) and self._stretch()
-            ):
+            elif self.partial is None and (not waiting or not admissible()) and stretch():
                 continue
-            self._single_step()
+            single()
 
     def result(self, workload: Workload) -> SimResult:
         duration = self.now
@@ -1203,8 +1209,8 @@ def _pool_for_gpu(
     available = requested - weight_bytes // est.tensor_parallel_size
     if available <= 0:
         raise DoesNotFitError(
-            f"{est.model}: weights (~{weight_bytes / 2**30:.2f} GiB per rank over TP "
-            f"{est.tensor_parallel_size}) leave no KV cache memory on {gpu.name} at "
+            f"{est.model}: weights (~{weight_bytes // est.tensor_parallel_size:,} B per rank at "
+            f"TP {est.tensor_parallel_size}) leave no KV cache memory on {gpu.name} at "
             f"--gpu-memory-utilization {gpu_memory_utilization}; use a larger GPU or --tp"
         )
     return available // est.vllm.bytes_per_block, available

@@ -200,7 +200,8 @@ def simulate(
         str | None,
         typer.Option(
             "--gpu",
-            help="GPU (kvplan gpus): sizes the pool (an estimate) and sets the step-time roofline.",
+            help="GPU (h100, a100-80gb, l40s, a10g, ...): sizes the pool (an estimate) and "
+            "sets the step-time roofline.",
             show_default=False,
         ),
     ] = None,

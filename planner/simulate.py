@@ -1445,7 +1445,9 @@ def simulate_model(
             "rejected, as vLLM's API server rejects them"
         )
     if workload.skipped:
-        warnings.append(f"{len(workload.skipped):,} bad trace line(s) skipped")
+        shown = "; ".join(workload.skipped[:5])
+        more = f" (and {len(workload.skipped) - 5:,} more)" if len(workload.skipped) > 5 else ""
+        warnings.append(f"{len(workload.skipped):,} bad trace line(s) skipped: {shown}{more}")
     best, reason = _pick_best(runs, goal)
     assert roofline is not None
     return SimReport(

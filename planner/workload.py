@@ -452,8 +452,12 @@ def _trace_request(obj: Any) -> Request | str:
             assert value is not None
             values[key] = value
     arrival = obj.get("arrival_s", 0.0)
-    if isinstance(arrival, bool) or not isinstance(arrival, (int, float)) or not arrival >= 0:
-        problems.append(f"arrival_s {_show(arrival)} is not a time >= 0")
+    if (
+        isinstance(arrival, bool)
+        or not isinstance(arrival, (int, float))
+        or not 0 <= arrival < math.inf
+    ):
+        problems.append(f"arrival_s {_show(arrival)} is not a finite time >= 0")
     prefix_id = obj.get("prefix_id")
     prefix_tokens = 0
     if prefix_id is not None or "prefix_tokens" in obj:

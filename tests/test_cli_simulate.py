@@ -158,7 +158,10 @@ def test_skipped_lines_are_reported(tmp_path: Path) -> None:
         "--skip-bad-lines",
     )
     assert code == 0
-    assert "Warning: 1 bad trace line(s) skipped" in err
+    assert (
+        "Warning: 1 bad trace line(s) skipped: line 2: prompt_tokens -1 is negative; "
+        "output_tokens missing" in err
+    )
 
 
 def test_too_long_requests_are_counted_and_warned(tmp_path: Path) -> None:

@@ -263,3 +263,16 @@ def test_help_has_an_example() -> None:
     result = runner.invoke(app, ["simulate", "--help"])
     assert result.exit_code == 0
     assert "Example: kvplan simulate" in result.stdout
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
+    png = tmp_path / "usage.png"
+    code, out, err = run("llama-3.1-8b", "--gpu", "h100", "-w", SHARED, "--plot", str(png))
+    assert code == 2
+    assert err == "Error: --plot needs matplotlib: pip install 'kvplan[plot]'\n"
+    assert not png.exists()

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from planner.memory import KVEstimate
 from planner.models import ModelRow
-from planner.simulate import SettingRun, SimReport
+
+if TYPE_CHECKING:  # annotations only: estimate need not import the simulator
+    from planner.simulate import SettingRun, SimReport
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 

@@ -25,3 +25,7 @@ class ModelNotFoundError(KvplanError):
 
 class DoesNotFitError(KvplanError):
     """A plan that cannot hold even one request."""
+
+
+class WorkloadError(KvplanError):
+    """A workload file (JSONL trace or YAML spec) that cannot be read or makes no requests."""

@@ -1,0 +1,86 @@
+"""Speed of `kvplan simulate`'s scheduler: 100,000 requests (mean 1,000 prompt / 250 output
+tokens, Poisson arrivals) replayed over Llama-3.1-8B's KV pool on one H100.
+
+    python benchmarks/simulate_100k.py [--runs 5] [--requests 100000] [--rate 40]
+
+Times only :func:`planner.simulate.simulate` (workload generation and model loading are timed
+once, separately) and prints the median of the runs, then the same for a quarter and a half of
+the requests to show how cost grows with the request count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import planner
+from planner.gpus import get_gpu
+from planner.simulate import (
+    BlockLayout,
+    SimConfig,
+    _pool_for_gpu,
+    estimate_params,
+    roofline_for,
+    simulate,
+)
+from planner.workload import Arrival, LogNormal, WorkloadSpec, generate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=40.0, help="arrivals per second")
+    parser.add_argument("--model", default="llama-3.1-8b")
+    parser.add_argument("--gpu", default="h100")
+    args = parser.parse_args()
+
+    spec = planner.load_model_spec(args.model)
+    gpu = get_gpu(args.gpu)
+    est = planner.estimate(spec, max_model_len=16384, gpu_memory_bytes=gpu.memory_bytes)
+    assert est.vllm is not None
+    params = estimate_params(spec)
+    blocks, _ = _pool_for_gpu(est, gpu, 0.92, params.weight_bytes)
+    layout, _ = BlockLayout.from_estimate(est)
+    config = SimConfig(
+        num_gpu_blocks=blocks,
+        layout=layout,
+        max_num_seqs=est.vllm.max_num_seqs,
+        max_num_batched_tokens=est.vllm.max_num_batched_tokens,
+        max_model_len=est.max_model_len,
+        roofline=roofline_for(spec, est, gpu, params),
+    )
+    workload_spec = WorkloadSpec(
+        name="bench",
+        num_requests=args.requests,
+        prompt_tokens=LogNormal(low=1, high=12000, mean=1000, sigma=0.8),
+        output_tokens=LogNormal(low=1, high=4000, mean=250, sigma=0.8),
+        arrival=Arrival("poisson", rate_per_s=args.rate),
+        seed=0,
+    )
+    print(
+        f"{args.model} on {args.gpu}: {blocks:,} blocks of {layout.block_size} tokens, "
+        f"max_num_seqs {config.max_num_seqs}, max_num_batched_tokens "
+        f"{config.max_num_batched_tokens}, Poisson {args.rate:g} req/s"
+    )
+    for n in (args.requests // 4, args.requests // 2, args.requests):
+        start = time.perf_counter()
+        workload = generate(workload_spec, num_requests=n)
+        generated = time.perf_counter() - start
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            result = simulate(workload, config)
+            times.append(time.perf_counter() - start)
+        runs = ", ".join(f"{t:.3f}" for t in times)
+        print(
+            f"{n:>7,} requests: simulate median {statistics.median(times):.3f} s ({runs}); "
+            f"generate {generated:.3f} s; {result.steps:,} steps, {result.preemptions:,} "
+            f"preemptions, mean prompt {workload.prompt_tokens / n:,.0f} / output "
+            f"{workload.output_tokens / n:,.0f} tokens, KV max {result.usage_max:.0%}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,634 @@
+"""Workloads for ``kvplan simulate``: a JSONL trace of real requests, or a YAML spec of
+length distributions, an arrival process and shared-prefix groups, generated with a seed.
+
+Trace, one JSON object per line (``arrival_s`` defaults to 0; a prefix is optional)::
+
+    {"prompt_tokens": 1312, "output_tokens": 240, "arrival_s": 0.52,
+     "prefix_id": "system", "prefix_tokens": 800}
+
+``prompt_tokens`` is the whole prompt, shared prefix included; ``prefix_tokens`` of it are the
+same for every request with that ``prefix_id`` (so it must be less than ``prompt_tokens``).
+
+Spec (YAML)::
+
+    name: chat
+    seed: 7
+    num_requests: 2000
+    arrival: {process: poisson, rate_per_s: 8}       # or burst / all-at-once
+    prompt_tokens: {dist: lognormal, mean: 400, sigma: 0.9, min: 4, max: 8000}
+    output_tokens: {dist: empirical, histogram: [[16, 128, 0.5], [128, 1024, 0.5]]}
+    prefixes:
+      - {id: system, tokens: 800, fraction: 0.7}
+
+In a spec, ``prompt_tokens`` is the request's own text; a request in a prefix group gets the
+group's tokens on top. Generating the same spec with the same seed gives the same requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.errors import UsageError, WorkloadError
+
+DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical")
+ARRIVALS = ("poisson", "burst", "all-at-once")
+MAX_BAD_LINES_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: its whole prompt (shared prefix included) and how many tokens it generates."""
+
+    prompt_tokens: int
+    output_tokens: int
+    arrival_s: float = 0.0
+    prefix_id: str | None = None
+    prefix_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests in arrival order, where they came from, and what was skipped on the way."""
+
+    name: str
+    source: str
+    requests: tuple[Request, ...]
+    seed: int | None = None
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(r.prompt_tokens for r in self.requests)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_tokens for r in self.requests)
+
+
+# --------------------------------------------------------------------------- distributions
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A distribution of token counts; ``sample`` returns whole numbers in ``[low, high]``."""
+
+    low: int = 1
+    high: int | None = None
+
+    def draw(self, rng: random.Random) -> float:
+        raise NotImplementedError
+
+    def sample(self, rng: random.Random, n: int) -> list[int]:
+        """``n`` draws, rounded and clipped to ``[low, high]``."""
+        low, high = self.low, self.high if self.high is not None else math.inf
+        return [int(min(max(round(self.draw(rng)), low), high)) for _ in range(n)]
+
+
+@dataclass(frozen=True)
+class Fixed(Distribution):
+    value: int = 1
+
+    def draw(self, rng: random.Random) -> float:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Uniform(Distribution):
+    """Whole numbers from ``min`` to ``max``, both included."""
+
+    def draw(self, rng: random.Random) -> float:
+        assert self.high is not None
+        return rng.randint(self.low, self.high)
+
+
+@dataclass(frozen=True)
+class Normal(Distribution):
+    mean: float = 1.0
+    std: float = 0.0
+
+    def draw(self, rng: random.Random) -> float:
+        return rng.gauss(self.mean, self.std)
+
+
+@dataclass(frozen=True)
+class LogNormal(Distribution):
+    """Parameterised by its own mean (before clipping) and the sigma of log(x):
+    ``mu = ln(mean) - sigma^2 / 2``, so a 1,000-token mean stays 1,000 whatever the spread."""
+
+    mean: float = 1.0
+    sigma: float = 0.0
+
+    def draw(self, rng: random.Random) -> float:
+        return rng.lognormvariate(math.log(self.mean) - self.sigma**2 / 2, self.sigma)
+
+
+@dataclass(frozen=True)
+class Empirical(Distribution):
+    """A histogram: bins ``(lo, hi, weight)``; a bin is picked by weight, then a whole number
+    in ``[lo, hi]`` uniformly (``lo == hi`` is a point mass)."""
+
+    bins: tuple[tuple[int, int, float], ...] = ()
+    cumulative: tuple[float, ...] = field(default=(), compare=False)
+
+    def draw(self, rng: random.Random) -> float:
+        lo, hi, _ = self.bins[_pick(rng.random() * self.cumulative[-1], self.cumulative)]
+        return rng.randint(lo, hi)
+
+
+def _pick(x: float, cumulative: Sequence[float]) -> int:
+    for i, edge in enumerate(cumulative):
+        if x < edge:
+            return i
+    return len(cumulative) - 1
+
+
+# --------------------------------------------------------------------------- spec
+
+
+@dataclass(frozen=True)
+class PrefixGroup:
+    """``fraction`` of requests start with the same ``tokens``-token prefix (a system prompt)."""
+
+    id: str
+    tokens: int
+    fraction: float
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """When requests arrive: ``poisson`` at ``rate_per_s``, ``burst`` of ``size`` every
+    ``interval_s``, or ``all-at-once`` at t = 0."""
+
+    process: str = "all-at-once"
+    rate_per_s: float = 0.0
+    size: int = 0
+    interval_s: float = 0.0
+
+    def times(self, rng: random.Random, n: int) -> list[float]:
+        if self.process == "poisson":
+            t, out = 0.0, []
+            for _ in range(n):
+                t += rng.expovariate(self.rate_per_s)
+                out.append(t)
+            return out
+        if self.process == "burst":
+            return [(i // self.size) * self.interval_s for i in range(n)]
+        return [0.0] * n
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A YAML workload spec, parsed: what :func:`generate` draws requests from."""
+
+    name: str
+    num_requests: int
+    prompt_tokens: Distribution
+    output_tokens: Distribution
+    arrival: Arrival = Arrival()
+    prefixes: tuple[PrefixGroup, ...] = ()
+    seed: int = 0
+    source: str = ""
+
+
+class _Section:
+    """Reads one mapping of a spec, naming the file and key path in every error."""
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, Mapping):
+            raise WorkloadError(f"{where}: expected a mapping, got {_show(data)}")
+        self.data, self.where = data, where
+
+    def number(self, key: str, default: float | None = None, *, positive: bool = True) -> float:
+        value = self.data.get(key, default)
+        if value is None:
+            raise WorkloadError(f"{self.where}: '{key}' is missing")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise WorkloadError(f"{self.where}: '{key}' must be a number, got {_show(value)}")
+        if positive and value <= 0:
+            raise WorkloadError(f"{self.where}: '{key}' must be positive, got {value}")
+        if value < 0:
+            raise WorkloadError(f"{self.where}: '{key}' must not be negative, got {value}")
+        return float(value)
+
+    def integer(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
+        value = self.data.get(key, default)
+        if value is None:
+            raise WorkloadError(f"{self.where}: '{key}' is missing")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise WorkloadError(f"{self.where}: '{key}' must be a whole number, got {_show(value)}")
+        if value < minimum:
+            raise WorkloadError(f"{self.where}: '{key}' must be at least {minimum}, got {value}")
+        return value
+
+    def unknown(self, allowed: Iterable[str]) -> None:
+        extra = sorted(set(self.data) - set(allowed))
+        if extra:
+            names = ", ".join(sorted(allowed))
+            raise WorkloadError(f"{self.where}: unknown key(s) {', '.join(extra)}; use {names}")
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool)) else repr(value)
+    return text if len(text) < 40 else text[:37] + "..."
+
+
+def parse_distribution(data: Any, where: str) -> Distribution:
+    """One length distribution from its YAML mapping (``dist`` names the kind)."""
+    if isinstance(data, int) and not isinstance(data, bool) and data >= 1:
+        return Fixed(low=1, value=data)  # `output_tokens: 256` means fixed
+    s = _Section(data, where)
+    kind = str(s.data.get("dist", "")).strip().lower()
+    if kind not in DISTRIBUTIONS:
+        raise WorkloadError(
+            f"{where}: unknown distribution {_show(s.data.get('dist'))}; "
+            f"use one of: {', '.join(DISTRIBUTIONS)}"
+        )
+    low = s.integer("min", 1, minimum=1)
+    high = s.integer("max", 0, minimum=0) or None
+    if high is not None and high < low:
+        raise WorkloadError(f"{where}: max {high} is less than min {low}")
+    common = {"dist", "min", "max"}
+    if kind == "fixed":
+        s.unknown({"dist", "value"})
+        value = s.integer("value")
+        return Fixed(low=1, value=value)
+    if kind == "uniform":
+        s.unknown(common)
+        if high is None:
+            raise WorkloadError(f"{where}: a uniform distribution needs 'max'")
+        return Uniform(low=low, high=high)
+    if kind == "normal":
+        s.unknown(common | {"mean", "std"})
+        return Normal(
+            low=low, high=high, mean=s.number("mean"), std=s.number("std", positive=False)
+        )
+    if kind == "lognormal":
+        s.unknown(common | {"mean", "sigma"})
+        return LogNormal(
+            low=low, high=high, mean=s.number("mean"), sigma=s.number("sigma", positive=False)
+        )
+    s.unknown(common | {"histogram"})
+    return _empirical(s.data.get("histogram"), where, low, high)
+
+
+def _empirical(rows: Any, where: str, low: int, high: int | None) -> Empirical:
+    if not isinstance(rows, list) or not rows:
+        raise WorkloadError(f"{where}: 'histogram' must be a list of [lo, hi, weight] rows")
+    bins = []
+    for i, row in enumerate(rows):
+        ok = (
+            isinstance(row, list)
+            and len(row) == 3
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in row[:2])
+            and isinstance(row[2], (int, float))
+            and not isinstance(row[2], bool)
+        )
+        if not ok or not (1 <= row[0] <= row[1]) or row[2] < 0:
+            raise WorkloadError(
+                f"{where}: histogram row {i + 1} {_show(row)} is not [lo, hi, weight] with "
+                "1 <= lo <= hi and weight >= 0"
+            )
+        bins.append((int(row[0]), int(row[1]), float(row[2])))
+    cumulative = tuple(_cumsum(b[2] for b in bins))
+    if cumulative[-1] <= 0:
+        raise WorkloadError(f"{where}: histogram weights add up to 0")
+    return Empirical(low=low, high=high, bins=tuple(bins), cumulative=cumulative)
+
+
+def _cumsum(values: Iterable[float]) -> list[float]:
+    total, out = 0.0, []
+    for v in values:
+        total += v
+        out.append(total)
+    return out
+
+
+def _arrival(data: Any, where: str) -> Arrival:
+    if data is None:
+        return Arrival()
+    if isinstance(data, str):
+        data = {"process": data}
+    s = _Section(data, where)
+    process = str(s.data.get("process", "")).strip().lower().replace("_", "-")
+    process = {"all-at-once": "all-at-once", "batch": "all-at-once", "once": "all-at-once"}.get(
+        process, process
+    )
+    if process == "poisson":
+        s.unknown({"process", "rate_per_s"})
+        return Arrival(process, rate_per_s=s.number("rate_per_s"))
+    if process == "burst":
+        s.unknown({"process", "size", "interval_s"})
+        return Arrival(process, size=s.integer("size"), interval_s=s.number("interval_s"))
+    if process == "all-at-once":
+        s.unknown({"process"})
+        return Arrival(process)
+    raise WorkloadError(
+        f"{where}: unknown arrival process {_show(s.data.get('process'))}; "
+        f"use one of: {', '.join(ARRIVALS)}"
+    )
+
+
+def parse_spec(data: Any, source: str) -> WorkloadSpec:
+    """A :class:`WorkloadSpec` from the parsed YAML mapping; errors name ``source`` and the key."""
+    s = _Section(data, source)
+    s.unknown(
+        {"name", "seed", "num_requests", "arrival", "prompt_tokens", "output_tokens", "prefixes"}
+    )
+    for key in ("prompt_tokens", "output_tokens"):
+        if key not in s.data:
+            raise WorkloadError(f"{source}: '{key}' is missing (a length distribution)")
+    prefixes = []
+    raw_prefixes = s.data.get("prefixes") or []
+    if not isinstance(raw_prefixes, list):
+        raise WorkloadError(f"{source}: 'prefixes' must be a list of {{id, tokens, fraction}}")
+    for i, item in enumerate(raw_prefixes):
+        p = _Section(item, f"{source}: prefixes[{i}]")
+        p.unknown({"id", "tokens", "fraction"})
+        fraction = p.number("fraction")
+        if fraction > 1:
+            raise WorkloadError(f"{p.where}: 'fraction' must be at most 1, got {fraction}")
+        prefixes.append(
+            PrefixGroup(str(p.data.get("id", f"prefix-{i}")), p.integer("tokens"), fraction)
+        )
+    if sum(p.fraction for p in prefixes) > 1 + 1e-9:
+        raise WorkloadError(f"{source}: prefix fractions add up to more than 1")
+    if len({p.id for p in prefixes}) != len(prefixes):
+        raise WorkloadError(f"{source}: prefix ids must differ")
+    return WorkloadSpec(
+        name=str(s.data.get("name") or Path(source).stem),
+        num_requests=s.integer("num_requests", 1000),
+        prompt_tokens=parse_distribution(s.data["prompt_tokens"], f"{source}: prompt_tokens"),
+        output_tokens=parse_distribution(s.data["output_tokens"], f"{source}: output_tokens"),
+        arrival=_arrival(s.data.get("arrival"), f"{source}: arrival"),
+        prefixes=tuple(prefixes),
+        seed=s.integer("seed", 0, minimum=0),
+        source=source,
+    )
+
+
+def generate(
+    spec: WorkloadSpec, *, seed: int | None = None, num_requests: int | None = None
+) -> Workload:
+    """Draw the spec's requests. Each quantity has its own random stream derived from the seed,
+    so changing one distribution does not reshuffle the others.
+
+    Args:
+        spec: the parsed spec.
+        seed: overrides the spec's seed.
+        num_requests: overrides the spec's request count.
+
+    Returns:
+        The requests, sorted by arrival time.
+    """
+    seed = spec.seed if seed is None else seed
+    n = spec.num_requests if num_requests is None else num_requests
+    if n < 1:
+        raise WorkloadError(f"{spec.source}: the workload has no requests (num_requests {n})")
+
+    def stream(name: str) -> random.Random:
+        return random.Random(f"kvplan:{seed}:{name}")
+
+    own = spec.prompt_tokens.sample(stream("prompt_tokens"), n)
+    outputs = spec.output_tokens.sample(stream("output_tokens"), n)
+    arrivals = spec.arrival.times(stream("arrival"), n)
+    groups: list[PrefixGroup | None] = [None] * n
+    if spec.prefixes:
+        rng = stream("prefixes")
+        cumulative = _cumsum(p.fraction for p in spec.prefixes)
+        for i in range(n):
+            x = rng.random()
+            if x < cumulative[-1]:
+                groups[i] = spec.prefixes[_pick(x, cumulative)]
+    requests = tuple(
+        Request(
+            prompt_tokens=own[i] + (g.tokens if g else 0),
+            output_tokens=outputs[i],
+            arrival_s=arrivals[i],
+            prefix_id=g.id if g else None,
+            prefix_tokens=g.tokens if g else 0,
+        )
+        for i, g in enumerate(groups)
+    )
+    return Workload(name=spec.name, source=spec.source, requests=requests, seed=seed)
+
+
+# --------------------------------------------------------------------------- trace
+
+
+def _whole(value: Any, key: str, minimum: int) -> tuple[int | None, str | None]:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None, f"{key} {_show(value)} is not a whole number"
+    if value < minimum:
+        word = "negative" if value < 0 else f"less than {minimum}"
+        return None, f"{key} {value} is {word}"
+    return value, None
+
+
+def _trace_request(obj: Any) -> Request | str:
+    """One trace line as a Request, or what is wrong with it."""
+    if not isinstance(obj, dict):
+        return f"expected a JSON object, got {_show(obj)}"
+    problems = []
+    values: dict[str, int] = {}
+    for key, minimum in (("prompt_tokens", 1), ("output_tokens", 1)):
+        if key not in obj:
+            problems.append(f"{key} missing")
+            continue
+        value, problem = _whole(obj[key], key, minimum)
+        if problem:
+            problems.append(problem)
+        else:
+            assert value is not None
+            values[key] = value
+    arrival = obj.get("arrival_s", 0.0)
+    if (
+        isinstance(arrival, bool)
+        or not isinstance(arrival, (int, float))
+        or not 0 <= arrival < math.inf
+    ):
+        problems.append(f"arrival_s {_show(arrival)} is not a finite time >= 0")
+    prefix_id = obj.get("prefix_id")
+    prefix_tokens = 0
+    if prefix_id is not None or "prefix_tokens" in obj:
+        if prefix_id is None or "prefix_tokens" not in obj:
+            problems.append("prefix_id and prefix_tokens go together")
+        else:
+            value, problem = _whole(obj["prefix_tokens"], "prefix_tokens", 0)
+            if problem:
+                problems.append(problem)
+            else:
+                assert value is not None
+                prefix_tokens = value
+                prompt = values.get("prompt_tokens")
+                if prompt is not None and prefix_tokens >= prompt:
+                    problems.append(
+                        f"prefix_tokens {prefix_tokens} is not less than prompt_tokens {prompt} "
+                        "(the prompt includes the prefix and at least one token of its own)"
+                    )
+    if problems:
+        return "; ".join(problems)
+    return Request(
+        prompt_tokens=values["prompt_tokens"],
+        output_tokens=values["output_tokens"],
+        arrival_s=float(arrival),
+        prefix_id=None if prefix_id is None else str(prefix_id),
+        prefix_tokens=prefix_tokens,
+    )
+
+
+def parse_trace(lines: Iterable[str], source: str, *, skip_bad_lines: bool = False) -> Workload:
+    """Requests from JSONL lines (blank lines ignored), sorted by arrival (ties keep file order).
+
+    Args:
+        lines: the file's lines.
+        source: the file name, for messages.
+        skip_bad_lines: skip lines with missing, negative or malformed fields (listed in
+            ``Workload.skipped``) instead of failing on them.
+
+    Returns:
+        The workload; raises :class:`WorkloadError` on bad lines (naming them) or no requests.
+    """
+    requests: list[Request] = []
+    bad: list[str] = []
+    prefix_lines: dict[str, tuple[int, int]] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            bad.append(f"line {number}: not JSON ({exc.msg})")
+            continue
+        request = _trace_request(obj)
+        if isinstance(request, str):
+            bad.append(f"line {number}: {request}")
+            continue
+        if request.prefix_id is not None:
+            first = prefix_lines.setdefault(request.prefix_id, (number, request.prefix_tokens))
+            if first[1] != request.prefix_tokens:
+                bad.append(
+                    f"line {number}: prefix_id {request.prefix_id!r} has prefix_tokens "
+                    f"{request.prefix_tokens} here but {first[1]} on line {first[0]}"
+                )
+                continue
+        requests.append(request)
+    if bad and not skip_bad_lines:
+        shown = "; ".join(bad[:MAX_BAD_LINES_SHOWN])
+        more = (
+            f" (and {len(bad) - MAX_BAD_LINES_SHOWN} more)"
+            if len(bad) > MAX_BAD_LINES_SHOWN
+            else ""
+        )
+        raise WorkloadError(
+            f"{source}: {len(bad)} bad line(s): {shown}{more}. Fix them, or pass --skip-bad-lines "
+            "to leave them out"
+        )
+    if not requests:
+        raise WorkloadError(f"{source}: the workload has no requests")
+    requests.sort(key=lambda r: r.arrival_s)
+    return Workload(
+        name=Path(source).stem, source=source, requests=tuple(requests), skipped=tuple(bad)
+    )
+
+
+def load_workload(
+    path: str | Path,
+    *,
+    seed: int | None = None,
+    num_requests: int | None = None,
+    skip_bad_lines: bool = False,
+) -> Workload:
+    """A workload from a ``.jsonl`` trace or a ``.yaml`` / ``.yml`` spec.
+
+    Args:
+        path: the file.
+        seed: for a spec, overrides its seed.
+        num_requests: for a spec, overrides its request count; for a trace, keeps the first N.
+        skip_bad_lines: for a trace, skip bad lines instead of failing.
+
+    Returns:
+        The :class:`Workload`.
+    """
+    p = Path(path)
+    source = str(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise WorkloadError(f"workload file {source} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"cannot read workload {source}: {exc}") from None
+    if p.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise WorkloadError(f"{source}: not valid YAML ({_yaml_problem(exc)})") from None
+        if data is None:
+            raise WorkloadError(f"{source}: the workload spec is empty")
+        return generate(parse_spec(data, source), seed=seed, num_requests=num_requests)
+    if p.suffix.lower() not in (".jsonl", ".json", ".ndjson"):
+        raise WorkloadError(
+            f"{source}: unknown workload format; use a .jsonl trace or a .yaml spec"
+        )
+    workload = parse_trace(text.splitlines(), source, skip_bad_lines=skip_bad_lines)
+    if num_requests is not None:
+        if num_requests < 1:
+            raise WorkloadError(f"{source}: --num-requests must be at least 1")
+        workload = Workload(
+            workload.name, workload.source, workload.requests[:num_requests], None, workload.skipped
+        )
+    return workload
+
+
+def _yaml_problem(exc: Exception) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}: {problem}" if mark is not None else str(problem)
+
+
+def trace_lines(workload: Workload) -> list[str]:
+    """The workload as JSONL lines (the trace format :func:`parse_trace` reads)."""
+    out = []
+    for r in workload.requests:
+        obj: dict[str, Any] = {
+            "prompt_tokens": r.prompt_tokens,
+            "output_tokens": r.output_tokens,
+            "arrival_s": r.arrival_s,
+        }
+        if r.prefix_id is not None:
+            obj["prefix_id"] = r.prefix_id
+            obj["prefix_tokens"] = r.prefix_tokens
+        out.append(json.dumps(obj))
+    return out
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename: never half-written."""
+    target = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a plain file follows the umask
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -1,0 +1,278 @@
+"""`kvplan simulate` on the command line: output, comparisons, files written, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = ROOT / "examples" / "workloads"
+SHARED = str(WORKLOADS / "shared-system-prompt.yaml")
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, ["simulate", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_seed_scenario_shows_the_prefix_saving() -> None:
+    # 100 requests at once, each an 800-token system prompt + 200 own tokens and 200 output
+    # tokens; Llama-3.1-8B, 16-token blocks. Off: each peaks at cdiv(1,199, 16) = 75 blocks,
+    # 100 x 75 = 7,500. On: the prompt's 50 full blocks once, 50 + 100 x 25 = 2,550 — the
+    # 99 x 50 = 4,950 blocks the other 99 requests reuse.
+    code, out, err = run(
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "-w",
+        SHARED,
+        "--compare",
+        "prefix-caching=on,off",
+        "--json",
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    on, off = (r["result"] for r in data["runs"])
+    assert [r["label"] for r in data["runs"]] == ["prefix-caching=on", "prefix-caching=off"]
+    assert off["peak_blocks"] == 7_500 and on["peak_blocks"] == 2_550
+    assert on["prefix_blocks_saved"] == 4_950
+    assert on["completed"] == off["completed"] == 100
+    assert data["best_label"] == "prefix-caching=on"
+    assert "finish_steps" not in on
+    assert data["pool"].startswith("ESTIMATE")
+
+
+def test_block_size_comparison_table() -> None:
+    code, out, err = run(
+        "qwen2.5-7b",
+        "--num-gpu-blocks",
+        "600",
+        "-w",
+        str(WORKLOADS / "chat.yaml"),
+        "--num-requests",
+        "200",
+        "--block-size",
+        "8,16,32",
+        "--max-model-len",
+        "4096",
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert any(line.split("┃")[1:2] == [" block-size       "] for line in lines)
+    for name in ("KV usage p90", "preemptions", "output tok/s", "TTFT p50 / p90", "fragmentation"):
+        assert any(name in line for line in lines), name
+    assert "★ best for throughput: block-size=" in out
+    assert "no --gpu: step times use the H100 roofline" in out
+    # 600 blocks of the first setting (block 8) = 4,800 tokens of KV: block 16 gets half the
+    # blocks, block 32 a quarter
+    blocks = next(line for line in lines if "KV blocks" in line)
+    assert [c.strip() for c in blocks.split("│")[2:5]] == ["600", "300", "150"]
+    assert "counted in blocks of the first setting" in out
+
+
+def test_single_run_text(tmp_path: Path) -> None:
+    code, out, err = run(
+        "llama-3.1-8b",
+        "--kv-cache-memory",
+        "4GiB",
+        "--max-model-len",
+        "16384",
+        "-w",
+        str(WORKLOADS / "rag.yaml"),
+        "--num-requests",
+        "100",
+    )
+    assert code == 0, err
+    for start in (
+        "KV cache      2,048 blocks × 16 tokens (2.00 MiB each)",
+        "KV usage      p50",
+        "requests      100 completed",
+        "TTFT ",
+        "TPOT ",
+        "prefix cache  ",
+    ):
+        assert any(line.startswith(start) for line in out.splitlines()), start
+    assert "Times are a roofline model, not a measurement" in out
+
+
+def test_output_and_trace_files(tmp_path: Path) -> None:
+    report, trace = tmp_path / "report.json", tmp_path / "trace.jsonl"
+    code, out, err = run(
+        "qwen3-8b",
+        "--gpu",
+        "l40s",
+        "-w",
+        SHARED,
+        "-o",
+        str(report),
+        "--save-trace",
+        str(trace),
+        "--json",
+    )
+    assert code == 0, err
+    assert json.loads(report.read_text()) == json.loads(out)
+    # replaying the saved trace gives the same results
+    code2, out2, _ = run("qwen3-8b", "--gpu", "l40s", "-w", str(trace), "--json")
+    assert code2 == 0
+    first, second = json.loads(out), json.loads(out2)
+    assert first["runs"][0]["result"] == second["runs"][0]["result"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "trace.jsonl"]
+
+
+def test_plot_is_written_whole(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "usage.png"
+    code, _, err = run(
+        "qwen3-8b",
+        "--gpu",
+        "h100",
+        "-w",
+        SHARED,
+        "--compare",
+        "prefix-caching=on,off",
+        "--plot",
+        str(png),
+    )
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["usage.png"]  # no temporary file left
+
+
+def test_skipped_lines_are_reported(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"prompt_tokens": 100, "output_tokens": 10}\n{"prompt_tokens": -1}\n')
+    code, out, err = run(
+        "llama-3.1-8b",
+        "--num-gpu-blocks",
+        "200",
+        "--max-model-len",
+        "2048",
+        "-w",
+        str(trace),
+        "--skip-bad-lines",
+    )
+    assert code == 0
+    assert (
+        "Warning: 1 bad trace line(s) skipped: line 2: prompt_tokens -1 is negative; "
+        "output_tokens missing" in err
+    )
+
+
+def test_too_long_requests_are_counted_and_warned(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        '{"prompt_tokens": 100, "output_tokens": 10}\n'
+        '{"prompt_tokens": 3000, "output_tokens": 10}\n'
+    )
+    code, out, err = run(
+        "llama-3.1-8b",
+        "--num-gpu-blocks",
+        "200",
+        "--max-model-len",
+        "2048",
+        "-w",
+        str(trace),
+        "--json",
+    )
+    assert code == 0
+    assert json.loads(out)["runs"][0]["result"]["rejected_too_long"] == 1
+    assert "1 request(s) longer than max_model_len" in err
+
+
+def test_default_max_model_len_is_shortened_with_a_warning() -> None:
+    code, out, err = run("llama-3.1-8b", "--num-gpu-blocks", "1000", "-w", SHARED, "--json")
+    assert code == 0
+    # 999 usable blocks x 16 tokens = 15,984 tokens, far below the model's 131,072
+    assert json.loads(out)["runs"][0]["max_model_len"] == 15_984
+    assert "vLLM would refuse max_model_len 131,072 with this KV pool" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (
+            ["--num-gpu-blocks", "1"],
+            1,
+            "holds 1 block(s) of 2,097,152 B (one is vLLM's null block): zero KV capacity",
+        ),
+        (["--kv-cache-memory", "1MiB"], 1, "zero KV capacity"),
+        (["--gpu", "t4"], 1, "leave no KV cache memory on t4"),
+        (["--num-gpu-blocks", "9", "--kv-cache-memory", "1GiB"], 2, "not both"),
+        ([], 2, "size the KV pool: --gpu NAME, --kv-cache-memory 20GiB or --num-gpu-blocks N"),
+        (["--gpu", "h1000"], 2, "unknown GPU 'h1000'"),
+        (["--gpu", "h100", "--compare", "prefix-caching"], 2, "--compare takes KEY=V1,V2"),
+        (["--gpu", "h100", "--compare", "tp=1,2"], 2, "cannot compare 'tp'"),
+        (["--gpu", "h100", "--block-size", "16", "--compare", "block-size=8,16"], 2, "given twice"),
+        (["--gpu", "h100", "--block-size", "16,x"], 2, "--block-size takes whole numbers"),
+        (["--gpu", "h100", "--kv-cache-dtype", "fp4"], 2, "unknown KV cache dtype 'fp4'"),
+        (["--gpu", "h100", "--goal", "speed"], 2, "unknown --goal 'speed'"),
+        (
+            ["--gpu", "h100", "--max-num-seqs", "4096", "--max-num-batched-tokens", "2048"],
+            2,
+            "must be greater than or equal to max_num_seqs",
+        ),
+        (["--gpu", "h100", "--max-model-len", "500000"], 1, "Largest that fits"),
+        (["--gpu", "h100", "--gpu-memory-utilization", "1.5"], 2, "must be in (0, 1]"),
+        (
+            ["--num-gpu-blocks", "100", "--max-model-len", "1024", "--plot", "/nonexistent/x.png"],
+            2,
+            "cannot write /nonexistent/x.png",
+        ),
+    ],
+)
+def test_bad_input(args: list[str], code: int, message: str) -> None:
+    if "--plot" in args:
+        pytest.importorskip("matplotlib")
+    exit_code, out, err = run("llama-3.1-8b", "-w", SHARED, *args)
+    assert exit_code == code, err
+    assert err.startswith("Error: ") and message in err
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "message"),
+    [
+        (
+            "prompt_tokens: {dist: gaussian, mean: 5}\noutput_tokens: 5\n",
+            "w.yaml",
+            'unknown distribution "gaussian"',
+        ),
+        (
+            '{"prompt_tokens": 5, "output_tokens": -2}\n',
+            "w.jsonl",
+            "line 1: output_tokens -2 is negative",
+        ),
+        ("", "w.jsonl", "has no requests"),
+    ],
+)
+def test_bad_workloads(tmp_path: Path, text: str, name: str, message: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    code, out, err = run("llama-3.1-8b", "--gpu", "h100", "-w", str(path))
+    assert code == 1
+    assert err.startswith("Error: ") and message in err and out == ""
+
+
+def test_help_has_an_example() -> None:
+    result = runner.invoke(app, ["simulate", "--help"])
+    assert result.exit_code == 0
+    assert "Example: kvplan simulate" in result.stdout
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
+    png = tmp_path / "usage.png"
+    code, out, err = run("llama-3.1-8b", "--gpu", "h100", "-w", SHARED, "--plot", str(png))
+    assert code == 2
+    assert err == "Error: --plot needs matplotlib: pip install 'kvplan[plot]'\n"
+    assert not png.exists()

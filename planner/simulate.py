@@ -37,10 +37,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.budget import activation_peak_bytes, vllm_capacity
 from planner.errors import DoesNotFitError, UsageError
 from planner.gpus import GPU
 from planner.memory import KVEstimate, estimate
+from planner.recommend import load_weights
 from planner.specs import MLA, KVDtype, ModelSpec, cdiv
+from planner.weights import Weights
 from planner.workload import Request, Workload
 
 USAGE_BINS = 1000
@@ -1199,21 +1202,28 @@ def roofline_for(spec: ModelSpec, est: KVEstimate, gpu: GPU, params: ModelParams
 
 
 def _pool_for_gpu(
-    est: KVEstimate, gpu: GPU, gpu_memory_utilization: float, weight_bytes: int
+    spec: ModelSpec, est: KVEstimate, gpu: GPU, gpu_memory_utilization: float, weights: Weights
 ) -> tuple[int, int]:
-    """ESTIMATE until ``planner.budget`` is wired in: KV memory per rank =
-    ceil(total x gpu_memory_utilization) - weights / tp (no activation peak, CUDA graphs or
-    NCCL buffers subtracted, so it is optimistic). Returns (num_gpu_blocks, KV bytes)."""
+    """vLLM's KV pool on ``gpu`` from the planner's budget (:func:`planner.budget.vllm_capacity`:
+    requested memory minus weights, activation peak, non-torch and CUDA-graph estimates).
+    Returns (num_gpu_blocks, KV bytes)."""
     assert est.vllm is not None
-    requested = math.ceil(gpu.memory_bytes * gpu_memory_utilization)
-    available = requested - weight_bytes // est.tensor_parallel_size
-    if available <= 0:
+    cap = vllm_capacity(
+        est,
+        estimate_at=lambda n: est,  # the simulator shortens max_model_len itself
+        gpu_memory_bytes=gpu.memory_bytes,
+        weights_bytes=weights.bytes_per_rank,
+        activation_bytes=activation_peak_bytes(spec, est.vllm.max_num_batched_tokens),
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
+    if cap.available_kv_bytes <= 0:
         raise DoesNotFitError(
-            f"{est.model}: weights (~{weight_bytes // est.tensor_parallel_size:,} B per rank at "
-            f"TP {est.tensor_parallel_size}) leave no KV cache memory on {gpu.name} at "
-            f"--gpu-memory-utilization {gpu_memory_utilization}; use a larger GPU or --tp"
+            f"{est.model}: weights ({weights.bytes_per_rank:,} B per rank at TP "
+            f"{est.tensor_parallel_size}) and vLLM's other memory leave no KV cache on "
+            f"{gpu.name} at --gpu-memory-utilization {gpu_memory_utilization}; use a larger GPU "
+            "or --tp"
         )
-    return available // est.vllm.bytes_per_block, available
+    return cap.num_gpu_blocks, cap.available_kv_bytes
 
 
 def _largest_fitting_len(layout: BlockLayout, usable: int, limit: int) -> int:
@@ -1330,6 +1340,7 @@ def simulate_model(
             "size the KV pool: --gpu NAME, --kv-cache-memory 20GiB or --num-gpu-blocks N"
         )
     params = estimate_params(spec)
+    weights = load_weights(spec, tp=tp, pp=1)
     if num_gpu_blocks is not None:
         pool = f"--num-gpu-blocks {num_gpu_blocks:,}"
     elif kv_cache_memory_bytes is not None:
@@ -1337,9 +1348,9 @@ def simulate_model(
     else:
         assert gpu is not None
         pool = (
-            f"ESTIMATE: {gpu.name} {gmu:g} x total - ~{params.weight_bytes:,} B of weights "
-            f"({params.total / 1e9:.2f} B params from the config); no activation or CUDA-graph "
-            "memory subtracted"
+            f"{gpu.name}: vLLM's budget ({gmu:g} x total - {weights.bytes_per_rank:,} B of "
+            f"weights from {weights.source} - activation, non-torch and CUDA-graph estimates), "
+            "as `kvplan estimate --gpu` computes it"
         )
     runs: list[SettingRun] = []
     memory_of_blocks: int | None = None
@@ -1377,7 +1388,7 @@ def simulate_model(
             blocks, kv_bytes = kv_cache_memory_bytes // bpb, kv_cache_memory_bytes
         else:
             assert gpu is not None
-            blocks, kv_bytes = _pool_for_gpu(est, gpu, gmu, params.weight_bytes)
+            blocks, kv_bytes = _pool_for_gpu(spec, est, gpu, gmu, weights)
         label = ", ".join(f"{a}={setting.value(a)}" for a in axes) or "as given"
         if blocks < 2:
             raise DoesNotFitError(

@@ -45,7 +45,7 @@ def test_seed_scenario_shows_the_prefix_saving() -> None:
     assert on["completed"] == off["completed"] == 100
     assert data["best_label"] == "prefix-caching=on"
     assert "finish_steps" not in on
-    assert data["pool"].startswith("ESTIMATE")
+    assert data["pool"].startswith("h100: vLLM's budget")
 
 
 def test_block_size_comparison_table() -> None:
@@ -202,7 +202,7 @@ def test_default_max_model_len_is_shortened_with_a_warning() -> None:
             "holds 1 block(s) of 2,097,152 B (one is vLLM's null block): zero KV capacity",
         ),
         (["--kv-cache-memory", "1MiB"], 1, "zero KV capacity"),
-        (["--gpu", "t4"], 1, "leave no KV cache memory on t4"),
+        (["--gpu", "t4"], 1, "leave no KV cache on t4"),
         (["--num-gpu-blocks", "9", "--kv-cache-memory", "1GiB"], 2, "not both"),
         ([], 2, "size the KV pool: --gpu NAME, --kv-cache-memory 20GiB or --num-gpu-blocks N"),
         (["--gpu", "h1000"], 2, "unknown GPU 'h1000'"),

@@ -3,7 +3,6 @@ conservation, prefix sharing, the roofline, and model-level sizing."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 
 import pytest
@@ -11,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import planner
+import planner.weights
 from planner.errors import DoesNotFitError, UsageError
 from planner.gpus import get_gpu
 from planner.simulate import (
@@ -335,12 +335,17 @@ def test_moe_active_parameters() -> None:
     assert p.active == pytest.approx(3.3e9, rel=0.05)
 
 
-def test_pool_for_gpu_is_total_times_utilization_minus_weights() -> None:
+def test_pool_for_gpu_is_the_planners_vllm_budget() -> None:
+    # The simulator's pool is exactly what `kvplan estimate --gpu h100` reports.
+    from planner.recommend import GpuInfo, plan
+
     spec = planner.load_model_spec("llama-3.1-8b")
     gpu = get_gpu("h100")
-    est = planner.estimate(spec, max_model_len=8192)
-    blocks, available = _pool_for_gpu(est, gpu, 0.92, 16_059_990_016)
-    assert available == math.ceil(gpu.memory_bytes * 0.92) - 16_059_990_016
+    est = planner.estimate(spec, max_model_len=8192, gpu_memory_bytes=gpu.memory_bytes)
+    weights = planner.weights.from_config(spec)
+    blocks, available = _pool_for_gpu(spec, est, gpu, 0.92, weights)
+    p = plan(spec, gpu=GpuInfo(gpu.name, gpu.memory_bytes, ""), max_model_len=8192)
+    assert (blocks, available) == (p.vllm.num_gpu_blocks, p.vllm.available_kv_bytes)
     assert blocks == available // (2 << 20)  # 2 MiB blocks: 32 layers x 16 x 8 x 256 x 2 B
 
 

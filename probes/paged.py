@@ -191,24 +191,25 @@ def pool_layout(spec: ModelSpec, est: KVEstimate) -> PoolLayout:
     run_dtype = model_dtype(spec)
     groups: list[GroupLayout] = []
     taken: dict[tuple[str, int | None], int] = {}
-    for g in plan_groups:
-        key = (g.kind, g.window)
+    for pg in plan_groups:
+        key = (pg.kind, pg.window)
         members = buckets.get(key, [])
         n = sum(1 for h in plan_groups if (h.kind, h.window) == key)
         k = taken.get(key, 0)
         taken[key] = k + 1
         chosen = tuple(members[k::n])
-        if not chosen:
-            raise ValueError(f"plan group {g.kind} has no layer in this model")
+        first = layers[chosen[0]] if chosen else None
+        if first is None:
+            raise ValueError(f"plan group {pg.kind} has no layer in this model")
         groups.append(
             GroupLayout(
-                kind=g.kind,
-                window=g.window,
-                block_size=g.block_size,
-                page_bytes=g.page_size_bytes,
-                blocks_per_request=g.blocks_per_request,
+                kind=pg.kind,
+                window=pg.window,
+                block_size=pg.block_size,
+                page_bytes=pg.page_size_bytes,
+                blocks_per_request=pg.blocks_per_request,
                 layers=chosen,
-                spec=layers[chosen[0]],  # type: ignore[arg-type]
+                spec=first,
             )
         )
     layer_group: dict[int, int] = {}

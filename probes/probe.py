@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -54,6 +54,7 @@ from probes.paged import (
 )
 from probes.plan import (
     Figures,
+    PlanFile,
     capacity,
     check_one_request,
     check_tolerance,
@@ -87,6 +88,22 @@ class VerifyRequest:
     decode_steps: int = 2
     max_chunk_bytes: int = DEFAULT_CHUNK_BYTES
     all_layers_profile: bool | None = None
+    expected_bytes_per_block: int | None = None
+
+    def with_plan(self, plan: PlanFile) -> VerifyRequest:
+        """The serving settings of a saved plan over these flags (the plan is the claim)."""
+        return replace(
+            self,
+            tp=plan.tensor_parallel_size,
+            kv_cache_dtype=KVDtype.parse(plan.kv_cache_dtype),
+            block_size=plan.block_size,
+            max_model_len=plan.max_model_len,
+            max_num_batched_tokens=plan.max_num_batched_tokens or self.max_num_batched_tokens,
+            max_num_seqs=plan.max_num_seqs or self.max_num_seqs,
+            gpu_memory_utilization=plan.gpu_memory_utilization or self.gpu_memory_utilization,
+            num_gpu_blocks=plan.num_gpu_blocks,
+            expected_bytes_per_block=plan.bytes_per_block,
+        )
 
 
 @dataclass(frozen=True)
@@ -376,6 +393,12 @@ def _probe(
     )
     floor = predicted_blocks * (1 - req.tolerance_pct / 100)
     notes = list(est.notes)
+    expected = req.expected_bytes_per_block
+    if expected is not None and expected != vllm.bytes_per_block:
+        notes.append(
+            f"the plan file says {expected:,} B per block, this kvplan computes "
+            f"{vllm.bytes_per_block:,} B (a plan from another version?)"
+        )
     if not all_layers:
         notes.append("profile ran one layer of each distinct shape (CPU; see probes/model.py)")
     return ProbeResult(

@@ -307,7 +307,8 @@ def verify(
         if model is None:
             raise UsageError("give MODEL or --plan FILE")
         spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
-        with render.trial_progress(enabled=not json_) as on_trial:
+        progress = render.trial_progress(enabled=not json_ and render.err_console().is_terminal)
+        with progress as on_trial:
             result = run_verify(spec, request, on_trial=on_trial)
         render.verify(result, as_json=json_)
         if not result.passed:

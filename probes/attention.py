@@ -206,28 +206,3 @@ def paged_attention(
 
         outs.append(_online_attention(q[sl], q_pos[sl], chunks(), scale, window, chunk, Dv))
     return torch.cat(outs) if len(outs) > 1 else outs[0]
-
-
-def reference_attention(
-    q: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    q_pos: torch.Tensor,
-    kv_pos: torch.Tensor,
-    *,
-    scale: float,
-    window: int | None = None,
-    chunk: int | None = None,
-) -> torch.Tensor:
-    """Contiguous attention with ``scaled_dot_product_attention`` (the tests' reference).
-
-    Shapes as :func:`attention`; KV heads are repeated for GQA (``repeat_interleave``).
-    """
-    Hq, Hkv = q.shape[2], key.shape[2]
-    k = key.float().repeat_interleave(Hq // Hkv, dim=2).transpose(1, 2)
-    v = value.float().repeat_interleave(Hq // Hkv, dim=2).transpose(1, 2)
-    mask = _visible(q_pos, kv_pos, window, chunk)[:, None]
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q.float().transpose(1, 2), k, v, attn_mask=mask, scale=scale
-    )
-    return out.transpose(1, 2).to(q.dtype)

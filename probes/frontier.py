@@ -64,7 +64,7 @@ def find_frontier(
     upper: int,
     guess: int | None = None,
     allocated: Callable[[], int],
-    release: Callable[[], None],
+    release: Callable[..., None],
     on_trial: Callable[[Trial], None] | None = None,
 ) -> FrontierSearch:
     """Largest ``n`` in ``[0, upper)`` with ``fits(n)`` true, assuming fits is monotone.
@@ -76,13 +76,14 @@ def find_frontier(
         guess: where the frontier probably is, if ``start`` fits (the probe's: the plan plus
             the activation headroom a decode step does not use); the gallop starts there.
         allocated: bytes the allocator holds now (checked against the baseline after trials).
-        release: free cached memory (``gc`` + ``empty_cache``).
+        release: free cached memory (``gc`` + ``empty_cache``); ``release(full=True)`` also
+            collects old reference cycles, tried when memory is not back at the baseline.
         on_trial: called after each trial (the CLI's progress bar).
 
     Returns:
         The :class:`FrontierSearch`; ``num_blocks`` is 0 when not even one block fits.
     """
-    release()
+    release(full=True)
     search = FrontierSearch(num_blocks=0, baseline_bytes=allocated())
     cache: dict[int, bool] = {}
 
@@ -95,6 +96,8 @@ def find_frontier(
             return False
         ok, peak, error = fits(n)
         release()
+        if allocated() != search.baseline_bytes:
+            release(full=True)
         result = Trial(
             num_blocks=n,
             fits=ok,

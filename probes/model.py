@@ -44,22 +44,28 @@ from probes.attention import DEFAULT_CHUNK_BYTES, attention, paged_attention
 from probes.paged import AttentionCache, PagedKVPool, SequenceState
 from probes.weights import LayerDims, ModelDims, WeightSpec, weight_bytes, weight_specs
 
-PATTERN_ELEMENTS = 1 << 20
+PATTERN_ELEMENTS = 1 << 16
 NORM_EPS = 1e-6
 
 
 def fill_random_(t: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    """Fill ``t`` with a repeated N(0, 0.02) pattern (fast on CPU, where ``normal_`` on a
-    gigabyte takes seconds); the probe needs real-valued weights, not a distribution."""
+    """Fill ``t`` with random values without allocating: N(0, 0.02) drawn in place into its
+    first elements, then copied across the rest (``normal_`` over a gigabyte takes seconds on
+    a CPU). 1-byte types get small positive bit patterns (finite in fp8 and int8)."""
     flat = t.view(-1)
-    gen = torch.Generator(device="cpu").manual_seed(seed)
     n = min(PATTERN_ELEMENTS, flat.numel())
     if n == 0:
         return t
-    pattern = (torch.randn(n, generator=gen) * 0.02).to(device=t.device, dtype=t.dtype)
+    gen = torch.Generator(device=t.device).manual_seed(seed)
+    head = flat[:n]
+    if t.element_size() == 1:
+        head.view(torch.uint8).random_(0, 0x38, generator=gen)
+    else:
+        head.normal_(0.0, 0.02, generator=gen)
     whole = flat.numel() // n * n
-    flat[:whole].view(-1, n).copy_(pattern)
-    flat[whole:].copy_(pattern[: flat.numel() - whole])
+    if whole > n:
+        flat[n:whole].view(-1, n).copy_(head)
+    flat[whole:].copy_(head[: flat.numel() - whole])
     return t
 
 

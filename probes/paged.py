@@ -21,9 +21,9 @@ natural page is smaller than the plan's page (a padded Mamba page), the plan's p
 
 :class:`BlockAllocator` mirrors vLLM's ``BlockPool``: block 0 is the permanent null block, the
 rest are handed out and returned, and ``free + used + 1 == num_blocks`` always holds. A
-sequence owns one block table per group; a window group keeps real blocks only for the tail
-the window needs (earlier entries point at the null block, as vLLM's sliding-window manager
-leaves them), a state group owns its state slot(s).
+sequence owns one block table per group; a window group owns as many blocks as vLLM's
+sliding-window manager holds at once (window + tokens in flight + 1) and maps the logical
+table onto them as a ring, a state group owns its state slot(s).
 
 Worked example (Gemma-3-1B, TP 1, bf16, block 16): 22 sliding + 4 full layers -> groups of 4
 (6 sliding groups of 4,4,4,4,3,3 and 1 full group of 4); 4 raw tensors, each 16 x 1 KV head x
@@ -285,11 +285,13 @@ class BlockAllocator:
 
 @dataclass
 class SequenceState:
-    """One sequence's length and block table per group (logical block -> block id)."""
+    """One sequence: its length, the blocks it owns per group, and its block tables
+    (logical block index -> block id) per group."""
 
     seq_id: int
     num_tokens: int
     capacity: int
+    blocks: list[list[int]] = field(default_factory=list)
     tables: list[list[int]] = field(default_factory=list)
 
 
@@ -389,10 +391,10 @@ class PagedKVPool:
     def add_sequence(self, num_tokens: int, capacity: int | None = None) -> SequenceState:
         """Admit a sequence holding ``num_tokens`` tokens with room up to ``capacity``.
 
-        Each group gets the blocks vLLM's manager would hold at ``capacity`` tokens; window
-        groups place them at the tail of the logical table (the window's blocks), state groups
-        own their slot(s). Raises :class:`NoFreeBlocksError` (taking nothing) when the pool
-        is short.
+        Each group gets the blocks vLLM's manager would hold at ``capacity`` tokens (the
+        admission count); window groups use theirs as a ring over the logical table (vLLM
+        frees out-of-window blocks and takes new ones: the same number held), state groups own
+        their slot(s). Raises :class:`NoFreeBlocksError` (taking nothing) when the pool is short.
         """
         capacity = max(capacity or num_tokens, num_tokens, 1)
         need = [self.layout.blocks_for(i, capacity) for i in range(len(self.layout.groups))]
@@ -402,18 +404,22 @@ class PagedKVPool:
         self._next_id += 1
         for g, n in zip(self.layout.groups, need, strict=True):
             blocks = self.allocator.allocate(n)
+            seq.blocks.append(blocks)
             if isinstance(g.spec, StateSpec):
                 seq.tables.append(blocks)
                 continue
+            # full layers: one block per logical block; window and chunk layers: their blocks
+            # as a ring (logical j -> blocks[j mod n]); n covers the window plus the tokens in
+            # flight, so a block is reused only once no query can see it any more.
             logical = -(-capacity // g.block_size)
-            seq.tables.append([NULL_BLOCK] * max(0, logical - n) + blocks)
+            seq.tables.append([blocks[j % n] for j in range(logical)])
         self.sequences[seq.seq_id] = seq
         return seq
 
     def remove_sequence(self, seq_id: int) -> None:
         seq = self.sequences.pop(seq_id)
-        for table in seq.tables:
-            self.allocator.free(b for b in table if b != NULL_BLOCK)
+        for blocks in seq.blocks:
+            self.allocator.free(blocks)
 
     def slots(
         self, group: int, seqs: Sequence[SequenceState], positions: Sequence[Sequence[int]]
@@ -424,9 +430,7 @@ class PagedKVPool:
         for seq, pos in zip(seqs, positions, strict=True):
             table = seq.tables[group]
             for p in pos:
-                block = table[p // bs]
-                assert block != NULL_BLOCK, f"position {p} is outside the blocks held"
-                blocks.append(block)
+                blocks.append(table[p // bs])
                 offsets.append(p % bs)
         return (
             torch.tensor(blocks, dtype=torch.long, device=self.device),

@@ -13,7 +13,8 @@ Steps, as vLLM starts an engine (ENGINES.md section 1.2):
    what stays allocated + (peak - what stays) + non-torch growth.
 4. **Prediction.** ``num_gpu_blocks = (budget - non_kv) // bytes_per_block``
    (:func:`probes.plan.predict_num_gpu_blocks`), or a plan file's own ``num_gpu_blocks``.
-5. **Planned run.** Allocate that pool, admit ``max_num_seqs`` sequences at
+5. **Planned run.** (Decode gathers K/V in chunks of at most a quarter of the measured
+   activation headroom.) Allocate that pool, admit ``max_num_seqs`` sequences at
    ``max_model_len`` (as many as the pool holds, plus one shorter sequence in the leftover
    blocks), fill the pool, run ``decode_steps`` decode steps; record the peak, ``mem_get_info``
    and non-torch memory.
@@ -64,6 +65,7 @@ from probes.plan import (
 from probes.weights import ModelDims, model_dims, total_weight_bytes
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 CacheConfig
+MIN_CHUNK_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -278,7 +280,7 @@ def _probe(
     vllm = est.vllm
     device = mem.device
     clock = _Clock()
-    mem.release()
+    mem.release(full=True)
     baseline = mem.allocated()
     non_torch_start = mem.non_torch_bytes()
     buffered = req.weights_buffer or req.weights_bytes is not None
@@ -326,6 +328,11 @@ def _probe(
     activation = profile_peak - after_profile
     non_torch = max(0, mem.non_torch_bytes() - non_torch_start)
     non_kv = (after_profile - baseline) + activation + non_torch
+    # vLLM's decode kernels need no gather buffer; ours gathers K/V in chunks, bounded to a
+    # quarter of the headroom vLLM reserves for activations so a decode step fits where
+    # the engine's would.
+    decode_chunk = max(MIN_CHUNK_BYTES, min(req.max_chunk_bytes, activation // 4))
+    req = replace(req, max_chunk_bytes=decode_chunk)
 
     # 4. prediction
     if req.num_gpu_blocks is not None:
@@ -374,7 +381,7 @@ def _probe(
     clock.lap("frontier")
 
     del model, weights, owners
-    mem.release()
+    mem.release(full=True)
     final = mem.allocated()
 
     peak_predicted = non_kv + predicted_blocks * vllm.bytes_per_block

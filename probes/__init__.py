@@ -11,12 +11,14 @@ activations"). The probes test it the way an engine would live it, without launc
   latents, Mamba state slots), a block allocator and per-sequence block tables;
 - :mod:`probes.attention` -- paged attention in pure torch (gather by block table, online
   softmax over chunks that bound the extra memory): prefill, decode, GQA/MQA, windows, MLA;
+- :mod:`probes.weights` -- the weight tensors of one rank by name and shape (no torch);
 - :mod:`probes.model` -- real-shaped random weights for one GPU rank and the forward passes
-  (vLLM's profile step, decode steps);
+  (vLLM's profile step, decode steps, chunked prefill);
+- :mod:`probes.plan` -- what a plan predicts and the plan files ``--plan`` reads (no torch);
 - :mod:`probes.frontier` -- bisection for the largest pool that still allocates and runs;
 - :mod:`probes.probe` -- the orchestration and its result (predicted vs measured);
 - :mod:`probes.hfcache` -- cross-check of the byte layout against transformers' real cache.
 
-Every module here imports torch at the top; nothing outside ``probes/`` imports them except
-inside ``kvplan verify``'s function body, so ``kvplan --help`` never loads torch.
+The torch modules import it at the top; nothing outside ``probes/`` imports them except inside
+``kvplan verify``'s function body, so ``kvplan --help`` and ``kvplan estimate`` never load torch.
 """

@@ -77,13 +77,17 @@ class Weight:
     stored: torch.Tensor
     dtype: torch.dtype
 
-    def get(self) -> torch.Tensor:
+    def get(self, first: int | None = None) -> torch.Tensor:
+        """The weight in the compute dtype; ``first``: only the first entries of dim 0 (the
+        experts a step uses), so a packed expert stack is never dequantized whole."""
+        stored = self.stored if first is None else self.stored[:first]
         if self.stored.dtype == self.dtype:
-            return self.stored
+            return stored
         if self.stored.dtype == torch.float8_e4m3fn:
-            return self.stored.to(self.dtype)
+            return stored.to(self.dtype)
         # packed 4-bit: values are irrelevant to memory, the dequantized shape is not
-        return torch.zeros(self.spec.shape, dtype=self.dtype, device=self.stored.device)
+        shape = self.spec.shape if first is None else (first, *self.spec.shape[1:])
+        return torch.zeros(shape, dtype=self.dtype, device=self.stored.device)
 
 
 def allocate_weights(
@@ -346,8 +350,9 @@ class ProbeModel:
             return _ffn(h, self._w(p + "up"), self._w(p + "down"), mlp.gated, mlp.intermediate)
         router = (h @ self._w(p + "router").T).float()
         gates = torch.softmax(router, dim=-1).topk(mlp.top_k, dim=-1).values.to(h.dtype)
-        up = self._w(p + "experts_up")[: mlp.top_k]  # fixed routing: the first top_k experts
-        down = self._w(p + "experts_down")[: mlp.top_k]
+        # fixed routing: the first top_k experts
+        up = self.w[p + "experts_up"].get(mlp.top_k)
+        down = self.w[p + "experts_down"].get(mlp.top_k)
         hidden = torch.matmul(h.unsqueeze(0), up.transpose(1, 2))  # [top_k, n, (2) I]
         if mlp.gated:
             hidden = F.silu(hidden[..., : mlp.intermediate]) * hidden[..., mlp.intermediate :]

@@ -13,9 +13,9 @@ The prediction mirrors vLLM 0.33's own arithmetic (ENGINES.md section 1.2, 1.5, 
 ``non_kv`` this probe feeds it today, and a plan file's ``num_gpu_blocks`` is used as is.
 
 Worked example (Qwen3-0.6B, bf16, block 16, 6 GiB budget): bytes per block 28 layers x 16 x
-8 heads x (128 + 128) x 2 B = 1,835,008; with 1.52 GiB of non-KV memory, available
+8 heads x (128 + 128) x 2 B = 1,835,008; with 1,632,087,654 B of non-KV memory, available
 = 6,442,450,944 - 1,632,087,654 = 4,810,363,290 B -> 2,621 blocks; at max_model_len 4,096
-(256 blocks per request) that is 10.24 requests, 41,936 tokens.
+(256 blocks per request) that is 10.24 requests, int(2,621 / 256 x 4,096) = 41,936 tokens.
 """
 
 from __future__ import annotations

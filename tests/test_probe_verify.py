@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from planner.cli import app, main  # noqa: E402
 from planner.errors import DoesNotFitError, KvplanError, UsageError  # noqa: E402
+from planner.specs import KVDtype  # noqa: E402
 from probes.alloc import BudgetedAllocator  # noqa: E402
 from probes.plan import read_plan  # noqa: E402
 from probes.probe import VerifyRequest, verify  # noqa: E402
@@ -54,6 +55,24 @@ def test_plan_meets_the_allocator(name: str) -> None:
     # every OOM released its memory; the probe ends with nothing allocated
     assert result.oom_recovered and mem.final_allocated_bytes == mem.baseline_bytes == 0
     assert m.peak_bytes <= 4 * MIB
+
+
+@pytest.mark.parametrize(
+    ("name", "quant", "kv_dtype", "bytes_per_block"),
+    [
+        # fp8 KV: 2 layers x 16 x 2 heads x (16 + 16) x 1 B = 2,048 B per block; fp8 weights
+        ("llama", "fp8", KVDtype.FP8, 2_048),
+        # MLA latent (32 + 8) x 1 B x 16 x 2 layers = 1,280 B
+        ("mla", None, KVDtype.FP8, 1_280),
+        # packed 4-bit experts, dequantized only for the experts a step uses
+        ("moe", "mxfp4", KVDtype.AUTO, 4_096),
+    ],
+)
+def test_quantized_weights_and_fp8_kv(name, quant, kv_dtype, bytes_per_block) -> None:
+    config = {"quantization_config": {"quant_method": quant}} if quant else {}
+    result = verify(tiny_spec(name, **config), request(kv_cache_dtype=kv_dtype))
+    assert result.bytes_per_block == result.pool_bytes_per_block == bytes_per_block
+    assert result.planned_run.ran and result.passed and result.oom_recovered
 
 
 def test_plan_file_blocks_above_the_frontier_fail_the_gate() -> None:

@@ -16,6 +16,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +272,14 @@ def parse_config(
     dtype_bytes = DTYPE_BYTES[dtype]
     kinds = _layer_kinds(f, num_layers, notes)
     layers = _layer_specs(f, kinds, num_kv_heads, head_dim, dtype_bytes, is_mla, notes)
+    if f.model_type in FALCON_MODEL_TYPES and _falcon_new_arch(f, hidden):
+        # NOTE: Falcon 40B/180B. transformers' FalconAttention._split_heads broadcasts K and V
+        # to every query head before caching them, so --engine hf holds num_attention_heads
+        # heads; vLLM caches num_kv_heads.
+        layers = [
+            replace(s, hf_num_kv_heads=num_heads) if isinstance(s, FullAttention) else s
+            for s in layers
+        ]
     kv_auto, quant = _kv_dtype_auto(f, dtype, notes)
     if f.defaults_used:
         notes.append("transformers defaults used for: " + ", ".join(sorted(set(f.defaults_used))))
@@ -309,13 +318,14 @@ def _num_layers(f: _Fields) -> int:
     return n
 
 
+def _falcon_new_arch(f: _Fields, hidden: int) -> bool:
+    """NOTE: Falcon. RWConfig forces the new decoder architecture for hidden 8192 (falcon-40b)."""
+    return bool(f.get("new_decoder_architecture")) or (f.model_type != "falcon" and hidden == 8192)
+
+
 def _num_kv_heads(f: _Fields, num_heads: int, hidden: int) -> int:
     if f.model_type in FALCON_MODEL_TYPES:
-        # NOTE: Falcon. RWConfig forces the new decoder architecture for hidden 8192 (falcon-40b).
-        new_arch = bool(f.get("new_decoder_architecture")) or (
-            f.model_type != "falcon" and hidden == 8192
-        )
-        if new_arch:
+        if _falcon_new_arch(f, hidden):
             return f.require_int("num_kv_heads", "n_head_kv", "num_key_value_heads")
         if f.get("multi_query") is None or f.get("multi_query"):
             return 1

@@ -215,6 +215,9 @@ class FullAttention(LayerSpec):
     head_size: int
     head_size_v: int
     dtype_bytes: int
+    # KV heads transformers' cache holds when its model code differs from the config's KV
+    # heads (None: the same); see hf_config for the model that needs it.
+    hf_num_kv_heads: int | None = None
 
     @property
     def bytes_per_token(self) -> int:
@@ -223,7 +226,10 @@ class FullAttention(LayerSpec):
     def for_rank(
         self, *, tp: int, kv_dtype_bytes: int, engine: Engine, model_dtype_bytes: int
     ) -> LayerSpec:
-        heads = engine.kv_heads_per_rank(self.num_kv_heads, tp)
+        kv = self.num_kv_heads
+        if engine is Engine.HF and self.hf_num_kv_heads is not None:
+            kv = self.hf_num_kv_heads
+        heads = engine.kv_heads_per_rank(kv, tp)
         return replace(self, num_kv_heads=heads, dtype_bytes=kv_dtype_bytes)
 
 
@@ -298,6 +304,9 @@ class StateSpec(LayerSpec):
     """
 
     kind: ClassVar[str] = "mamba"
+    # Bytes per element of the SSM / recurrent state in transformers' cache, when its kernels
+    # fix it whatever the model dtype (None: the model dtype, as for vLLM).
+    hf_ssm_dtype_bytes: ClassVar[int | None] = None
     tp: int = 1
     conv_dtype_bytes: int
     ssm_dtype_bytes: int
@@ -334,6 +343,8 @@ class StateSpec(LayerSpec):
         # transformers keeps the whole conv kernel window; vLLM keeps kernel - 1 columns.
         extra = 0 if engine is Engine.HF else -1
         ssm = self.ssm_dtype_bytes if self.ssm_dtype_fixed else model_dtype_bytes
+        if engine is Engine.HF and self.hf_ssm_dtype_bytes is not None:
+            ssm = self.hf_ssm_dtype_bytes
         return replace(
             self,
             tp=tp,
@@ -388,6 +399,10 @@ class GatedDeltaNetState(StateSpec):
     """Gated DeltaNet linear attention (Qwen3-Next): conv over q/k/v plus a k x v state."""
 
     kind: ClassVar[str] = "linear"
+    # NOTE: Qwen3-Next. transformers' delta-rule kernels (torch_chunk_gated_delta_rule and
+    # fla's chunk_gated_delta_rule) return the recurrent state in float32, and the cache keeps
+    # it so; kvplan verify --hf-cache measured 2x the bf16 figure.
+    hf_ssm_dtype_bytes: ClassVar[int | None] = 4
     num_k_heads: int
     num_v_heads: int
     head_k_dim: int

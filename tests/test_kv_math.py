@@ -344,3 +344,31 @@ def test_fp8_checkpoint_kv_scheme_resolves_auto_to_fp8() -> None:
     est = planner.estimate(planner.parse_config(raw, name="fp8-kv", source="test"))
     # 2 layers x 2 kv x 2 x 64 x 1 B
     assert est.kv_cache_dtype == "fp8" and est.kv_bytes_per_token == 512
+
+
+def test_hf_qwen3_next_recurrent_state_is_float32() -> None:
+    # transformers' delta-rule kernels keep the GDN recurrent state in float32 (found by
+    # kvplan verify --hf-cache): 36 GDN layers x (conv 8,192 x 4 x 2 B = 65,536 (HF keeps the
+    # whole kernel window) + recurrent 32 x 128 x 128 x 4 B = 2,097,152) = 77,856,768 B.
+    # vLLM keeps the model dtype: 36 x (49,152 + 1,048,576) = 39,518,208 B.
+    spec = load("Qwen--Qwen3-Next-80B-A3B-Thinking")
+    assert planner.estimate(spec, engine=Engine.HF).state_bytes_per_sequence == 77_856_768
+    assert planner.estimate(spec).state_bytes_per_sequence == 39_518_208
+
+
+@pytest.mark.parametrize(
+    ("folder", "hf_bytes", "vllm_bytes"),
+    [
+        # 80 layers x 232 query heads x 64 x 2 (K, V) x 2 B = 4,751,360 (transformers
+        # broadcasts K/V to every query head); vLLM 80 x 8 KV heads x 64 x 2 x 2 B = 163,840.
+        ("tiiuae--falcon-180B-chat", 4_751_360, 163_840),
+        # falcon-7b is multi-query and not the new architecture: 32 x 1 x 64 x 2 x 2 B both.
+        ("tiiuae--falcon-7b-instruct", 8_192, 8_192),
+    ],
+)
+def test_hf_falcon_new_architecture_caches_every_query_head(
+    folder: str, hf_bytes: int, vllm_bytes: int
+) -> None:
+    spec = load(folder)
+    assert planner.estimate(spec, engine=Engine.HF).kv_bytes_per_token == hf_bytes
+    assert planner.estimate(spec).kv_bytes_per_token == vllm_bytes

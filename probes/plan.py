@@ -8,9 +8,10 @@ The prediction mirrors vLLM 0.33's own arithmetic (ENGINES.md section 1.2, 1.5, 
     max_concurrency      = num_gpu_blocks / blocks_per_request
     kv_cache_size_tokens = int(max_concurrency * max_model_len)
 
-:func:`predict_num_gpu_blocks` is the one place the budget enters; when ``planner.budget``
-(the planner's own model of weights and activations) lands it replaces the measured
-``non_kv`` this probe feeds it today, and a plan file's ``num_gpu_blocks`` is used as is.
+:func:`predict_num_gpu_blocks` is where a measured budget enters (CPU, or ``--memory-budget``).
+On CUDA without ``--memory-budget`` the claim is the planner's own
+(:func:`planner_num_gpu_blocks`, exactly what ``kvplan estimate --gpu`` prints), and a plan
+file's ``num_gpu_blocks`` is used as is.
 
 Worked example (Qwen3-0.6B, bf16, block 16, 6 GiB budget): bytes per block 28 layers x 16 x
 8 heads x (128 + 128) x 2 B = 1,835,008; with 1,632,087,654 B of non-KV memory, available
@@ -59,6 +60,30 @@ def predict_num_gpu_blocks(
         ``num_gpu_blocks``, 0 when nothing is left for the cache.
     """
     return max(0, (memory_budget_bytes - non_kv_bytes) // bytes_per_block)
+
+
+def planner_num_gpu_blocks(
+    spec: Any, est: Any, *, total_bytes: int, gpu_memory_utilization: float
+) -> int:
+    """The planner's own claim for a device of ``total_bytes``: exactly what
+    ``kvplan estimate --gpu`` reports (weights from the planner's loader, activation, non-torch
+    and CUDA-graph estimates from :mod:`planner.budget`). Used on CUDA, where the claim can be
+    tested against the real allocator."""
+    from planner.budget import activation_peak_bytes, vllm_capacity
+    from planner.recommend import load_weights
+
+    weights = load_weights(
+        spec, tp=est.tensor_parallel_size, pp=est.pipeline_parallel_size, allow_hub=False
+    )
+    cap = vllm_capacity(
+        est,
+        estimate_at=lambda n: est,
+        gpu_memory_bytes=total_bytes,
+        weights_bytes=weights.bytes_per_rank,
+        activation_bytes=activation_peak_bytes(spec, est.vllm.max_num_batched_tokens),
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
+    return int(cap.num_gpu_blocks)
 
 
 def capacity(

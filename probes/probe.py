@@ -60,6 +60,7 @@ from probes.plan import (
     check_one_request,
     check_tolerance,
     error_pct,
+    planner_num_gpu_blocks,
     predict_num_gpu_blocks,
 )
 from probes.weights import ModelDims, model_dims, total_weight_bytes
@@ -337,6 +338,14 @@ def _probe(
     # 4. prediction
     if req.num_gpu_blocks is not None:
         predicted_blocks, source = req.num_gpu_blocks, "plan file"
+    elif isinstance(mem, CudaMemory) and req.memory_budget_bytes is None:
+        predicted_blocks = planner_num_gpu_blocks(
+            spec,
+            est,
+            total_bytes=mem.total_bytes,
+            gpu_memory_utilization=req.gpu_memory_utilization,
+        )
+        source = "planner budget (kvplan estimate --gpu)"
     else:
         predicted_blocks = predict_num_gpu_blocks(
             memory_budget_bytes=budget, non_kv_bytes=non_kv, bytes_per_block=vllm.bytes_per_block

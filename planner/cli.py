@@ -619,10 +619,11 @@ def simulate(
     """
     import planner
     from planner import render
+    from planner.files import write_all_atomic
     from planner.gpus import get_gpu
     from planner.simulate import build_settings, simulate_model
     from planner.units import parse_size
-    from planner.workload import load_workload, trace_lines, write_atomic
+    from planner.workload import load_workload, trace_lines
 
     with user_errors():
         axes: dict[str, list[str]] = {
@@ -664,12 +665,15 @@ def simulate(
             max_model_len=max_model_len,
             goal=goal,
         )
+        # every output is rendered before any is written: an error leaves no file behind
+        outputs: list[tuple[str, str, bytes | str]] = []
         if save_trace:
-            write_atomic(save_trace, ("\n".join(trace_lines(load)) + "\n").encode())
+            outputs.append(("--save-trace", save_trace, "\n".join(trace_lines(load)) + "\n"))
         if output:
-            write_atomic(output, render.to_json(render.simulate_dict(report)).encode())
+            outputs.append(("-o", output, render.to_json(render.simulate_dict(report))))
         if plot:
-            render.simulate_plot(report, plot)
+            outputs.append(("--plot", plot, render.simulate_plot(report, plot)))
+        write_all_atomic(outputs)
         render.simulate(report, as_json=json_)
 
 

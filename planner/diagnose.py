@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import KvplanError
-from planner.plans import PlansFileError, read_text_file
+from planner.errors import InputFileError, KvplanError
+from planner.files import read_text_file
 from planner.specs import KVDtype
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ LOW_PCT = 50.0  # "usage under 50 %"
 MIN_SAMPLES = 3  # runtime stat lines needed before judging usage
 
 
-class LogFileError(PlansFileError):
+class LogFileError(InputFileError):
     """The log cannot be read (missing, binary, too large): exit 2."""
 
 
@@ -550,10 +550,7 @@ def diagnose_file(
         :class:`NothingRecognisedError` when no line is a vLLM line kvplan knows.
     """
     file = Path(path)
-    try:
-        text = read_text_file(file, limit=MAX_LOG_BYTES, what="log file")
-    except PlansFileError as exc:
-        raise LogFileError(str(exc)) from None
+    text = read_text_file(file, limit=MAX_LOG_BYTES, what="log file", error=LogFileError)
     log = parse_log(text)
     if not log.recognised:
         raise NothingRecognisedError(

@@ -15,6 +15,13 @@ class UsageError(KvplanError):
     exit_code = 2
 
 
+class InputFileError(KvplanError):
+    """A file named on the command line that cannot be read as a whole (missing, binary, too
+    large, not the expected format): exit code 2, like a bad flag."""
+
+    exit_code = 2
+
+
 class ConfigError(KvplanError):
     """A model config that cannot be read or does not describe a decoder we can size."""
 

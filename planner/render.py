@@ -471,30 +471,6 @@ _STATUS = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
 _MD_STATUS = {"pass": "✅ pass", "fail": "❌ fail", "error": "⚠️ error"}
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename, so
-    a reader (or a failed run) never sees half a report."""
-    import os
-    import tempfile
-    from pathlib import Path
-
-    from planner.errors import UsageError
-
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise UsageError(f"-o {path}: cannot write there: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise UsageError(f"-o {path}: cannot write: {exc.strerror or exc}") from None
-
-
 def _check_text(c: Check, r: DeploymentResult) -> str:
     """One check as a sentence with its numbers."""
     ok = "✓" if c.passed else "✗"
@@ -725,7 +701,9 @@ def check(rep: CheckReport, *, fmt: str = "table", output: str | None = None) ->
         _check_table(rep, Console(file=buf, width=120, no_color=True, highlight=False))
         text = buf.getvalue()
     if output is not None:
-        write_atomic(output, text)
+        from planner.files import write_atomic
+
+        write_atomic(output, text, flag="-o")
     elif text:
         console().file.write(text)
     err = err_console()
@@ -1068,13 +1046,12 @@ def _simulate_table(out: Console, report: SimReport) -> None:
         out.print(f"[bold]★ {report.best_reason}[/]", soft_wrap=True)
 
 
-def simulate_plot(report: SimReport, path: str) -> None:
-    """Usage over time for every run, and the runs' throughput and preemptions, to ``path``
-    (written to a temporary file, then renamed)."""
+def simulate_plot(report: SimReport, path: str) -> bytes:
+    """Usage over time for every run, and the runs' throughput and preemptions, as the bytes of
+    an image in the format ``path``'s suffix names (PNG by default)."""
     import io
 
     from planner.errors import UsageError
-    from planner.workload import write_atomic
 
     try:
         import matplotlib
@@ -1119,7 +1096,7 @@ def simulate_plot(report: SimReport, path: str) -> None:
         raise UsageError(f"--plot {path}: {exc}") from None
     finally:
         plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
 # --------------------------------------------------------------------------- kvplan verify

@@ -1455,10 +1455,10 @@ def simulate_model(
             f"{rejected:,} request(s) longer than max_model_len (prompt + output) were "
             "rejected, as vLLM's API server rejects them"
         )
-    if workload.skipped:
+    if workload.num_skipped:
         shown = "; ".join(workload.skipped[:5])
-        more = f" (and {len(workload.skipped) - 5:,} more)" if len(workload.skipped) > 5 else ""
-        warnings.append(f"{len(workload.skipped):,} bad trace line(s) skipped: {shown}{more}")
+        more = f" (and {workload.num_skipped - 5:,} more)" if workload.num_skipped > 5 else ""
+        warnings.append(f"{workload.num_skipped:,} bad trace line(s) skipped: {shown}{more}")
     best, reason = _pick_best(runs, goal)
     assert roofline is not None
     return SimReport(

@@ -14,6 +14,7 @@ exact only to +-0.005 GiB; comparisons allow for that.
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import re
 from collections.abc import Callable
@@ -102,10 +103,22 @@ class BootLog:
         )
 
 
+def _float(text: str) -> float:
+    """A logged number; ValueError for what is not one (``1.2.3``, ``.``, 400 digits): the line
+    is then not recognised."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {text[:20]!r}")
+    return value
+
+
 def _gib(text: str, unit: str = "GiB") -> int:
     """Bytes of a logged size (vLLM's V0 ``GB`` is GiB: it divides by 2**30)."""
     scale = MIB if unit.lower().startswith("m") else GIB
-    return round(float(text) * scale)
+    value = _float(text) * scale
+    if not math.isfinite(value):
+        raise ValueError(f"not a size: {text[:20]!r}")
+    return round(value)
 
 
 def _int(text: str) -> int:
@@ -118,8 +131,9 @@ Handler = Callable[[BootLog, "re.Match[str]", int], None]
 
 def _many(*pairs: tuple[str, Callable[[re.Match[str]], Any]]) -> Handler:
     def handler(log: BootLog, m: re.Match[str], line: int) -> None:
-        for name, convert in pairs:
-            setattr(log, name, convert(m))
+        values = [(name, convert(m)) for name, convert in pairs]  # all parse, or none is set
+        for name, value in values:
+            setattr(log, name, value)
             log.lines[name] = line
 
     return handler
@@ -195,21 +209,23 @@ _SETTINGS = (
 
 
 def _gmu(log: BootLog, m: re.Match[str], line: int, gmu: str, requested: str) -> None:
-    log.settings["gpu_memory_utilization"] = float(gmu)
+    fraction, requested_bytes = _float(gmu), _gib(requested)
+    log.settings["gpu_memory_utilization"] = fraction
     log.lines["gpu_memory_utilization"] = line
-    log.requested_bytes = _gib(requested)
+    log.requested_bytes = requested_bytes
     log.lines["requested_bytes"] = line
 
 
 def _v0_budget(log: BootLog, m: re.Match[str], line: int) -> None:
     """``total_gpu_memory (23.58GiB) x gpu_memory_utilization (0.90) = 21.22GiB`` (V0)."""
+    total = _gib(m.group(1))
     _gmu(log, m, line, m.group(2), m.group(3))
-    log.total_gpu_bytes = _gib(m.group(1))
+    log.total_gpu_bytes = total
     log.lines["total_gpu_bytes"] = line
 
 
 def _usage(log: BootLog, m: re.Match[str], line: int) -> None:
-    log.kv_usage_pct.append(float(m.group(1)))
+    log.kv_usage_pct.append(_float(m.group(1)))
     log.lines.setdefault("kv_usage_first", line)
     log.lines["kv_usage_last"] = line
     waiting = re.search(r"(?:Waiting|Pending): (\d+) reqs", m.string)
@@ -217,7 +233,8 @@ def _usage(log: BootLog, m: re.Match[str], line: int) -> None:
         log.max_waiting = max(log.max_waiting, int(waiting.group(1)))
     hit = re.search(r"[Pp]refix cache hit rate: (?:GPU: )?([\d.]+)%", m.string)
     if hit:
-        log.prefix_hit_pct.append(float(hit.group(1)))
+        with contextlib.suppress(ValueError):
+            log.prefix_hit_pct.append(_float(hit.group(1)))
 
 
 def _preempted(log: BootLog, m: re.Match[str], line: int) -> None:
@@ -232,15 +249,18 @@ def _oom(log: BootLog, m: re.Match[str], line: int) -> None:
     log.oom_tried_bytes = _gib(m.group(1), m.group(2))
     log.lines["oom"] = line
     text = m.string
-    free = re.search(r"of which ([\d.]+) (GiB|MiB) is free", text)
-    if free:
-        log.oom_free_bytes = _gib(free.group(1), free.group(2))
-    unallocated = re.search(r"([\d.]+) (GiB|MiB) is reserved by PyTorch but unallocated", text)
-    if unallocated:
-        log.oom_reserved_unallocated_bytes = _gib(unallocated.group(1), unallocated.group(2))
-    total = re.search(r"total capacity of ([\d.]+) GiB", text)
-    if total and log.total_gpu_bytes is None:
-        log.total_gpu_bytes = _gib(total.group(1))
+    with contextlib.suppress(ValueError):  # the optional figures, each on its own
+        free = re.search(r"of which ([\d.]+) (GiB|MiB) is free", text)
+        if free:
+            log.oom_free_bytes = _gib(free.group(1), free.group(2))
+    with contextlib.suppress(ValueError):
+        unallocated = re.search(r"([\d.]+) (GiB|MiB) is reserved by PyTorch but unallocated", text)
+        if unallocated:
+            log.oom_reserved_unallocated_bytes = _gib(unallocated.group(1), unallocated.group(2))
+    with contextlib.suppress(ValueError):
+        total = re.search(r"total capacity of ([\d.]+) GiB", text)
+        if total and log.total_gpu_bytes is None:
+            log.total_gpu_bytes = _gib(total.group(1))
 
 
 def _v0_profile(log: BootLog, m: re.Match[str], line: int) -> None:
@@ -252,11 +272,13 @@ def _v0_profile(log: BootLog, m: re.Match[str], line: int) -> None:
         ("kv_cache_size", "available_kv_bytes"),
     ):
         if key in values:
-            setattr(log, name, _gib(values[key]))
-            log.lines[name] = line
+            with contextlib.suppress(ValueError):
+                setattr(log, name, _gib(values[key]))
+                log.lines[name] = line
     if "gpu_memory_utilization" in values:
-        log.settings["gpu_memory_utilization"] = float(values["gpu_memory_utilization"])
-        log.lines["gpu_memory_utilization"] = line
+        with contextlib.suppress(ValueError):
+            log.settings["gpu_memory_utilization"] = _float(values["gpu_memory_utilization"])
+            log.lines["gpu_memory_utilization"] = line
     log.engine = log.engine or "V0"
 
 
@@ -288,7 +310,7 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x?"),
         _many(
             ("concurrency_len", lambda m: _int(m.group(1))),
-            ("max_concurrency", lambda m: float(m.group(2))),
+            ("max_concurrency", lambda m: _float(m.group(2))),
         ),
     ),
     (
@@ -452,7 +474,10 @@ def parse_log(text: str) -> BootLog:
             if literal in line:
                 m = pattern.search(line)
                 if m:
-                    handler(log, m, number)
+                    try:
+                        handler(log, m, number)
+                    except ValueError:  # a number that is not one: not a line kvplan knows
+                        continue
                     matched = True
         log.recognised += matched
     if log.engine is None:

@@ -350,3 +350,35 @@ def test_bad_settings_from_the_command_line_are_errors_from_the_log_notes(tmp_pa
         note.startswith("cannot plan with the settings the log states: ") and "--tp 3" in note
         for note in dg.notes
     ), dg.notes
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Available KV cache memory: 1.2.3 GiB",
+        "Model loading took . GiB and 3.1 seconds",
+        "GPU KV cache usage: 9.9.9%, Prefix cache hit rate: 1%",
+        f"Available KV cache memory: {'9' * 400} GiB",
+        f"Available KV cache memory: {'9' * 300} GiB",  # finite, but not once in bytes
+        "Desired GPU memory utilization is (0.9.1, 20.00 GiB)",
+        "CUDA out of memory. Tried to allocate 1.1.1 GiB",
+        # one bad figure spoils the line: nothing of it is half-set
+        "Actual usage is 14.99 GiB for weight, 1.2.3 GiB for peak activation, 0.13 GiB for "
+        "non-torch memory, and 0.51 GiB for CUDAGraph memory",
+    ],
+)
+def test_numbers_that_are_not_numbers_leave_the_line_unrecognised(line: str) -> None:
+    log = parse_log(f"INFO 11-29 10:00:00 [gpu_worker.py:1] {line}\n")
+    assert log.recognised == 0
+    assert log.weights_bytes is None and log.available_kv_bytes is None
+    assert log.kv_usage_pct == [] and log.settings == {}
+
+
+def test_a_bad_optional_oom_figure_keeps_the_rest_of_the_line() -> None:
+    log = parse_log(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 23.5.1 GiB of which 1.50 GiB is free."
+    )
+    assert log.recognised == 1
+    assert (log.oom_tried_bytes, log.oom_free_bytes) == (gib(2.0), gib(1.5))
+    assert log.total_gpu_bytes is None

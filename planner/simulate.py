@@ -40,6 +40,7 @@ from typing import Any
 from planner.budget import activation_peak_bytes, vllm_capacity
 from planner.errors import DoesNotFitError, UsageError
 from planner.gpus import GPU
+from planner.hf_config import MAX_CONFIG_INT
 from planner.memory import KVEstimate, estimate
 from planner.recommend import load_weights
 from planner.specs import MLA, KVDtype, ModelSpec, cdiv
@@ -1128,9 +1129,10 @@ class SimReport:
 
 
 def _cfg_int(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
+    """The first plausible whole number among ``keys`` (0 to MAX_CONFIG_INT), else ``default``."""
     for key in keys:
         value = cfg.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_CONFIG_INT:
             return value
     return default
 
@@ -1339,8 +1341,8 @@ def simulate_model(
         raise UsageError(
             "size the KV pool: --gpu NAME, --kv-cache-memory 20GiB or --num-gpu-blocks N"
         )
+    weights = load_weights(spec, tp=tp, pp=1)  # first: it refuses malformed optional sizes
     params = estimate_params(spec)
-    weights = load_weights(spec, tp=tp, pp=1)
     if num_gpu_blocks is not None:
         pool = f"--num-gpu-blocks {num_gpu_blocks:,}"
     elif kv_cache_memory_bytes is not None:

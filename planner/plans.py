@@ -187,10 +187,14 @@ def _check_str(v: Any) -> str:
 
 
 def _check_int(v: Any) -> int:
+    from planner.memory import MAX_COUNT
+
     if isinstance(v, bool) or not isinstance(v, int):
         raise _Bad("must be a whole number")
     if v < 1:
         raise _Bad("must be at least 1")
+    if v > MAX_COUNT:
+        raise _Bad(f"must be at most {MAX_COUNT:,}")
     return v
 
 
@@ -216,7 +220,7 @@ def _check_bool(v: Any) -> bool:
 
 
 def _check_size(v: Any) -> int:
-    from planner.units import parse_size
+    from planner.units import MAX_SIZE_BYTES, parse_size
 
     if isinstance(v, bool) or not isinstance(v, int | str):
         raise _Bad("must be bytes or a size like 24GiB")
@@ -226,6 +230,8 @@ def _check_size(v: Any) -> int:
         raise _Bad(str(exc).removeprefix("size ")) from None
     if size < 0:
         raise _Bad("must not be negative")
+    if size > MAX_SIZE_BYTES:
+        raise _Bad("is too large (at most 1 EiB)")
     return size
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,8 @@ def err_console() -> Console:
 
 def fmt_bytes(n: int) -> str:
     """Binary units, named as such: ``16.00 GiB``, ``128.0 KiB``, ``576 B``."""
+    if abs(n) >= 1 << 80:  # past a float's exact range (and any real memory): exact bytes
+        return f"{n:,} B"
     if n >= GIB:
         return f"{n / GIB:,.2f} GiB"
     if n >= MIB:
@@ -44,8 +47,19 @@ def fmt_bytes(n: int) -> str:
 
 
 def to_json(obj: Any) -> str:
-    """Stable, indented JSON with integer bytes (dataclasses via ``asdict``)."""
-    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+    """Stable, indented JSON with integer bytes (dataclasses via ``asdict``). Non-finite floats
+    become ``null``: ``NaN`` and ``Infinity`` are not JSON, and jq and browsers reject them."""
+    return json.dumps(_finite(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def estimate_dict(est: KVEstimate) -> dict[str, Any]:
@@ -304,11 +318,15 @@ BAR_CHARS = {
 
 
 def _bar(parts: list[tuple[str, int]], total: int, width: int = 64) -> str:
-    """A memory bar readable without colour: one character per segment kind."""
-    return "".join(
-        BAR_CHARS[label] * (round(width * max(size, 0) / total) if total else 0)
-        for label, size in parts
-    )
+    """A memory bar readable without colour: one character per segment kind. It never grows
+    past ``width``: parts that add up to more than ``total`` (a budget overrun) are cut."""
+    out, used = [], 0
+    for label, size in parts:
+        share = (2 * width * max(size, 0) + total) // (2 * total) if total > 0 else 0  # rounded
+        n = min(share, width - used)
+        out.append(BAR_CHARS[label] * n)
+        used += n
+    return "".join(out)
 
 
 def _plan(p: Plan, show_grid: bool) -> None:

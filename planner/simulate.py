@@ -41,7 +41,7 @@ from planner.budget import activation_peak_bytes, vllm_capacity
 from planner.errors import DoesNotFitError, UsageError
 from planner.gpus import GPU
 from planner.hf_config import MAX_CONFIG_INT
-from planner.memory import KVEstimate, estimate
+from planner.memory import KVEstimate, estimate, positive_count
 from planner.recommend import load_weights
 from planner.specs import MLA, KVDtype, ModelSpec, cdiv
 from planner.weights import Weights
@@ -1324,6 +1324,8 @@ def simulate_model(
         raise UsageError(f"{len(settings)} settings to compare; at most {MAX_SETTINGS}")
     if num_gpu_blocks is not None and num_gpu_blocks < 0:
         raise UsageError(f"--num-gpu-blocks must not be negative, got {num_gpu_blocks}")
+    if num_gpu_blocks:
+        positive_count("--num-gpu-blocks", num_gpu_blocks)
     gmu = (
         DEFAULT_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization
     )
@@ -1538,6 +1540,5 @@ def _parse_axis_value(axis: str, text: str) -> Any:
         value = int(text)
     except ValueError:
         raise UsageError(f"--{axis} takes whole numbers, got {text!r}") from None
-    if value < 1:
-        raise UsageError(f"--{axis} must be a positive integer, got {value}")
+    positive_count(f"--{axis}", value)
     return value

@@ -6,6 +6,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from types import TracebackType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -106,7 +107,9 @@ def user_errors() -> Iterator[None]:
     except KvplanError as exc:
         if os.environ.get("KVPLAN_DEBUG"):
             raise
-        typer.echo(f"Error: {exc}", err=True)
+        from planner.secrets import redact
+
+        typer.echo(f"Error: {redact(str(exc))}", err=True)
         raise typer.Exit(exc.exit_code) from None
 
 
@@ -820,14 +823,31 @@ def verify(
             )
 
 
+def _redacted_excepthook(
+    kind: type[BaseException], exc: BaseException, tb: TracebackType | None
+) -> None:
+    """Print a traceback as Python does, with any Hugging Face token redacted."""
+    import traceback
+
+    from planner.secrets import redact
+
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, exc, tb))))
+
+
 def main() -> None:
-    """Console entry point: KvplanError -> one line and exit 1; bugs keep their traceback."""
+    """Console entry point: KvplanError -> one line and exit 1; bugs keep their traceback
+    (``KVPLAN_DEBUG=1``: every error does), printed without secrets."""
     try:
-        app()
+        try:
+            app()
+        finally:  # typer installs its own hook when called; ours prints what escapes
+            sys.excepthook = _redacted_excepthook
     except KvplanError as exc:  # raised outside a command body (should not happen)
         if os.environ.get("KVPLAN_DEBUG"):
             raise
-        print(f"Error: {exc}", file=sys.stderr)
+        from planner.secrets import redact
+
+        print(f"Error: {redact(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from planner.errors import InputFileError, KvplanError, UsageError
+from planner.secrets import redact
 
 if TYPE_CHECKING:
     import yaml
@@ -142,7 +143,7 @@ def _stage(flag: str, path: str | Path, data: bytes | str) -> str:
         raise UsageError(f"{name}: cannot write there: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.write(redact(data).encode("utf-8") if isinstance(data, str) else data)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a plain file follows the umask

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from planner.gpus import GPU
 from planner.memory import KVEstimate
 from planner.models import ModelRow
 from planner.recommend import Plan, Report
+from planner.secrets import RedactingStream
 
 if TYPE_CHECKING:  # only for annotations: estimate need not import the check/diagnose parsers
     from planner.diagnose import Diagnosis, Finding
@@ -26,11 +28,13 @@ KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
 
 def console() -> Console:
-    return Console(highlight=False)
+    """stdout, with any Hugging Face token redacted (:mod:`planner.secrets`)."""
+    return Console(file=RedactingStream(sys.stdout), highlight=False)  # type: ignore[arg-type]
 
 
 def err_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    """stderr for warnings and `Error:` lines, redacted like :func:`console`."""
+    return Console(file=RedactingStream(sys.stderr), highlight=False)  # type: ignore[arg-type]
 
 
 def fmt_bytes(n: int) -> str:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from planner.errors import KvplanError, UsageError
+from planner.errors import KvplanError, UsageError, one_line
 
 if TYPE_CHECKING:
     from planner.recommend import GpuInfo
@@ -109,7 +109,7 @@ def user_errors() -> Iterator[None]:
             raise
         from planner.secrets import redact
 
-        typer.echo(f"Error: {redact(str(exc))}", err=True)
+        typer.echo(f"Error: {one_line(redact(str(exc)))}", err=True)
         raise typer.Exit(exc.exit_code) from None
 
 
@@ -847,7 +847,7 @@ def main() -> None:
             raise
         from planner.secrets import redact
 
-        print(f"Error: {redact(str(exc))}", file=sys.stderr)
+        print(f"Error: {one_line(redact(str(exc)))}", file=sys.stderr)
         sys.exit(exc.exit_code)
 
 

@@ -128,6 +128,45 @@ def invoke(args: list[str]) -> Any:
     return CliRunner().invoke(app, args)
 
 
+def run_with_files(files: dict[str, str | bytes], args: list[str]) -> tuple[Any, list[str]]:
+    """Write ``files`` into a scratch folder, run ``kvplan args`` there and check the result is
+    clean (one `Error:` line unless it is `check`); returns the result and the folder's names
+    afterwards (to look for leftovers)."""
+    with scratch() as folder:
+        for name, content in files.items():
+            path = folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content, encoding="utf-8", errors="replace")
+        result = invoke(args)
+        assert_clean(result, args)
+        if args[0] != "check":
+            assert_one_error_line(result, args)
+        return result, sorted(p.name for p in folder.iterdir())
+
+
+def mutate_mapping(draw: st.DrawFn, target: dict[Any, Any], keys: list[str]) -> None:
+    """Drop keys, set them to bad values, add unicode keys, nest deeply, or wrap in a list."""
+    for _ in range(draw(st.integers(1, 4))):
+        action = draw(st.sampled_from(["drop", "set", "set", "unicode", "nest", "list"]))
+        key = draw(st.sampled_from(keys))
+        if action == "drop":
+            target.pop(key, None)
+        elif action == "set":
+            target[key] = draw(BAD_VALUES)
+        elif action == "unicode":
+            target[draw(st.text(min_size=1, max_size=6))] = draw(BAD_VALUES)
+        elif action == "nest":
+            deep: Any = 1
+            for _ in range(draw(st.integers(1, 60))):
+                deep = {"x": deep}
+            target[key] = deep
+        else:
+            target[key] = [target.get(key)]
+
+
 def assert_clean(result: Any, args: list[str], *, codes: tuple[int, ...] = (0, 1, 2)) -> None:
     """A result or a clean error: an allowed exit code, never a traceback, and a failure says
     why on stderr (`Error: ...` from kvplan or Click's usage error)."""

@@ -67,6 +67,11 @@ def device(tmp: Path, name: str, target: str = "/dev/zero") -> str:
     return str(link)
 
 
+def simulate(t: Path, name: str, text: str) -> list[str]:
+    """``kvplan simulate`` of a small model on an H100 with the workload ``text`` as ``name``."""
+    return ["simulate", "llama-3.2-1b", "--gpu", "h100", "-w", file(t, name, text)]
+
+
 def saved_plan(**changes: Any) -> str:
     plan = json.loads(
         CliRunner()
@@ -328,90 +333,50 @@ CATALOGUE = [
         "simulate-trace-line-nested-deep",  # was: RecursionError
         1,
         "line 1: JSON nested too deeply",
-        lambda t: [
-            "simulate",
-            "llama-3.2-1b",
-            "--gpu",
-            "h100",
-            "-w",
-            file(t, "w.jsonl", "[" * 50_000),
-        ],
+        lambda t: simulate(t, "w.jsonl", "[" * 50_000),
     ),
     row(
         "simulate-trace-line-of-1-MiB",
         1,
         "line 2: longer than 65,536 bytes",
-        lambda t: [
-            "simulate",
-            "llama-3.2-1b",
-            "--gpu",
-            "h100",
-            "-w",
-            file(
-                t,
-                "w.jsonl",
-                '{"prompt_tokens": 5, "output_tokens": 5}\n"' + "x" * (1 << 20) + '"\n',
-            ),
-        ],
+        lambda t: simulate(
+            t, "w.jsonl", '{"prompt_tokens": 5, "output_tokens": 5}\n"' + "x" * (1 << 20) + '"\n'
+        ),
     ),
     row(
         "simulate-spec-alias-bomb",  # was: out of memory: str() of the name expanded the bomb
         1,
         "refused: more than 1,000,000 YAML nodes once aliases are expanded",
-        lambda t: [
-            "simulate",
-            "llama-3.2-1b",
-            "--gpu",
-            "h100",
-            "-w",
-            file(t, "w.yaml", f"name: [{NESTED_BOMB}]\nprompt_tokens: 5\noutput_tokens: 5\n"),
-        ],
+        lambda t: simulate(
+            t, "w.yaml", f"name: [{NESTED_BOMB}]\nprompt_tokens: 5\noutput_tokens: 5\n"
+        ),
     ),
     row(
         "simulate-spec-infinite-mean",  # was: OverflowError cannot convert float infinity to integer
         1,
         "prompt_tokens: 'mean' must be a number, got Infinity",
-        lambda t: [
-            "simulate",
-            "llama-3.2-1b",
-            "--gpu",
-            "h100",
-            "-w",
-            file(
-                t, "w.yaml", "prompt_tokens: {dist: normal, mean: .inf, std: 1}\noutput_tokens: 5\n"
-            ),
-        ],
+        lambda t: simulate(
+            t, "w.yaml", "prompt_tokens: {dist: normal, mean: .inf, std: 1}\noutput_tokens: 5\n"
+        ),
     ),
     row(
         "simulate-spec-arrivals-past-1e9-s",  # was: OverflowError, an infinite arrival time
         1,
         "arrivals reach inf s, past the 1e+09 s kvplan simulates",
-        lambda t: [
-            "simulate",
-            "llama-3.2-1b",
-            "--gpu",
-            "h100",
-            "-w",
-            file(
-                t,
-                "w.yaml",
-                "num_requests: 9\narrival: {process: burst, size: 1, interval_s: 1.0e+308}\n"
-                "prompt_tokens: 5\noutput_tokens: 5\n",
-            ),
-        ],
+        lambda t: simulate(
+            t,
+            "w.yaml",
+            "num_requests: 9\narrival: {process: burst, size: 1, interval_s: 1.0e+308}\n"
+            "prompt_tokens: 5\noutput_tokens: 5\n",
+        ),
     ),
     row(
         "simulate-trace-arrival-1e300-s",  # was: simulated, with every latency 0.0 s
         1,
         "arrival_s 1e+300 is not a finite time >= 0 (at most 1e+09 s)",
-        lambda t: [
-            "simulate",
-            "llama-3.2-1b",
-            "--gpu",
-            "h100",
-            "-w",
-            file(t, "w.jsonl", '{"prompt_tokens": 5, "output_tokens": 5, "arrival_s": 1e300}\n'),
-        ],
+        lambda t: simulate(
+            t, "w.jsonl", '{"prompt_tokens": 5, "output_tokens": 5, "arrival_s": 1e300}\n'
+        ),
     ),
     row(
         "simulate-output-nul-in-name",  # was: ValueError embedded null byte

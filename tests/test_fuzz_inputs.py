@@ -33,9 +33,9 @@ from tests.fuzz_helpers import (
     DEFAULT,
     HOSTILE_ARGS,
     SLOW,
-    assert_clean,
-    assert_one_error_line,
     invoke,
+    mutate_mapping,
+    run_with_files,
     scratch,
 )
 from tests.test_fuzz_configs import mutated
@@ -48,26 +48,6 @@ SPECS = {
 PLANS = yaml.safe_load((ROOT / "examples" / "plans.yaml").read_text())
 MODELS = ["llama-3.2-1b", "qwen3-0.6b", "gemma-3-1b-it", "gpt-oss-20b", "deepseek-v2-lite"]
 GPUS = ["h100", "l4", "rtx-4090", "a100-80gb"]
-
-
-def mutate_mapping(draw: st.DrawFn, target: dict[Any, Any], keys: list[str]) -> None:
-    """Drop keys, set them to bad values, add unicode keys, nest deeply, or wrap in a list."""
-    for _ in range(draw(st.integers(1, 4))):
-        action = draw(st.sampled_from(["drop", "set", "set", "unicode", "nest", "list"]))
-        key = draw(st.sampled_from(keys))
-        if action == "drop":
-            target.pop(key, None)
-        elif action == "set":
-            target[key] = draw(BAD_VALUES)
-        elif action == "unicode":
-            target[draw(st.text(min_size=1, max_size=6))] = draw(BAD_VALUES)
-        elif action == "nest":
-            deep: Any = 1
-            for _ in range(draw(st.integers(1, 60))):
-                deep = {"x": deep}
-            target[key] = deep
-        else:
-            target[key] = [target.get(key)]
 
 
 def mangle_text(draw: st.DrawFn, text: str) -> str:
@@ -159,15 +139,10 @@ def config_case(draw: st.DrawFn) -> tuple[str, bytes | None, list[str]]:
 
 def check_config_case(case: tuple[str, bytes | None, list[str]]) -> None:
     text, tensors, flags = case
-    with scratch() as folder:
-        (folder / "model").mkdir()
-        (folder / "model" / "config.json").write_text(text, encoding="utf-8", errors="replace")
-        if tensors is not None:
-            (folder / "model" / "model.safetensors").write_bytes(tensors)
-        args = ["estimate", "./model", *flags]
-        result = invoke(args)
-        assert_clean(result, args)
-        assert_one_error_line(result, args)
+    files: dict[str, str | bytes] = {"model/config.json": text}
+    if tensors is not None:
+        files["model/model.safetensors"] = tensors
+    run_with_files(files, ["estimate", "./model", *flags])
 
 
 @DEFAULT
@@ -211,14 +186,9 @@ def plans_case(draw: st.DrawFn) -> tuple[str, list[str]]:
 
 def check_plans_case(case: tuple[str, list[str]]) -> None:
     text, flags = case
-    with scratch() as folder:
-        (folder / "plans.yaml").write_text(text, encoding="utf-8", errors="replace")
-        args = ["check", "plans.yaml", *flags]
-        result = invoke(args)
-        assert_clean(result, args)
-        if result.exit_code == 2:  # the file is invalid: nothing half-written
-            leftovers = [p.name for p in folder.iterdir() if p.name.startswith(".report")]
-            assert not leftovers, leftovers
+    result, names = run_with_files({"plans.yaml": text}, ["check", "plans.yaml", *flags])
+    if result.exit_code == 2:  # the file is invalid: nothing half-written
+        assert not [name for name in names if name.startswith(".report")], names
 
 
 @DEFAULT
@@ -315,14 +285,10 @@ def workload_case(draw: st.DrawFn) -> tuple[str, str, list[str]]:
 
 def check_workload_case(case: tuple[str, str, list[str]]) -> None:
     name, text, flags = case
-    with scratch() as folder:
-        (folder / name).write_text(text, encoding="utf-8", errors="replace")
-        args = ["simulate", "llama-3.2-1b", "-w", name, *flags]
-        result = invoke(args)
-        assert_clean(result, args)
-        assert_one_error_line(result, args)
-        if result.exit_code != 0:  # an error leaves no output file behind
-            assert not (folder / "report.json").exists() and not (folder / "trace.jsonl").exists()
+    args = ["simulate", "llama-3.2-1b", "-w", name, *flags]
+    result, names = run_with_files({name: text}, args)
+    if result.exit_code != 0:  # an error leaves no output file behind
+        assert "report.json" not in names and "trace.jsonl" not in names, names
 
 
 @DEFAULT
@@ -393,12 +359,7 @@ def log_case(draw: st.DrawFn) -> tuple[str, list[str]]:
 
 def check_log_case(case: tuple[str, list[str]]) -> None:
     text, flags = case
-    with scratch() as folder:
-        (folder / "vllm.log").write_text(text, encoding="utf-8", errors="replace")
-        args = ["diagnose", "vllm.log", *flags]
-        result = invoke(args)
-        assert_clean(result, args)
-        assert_one_error_line(result, args)
+    run_with_files({"vllm.log": text}, ["diagnose", "vllm.log", *flags])
 
 
 @DEFAULT
@@ -615,14 +576,12 @@ def argv(draw: st.DrawFn) -> list[str]:
 
 
 def check_argv(args: list[str]) -> None:
-    with scratch() as folder:
-        (folder / "w.jsonl").write_text(TRACE)
-        (folder / "plans.yaml").write_text((ROOT / "examples" / "plans.yaml").read_text())
-        (folder / "vllm.log").write_text(Path(FIXTURE_LOG).read_text())
-        result = invoke(args)
-        assert_clean(result, args)
-        if args[0] != "check":
-            assert_one_error_line(result, args)
+    files = {
+        "w.jsonl": TRACE,
+        "plans.yaml": (ROOT / "examples" / "plans.yaml").read_text(),
+        "vllm.log": Path(FIXTURE_LOG).read_text(),
+    }
+    run_with_files(files, args)
 
 
 @DEFAULT

@@ -594,9 +594,9 @@ def diagnose_file(
         "max_num_seqs": max_num_seqs,
         "enforce_eager": enforce_eager,
     }
-    settings, sources = _settings(log, given)
     notes: list[str] = []
-    gpu = gpu or _gpu_from_log(log)
+    settings, sources = _settings(log, given, notes)
+    gpu = gpu or _gpu_from_log(log, settings)
     if gpu is not None:
         settings["gpu"], settings["gpu_memory_bytes"] = gpu.name, gpu.memory_bytes
         where = "log" if gpu.source == "log" else "command line"
@@ -619,17 +619,24 @@ def diagnose_file(
     return Diagnosis(str(path), log, settings, sources, terms, findings, notes)
 
 
-def _settings(log: BootLog, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def _settings(
+    log: BootLog, given: dict[str, Any], notes: list[str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The plan's settings: the command line's, else the log's (a value the log states that
+    vLLM could not have run with is left out, with a note), else vLLM's defaults."""
     settings: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for key in (*given, *_SETTINGS):
+    for key in dict.fromkeys((*given, *_SETTINGS)):
         if given.get(key) is not None:
             settings[key], sources[key] = given[key], "command line"
         elif key == "model" and log.model:
             settings[key], sources[key] = log.model, f"log line {log.lines['model']}"
         elif key in log.settings:
-            settings[key] = log.settings[key]
-            sources[key] = f"log line {log.lines[key]}"
+            where = f"log line {log.lines[key]}"
+            if not _usable_log_setting(key, log.settings[key]):
+                notes.append(f"ignored {key} {log.settings[key]!r} ({where}): not a valid value")
+                continue
+            settings[key], sources[key] = log.settings[key], where
     if "gpu_memory_utilization" not in settings:
         from planner.budget import VLLM_DEFAULT_GMU
 
@@ -639,12 +646,50 @@ def _settings(log: BootLog, given: dict[str, Any]) -> tuple[dict[str, Any], dict
     return settings, sources
 
 
-def _gpu_from_log(log: BootLog) -> GpuInfo | None:
+# The log's settings that shape the plan (gpu_memory_utilization is checked as it is read).
+_LOG_PLAN_KEYS = (
+    "tp",
+    "pp",
+    "max_model_len",
+    "kv_cache_dtype",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "block_size",
+    "enforce_eager",
+    "enable_prefix_caching",
+)
+
+
+def _usable_log_setting(key: str, value: Any) -> bool:
+    """Whether a setting read from the log is one vLLM could have run with."""
+    from planner.memory import MAX_COUNT
+
+    if key == "gpu_memory_utilization":
+        return (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and 0 < value <= 1
+        )
+    if key == "kv_cache_dtype":
+        try:
+            KVDtype.parse(str(value))
+        except KvplanError:
+            return False
+        return True
+    if key in ("enforce_eager", "enable_prefix_caching"):
+        return value in (True, False, "True", "False", "true", "false")
+    number = _as_int(value)
+    return number is not None and 1 <= number <= MAX_COUNT
+
+
+def _gpu_from_log(log: BootLog, settings: dict[str, Any]) -> GpuInfo | None:
     from planner.recommend import GpuInfo
 
     total = log.total_gpu_bytes
-    if total is None and log.requested_bytes and log.settings.get("gpu_memory_utilization"):
-        total = round(log.requested_bytes / float(log.settings["gpu_memory_utilization"]))
+    gmu = settings.get("gpu_memory_utilization")
+    if total is None and log.requested_bytes and gmu:
+        total = round(log.requested_bytes / float(gmu))
     return GpuInfo("from the log", total, "log") if total else None
 
 
@@ -712,10 +757,17 @@ def _plan_for(
         findings.append(Finding("plan-does-not-fit", "error", {"message": str(exc)}))
         return None
     except UsageError as exc:
-        if strict:
-            raise
+        from_log = [k for k in _LOG_PLAN_KEYS if sources.get(k, "").startswith("log")]
+        if strict and not from_log:
+            raise  # the command line's own mistake
         notes.append(f"cannot plan with the settings the log states: {exc}")
-        return None
+        if not strict:
+            return None
+        # The user named other settings; plan with theirs and vLLM's defaults for the log's.
+        for key in from_log:
+            del s[key], sources[key]
+        notes[-1] += f"; planned with vLLM's defaults for {', '.join(from_log)}"
+        return _plan_for(log, s, gpu, a100, offline, findings, notes, strict, sources)
 
 
 def _terms(log: BootLog, p: Plan | None) -> list[Term]:

@@ -382,3 +382,51 @@ def test_a_bad_optional_oom_figure_keeps_the_rest_of_the_line() -> None:
     assert log.recognised == 1
     assert (log.oom_tried_bytes, log.oom_free_bytes) == (gib(2.0), gib(1.5))
     assert log.total_gpu_bytes is None
+
+
+def nondefault_log(tmp_path: Path, args: str, extra: str = "") -> Path:
+    path = tmp_path / "vllm.log"
+    path.write_text(
+        "INFO Requested memory: 0.90 (util), 20.00 GiB\n"
+        f"INFO non-default args: {{'model': 'meta-llama/Llama-3.1-8B', {args}}}\n"
+        "INFO Available KV cache memory: 5.00 GiB\nINFO GPU KV cache size: 40,960 tokens\n" + extra
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "note"),
+    [
+        (
+            "'gpu_memory_utilization': 'abc'",
+            "ignored gpu_memory_utilization 'abc'",
+        ),  # was: ValueError
+        (
+            "'gpu_memory_utilization': 0",
+            "ignored gpu_memory_utilization 0",
+        ),  # was: ZeroDivisionError
+        ("'gpu_memory_utilization': 7", "ignored gpu_memory_utilization 7"),
+        ("'tensor_parallel_size': -1", "ignored tp -1"),
+        ("'kv_cache_dtype': 'fp7'", "ignored kv_cache_dtype 'fp7'"),
+        ("'max_model_len': 1" + "0" * 30, "ignored max_model_len"),
+    ],
+)
+def test_a_logs_impossible_setting_is_ignored_with_a_note(
+    tmp_path: Path, args: str, note: str
+) -> None:
+    for flags in ([], ["--gpu", "h100"]):
+        result = runner.invoke(app, ["diagnose", str(nondefault_log(tmp_path, args)), *flags])
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        assert result.exit_code == 0, result.stderr
+        assert note in " ".join(result.stdout.split())
+
+
+def test_a_logs_tp_the_model_cannot_take_is_a_note_even_with_flags(tmp_path: Path) -> None:
+    # was: "Error: --tp 5 does not divide ..." (exit 2) when any flag was given, blaming a flag
+    # the user never passed
+    log = nondefault_log(tmp_path, "'tensor_parallel_size': 5")
+    dg = diagnose_file(log, gpu=gpu("h100"))
+    assert "tp" not in dg.settings
+    assert any("--tp 5 does not divide" in n and "defaults for tp" in n for n in dg.notes), dg.notes
+    result = runner.invoke(app, ["diagnose", str(log), "--gpu", "h100", "--tp", "3"])
+    assert result.exit_code == 2 and "--tp 3 does not divide" in result.stderr  # the user's own

@@ -307,6 +307,7 @@ def test_workloads_through_simulate_10k(case: tuple[str, str, list[str]]) -> Non
 # --------------------------------------------------------------------------- boot logs
 
 NUMBERS = ["1.2.3", ".", "-", "-1", "1e999", "9" * 400, "0", "nan", "", "٣", "0x10", "1,,2"]
+NUMBERS += ["'abc'", "7", "5", "None", "[1]"]  # a non-default args value that is not one
 
 
 @st.composite

@@ -67,6 +67,7 @@ from probes.weights import ModelDims, model_dims, total_weight_bytes
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 CacheConfig
 MIN_CHUNK_BYTES = 64 << 10
+MAX_DECODE_STEPS = 1024  # the planned run proves the pool; more steps only take longer
 
 
 @dataclass(frozen=True)
@@ -194,8 +195,11 @@ def _check(req: VerifyRequest) -> None:
         raise UsageError(
             f"--gpu-memory-utilization must be in (0, 1], got {req.gpu_memory_utilization}"
         )
-    if req.decode_steps < 1:
-        raise UsageError(f"--decode-steps must be at least 1, got {req.decode_steps}")
+    if not 1 <= req.decode_steps <= MAX_DECODE_STEPS:
+        raise UsageError(
+            f"--decode-steps must be from 1 to {MAX_DECODE_STEPS:,} (each is a decode step of "
+            f"every sequence through every layer), got {req.decode_steps:,}"
+        )
     if req.device.startswith("cpu") and req.memory_budget_bytes is None:
         raise UsageError(
             "--device cpu needs --memory-budget SIZE (e.g. 6GiB): a CPU has no device memory "

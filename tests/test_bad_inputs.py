@@ -432,6 +432,13 @@ CATALOGUE = [
         "--tolerance must be a percentage in [0, 100), got nan",
         ["verify", "qwen3-0.6b", "--memory-budget", "1GiB", "--tolerance", "nan"],
     ),
+    row(
+        "verify-decode-steps-10^9",  # was: ran a billion decode steps (a hang)
+        2,
+        "--decode-steps must be from 1 to 1,024",
+        ["verify", "llama-3.2-1b", "--memory-budget", "4GiB", "--max-model-len", "256"]
+        + ["--max-num-batched-tokens", "64", "--max-num-seqs", "8", "--decode-steps", "1000000000"],
+    ),
     row("verify-hf-cache-without-model", 2, "--hf-cache needs MODEL", ["verify", "--hf-cache"]),
     row(
         "verify-memory-budget-ambiguous",

@@ -282,8 +282,8 @@ def _parts(spec: ModelSpec) -> _Parts:
             n += m
         # MLP (Nemotron-H layers are a mixer or an MLP, never both)
         block = pattern[i] if pattern else None
-        if block in ("M", "*"):
-            pass
+        if block in ("M", "*") or mt in ("mamba", "falcon_mamba", "mamba2"):
+            pass  # a mixer-only block: Nemotron-H's M / * layers, pure Mamba models
         elif (block == "E") or (block is None and _is_moe_layer(c, mt, i)):
             per_expert = mlp_mats * hidden * moe_i
             shared = (mlp_mats if block is None else 2) * hidden * shared_i

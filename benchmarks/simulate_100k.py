@@ -16,6 +16,7 @@ import time
 
 import planner
 from planner.gpus import get_gpu
+from planner.recommend import load_weights
 from planner.simulate import (
     BlockLayout,
     SimConfig,
@@ -41,7 +42,7 @@ def main() -> None:
     est = planner.estimate(spec, max_model_len=16384, gpu_memory_bytes=gpu.memory_bytes)
     assert est.vllm is not None
     params = estimate_params(spec)
-    blocks, _ = _pool_for_gpu(est, gpu, 0.92, params.weight_bytes)
+    blocks, _ = _pool_for_gpu(spec, est, gpu, 0.92, load_weights(spec, tp=1, pp=1))
     layout, _ = BlockLayout.from_estimate(est)
     config = SimConfig(
         num_gpu_blocks=blocks,

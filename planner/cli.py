@@ -6,11 +6,12 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from types import TracebackType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from planner.errors import KvplanError, UsageError
+from planner.errors import KvplanError, UsageError, one_line
 
 if TYPE_CHECKING:
     from planner.recommend import GpuInfo
@@ -106,7 +107,9 @@ def user_errors() -> Iterator[None]:
     except KvplanError as exc:
         if os.environ.get("KVPLAN_DEBUG"):
             raise
-        typer.echo(f"Error: {exc}", err=True)
+        from planner.secrets import redact
+
+        typer.echo(f"Error: {one_line(redact(str(exc)))}", err=True)
         raise typer.Exit(exc.exit_code) from None
 
 
@@ -619,10 +622,11 @@ def simulate(
     """
     import planner
     from planner import render
+    from planner.files import write_all_atomic
     from planner.gpus import get_gpu
     from planner.simulate import build_settings, simulate_model
     from planner.units import parse_size
-    from planner.workload import load_workload, trace_lines, write_atomic
+    from planner.workload import load_workload, trace_lines
 
     with user_errors():
         axes: dict[str, list[str]] = {
@@ -664,12 +668,15 @@ def simulate(
             max_model_len=max_model_len,
             goal=goal,
         )
+        # every output is rendered before any is written: an error leaves no file behind
+        outputs: list[tuple[str, str, bytes | str]] = []
         if save_trace:
-            write_atomic(save_trace, ("\n".join(trace_lines(load)) + "\n").encode())
+            outputs.append(("--save-trace", save_trace, "\n".join(trace_lines(load)) + "\n"))
         if output:
-            write_atomic(output, render.to_json(render.simulate_dict(report)).encode())
+            outputs.append(("-o", output, render.to_json(render.simulate_dict(report))))
         if plot:
-            render.simulate_plot(report, plot)
+            outputs.append(("--plot", plot, render.simulate_plot(report, plot)))
+        write_all_atomic(outputs)
         render.simulate(report, as_json=json_)
 
 
@@ -816,14 +823,31 @@ def verify(
             )
 
 
+def _redacted_excepthook(
+    kind: type[BaseException], exc: BaseException, tb: TracebackType | None
+) -> None:
+    """Print a traceback as Python does, with any Hugging Face token redacted."""
+    import traceback
+
+    from planner.secrets import redact
+
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, exc, tb))))
+
+
 def main() -> None:
-    """Console entry point: KvplanError -> one line and exit 1; bugs keep their traceback."""
+    """Console entry point: KvplanError -> one line and exit 1; bugs keep their traceback
+    (``KVPLAN_DEBUG=1``: every error does), printed without secrets."""
     try:
-        app()
+        try:
+            app()
+        finally:  # typer installs its own hook when called; ours prints what escapes
+            sys.excepthook = _redacted_excepthook
     except KvplanError as exc:  # raised outside a command body (should not happen)
         if os.environ.get("KVPLAN_DEBUG"):
             raise
-        print(f"Error: {exc}", file=sys.stderr)
+        from planner.secrets import redact
+
+        print(f"Error: {one_line(redact(str(exc)))}", file=sys.stderr)
         sys.exit(exc.exit_code)
 
 

@@ -14,6 +14,7 @@ exact only to +-0.005 GiB; comparisons allow for that.
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import re
 from collections.abc import Callable
@@ -21,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import KvplanError
-from planner.plans import PlansFileError, read_text_file
+from planner.errors import InputFileError, KvplanError
+from planner.files import read_text_file
 from planner.specs import KVDtype
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ LOW_PCT = 50.0  # "usage under 50 %"
 MIN_SAMPLES = 3  # runtime stat lines needed before judging usage
 
 
-class LogFileError(PlansFileError):
+class LogFileError(InputFileError):
     """The log cannot be read (missing, binary, too large): exit 2."""
 
 
@@ -102,10 +103,22 @@ class BootLog:
         )
 
 
+def _float(text: str) -> float:
+    """A logged number; ValueError for what is not one (``1.2.3``, ``.``, 400 digits): the line
+    is then not recognised."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {text[:20]!r}")
+    return value
+
+
 def _gib(text: str, unit: str = "GiB") -> int:
     """Bytes of a logged size (vLLM's V0 ``GB`` is GiB: it divides by 2**30)."""
     scale = MIB if unit.lower().startswith("m") else GIB
-    return round(float(text) * scale)
+    value = _float(text) * scale
+    if not math.isfinite(value):
+        raise ValueError(f"not a size: {text[:20]!r}")
+    return round(value)
 
 
 def _int(text: str) -> int:
@@ -118,8 +131,9 @@ Handler = Callable[[BootLog, "re.Match[str]", int], None]
 
 def _many(*pairs: tuple[str, Callable[[re.Match[str]], Any]]) -> Handler:
     def handler(log: BootLog, m: re.Match[str], line: int) -> None:
-        for name, convert in pairs:
-            setattr(log, name, convert(m))
+        values = [(name, convert(m)) for name, convert in pairs]  # all parse, or none is set
+        for name, value in values:
+            setattr(log, name, value)
             log.lines[name] = line
 
     return handler
@@ -195,21 +209,23 @@ _SETTINGS = (
 
 
 def _gmu(log: BootLog, m: re.Match[str], line: int, gmu: str, requested: str) -> None:
-    log.settings["gpu_memory_utilization"] = float(gmu)
+    fraction, requested_bytes = _float(gmu), _gib(requested)
+    log.settings["gpu_memory_utilization"] = fraction
     log.lines["gpu_memory_utilization"] = line
-    log.requested_bytes = _gib(requested)
+    log.requested_bytes = requested_bytes
     log.lines["requested_bytes"] = line
 
 
 def _v0_budget(log: BootLog, m: re.Match[str], line: int) -> None:
     """``total_gpu_memory (23.58GiB) x gpu_memory_utilization (0.90) = 21.22GiB`` (V0)."""
+    total = _gib(m.group(1))
     _gmu(log, m, line, m.group(2), m.group(3))
-    log.total_gpu_bytes = _gib(m.group(1))
+    log.total_gpu_bytes = total
     log.lines["total_gpu_bytes"] = line
 
 
 def _usage(log: BootLog, m: re.Match[str], line: int) -> None:
-    log.kv_usage_pct.append(float(m.group(1)))
+    log.kv_usage_pct.append(_float(m.group(1)))
     log.lines.setdefault("kv_usage_first", line)
     log.lines["kv_usage_last"] = line
     waiting = re.search(r"(?:Waiting|Pending): (\d+) reqs", m.string)
@@ -217,7 +233,8 @@ def _usage(log: BootLog, m: re.Match[str], line: int) -> None:
         log.max_waiting = max(log.max_waiting, int(waiting.group(1)))
     hit = re.search(r"[Pp]refix cache hit rate: (?:GPU: )?([\d.]+)%", m.string)
     if hit:
-        log.prefix_hit_pct.append(float(hit.group(1)))
+        with contextlib.suppress(ValueError):
+            log.prefix_hit_pct.append(_float(hit.group(1)))
 
 
 def _preempted(log: BootLog, m: re.Match[str], line: int) -> None:
@@ -232,15 +249,18 @@ def _oom(log: BootLog, m: re.Match[str], line: int) -> None:
     log.oom_tried_bytes = _gib(m.group(1), m.group(2))
     log.lines["oom"] = line
     text = m.string
-    free = re.search(r"of which ([\d.]+) (GiB|MiB) is free", text)
-    if free:
-        log.oom_free_bytes = _gib(free.group(1), free.group(2))
-    unallocated = re.search(r"([\d.]+) (GiB|MiB) is reserved by PyTorch but unallocated", text)
-    if unallocated:
-        log.oom_reserved_unallocated_bytes = _gib(unallocated.group(1), unallocated.group(2))
-    total = re.search(r"total capacity of ([\d.]+) GiB", text)
-    if total and log.total_gpu_bytes is None:
-        log.total_gpu_bytes = _gib(total.group(1))
+    with contextlib.suppress(ValueError):  # the optional figures, each on its own
+        free = re.search(r"of which ([\d.]+) (GiB|MiB) is free", text)
+        if free:
+            log.oom_free_bytes = _gib(free.group(1), free.group(2))
+    with contextlib.suppress(ValueError):
+        unallocated = re.search(r"([\d.]+) (GiB|MiB) is reserved by PyTorch but unallocated", text)
+        if unallocated:
+            log.oom_reserved_unallocated_bytes = _gib(unallocated.group(1), unallocated.group(2))
+    with contextlib.suppress(ValueError):
+        total = re.search(r"total capacity of ([\d.]+) GiB", text)
+        if total and log.total_gpu_bytes is None:
+            log.total_gpu_bytes = _gib(total.group(1))
 
 
 def _v0_profile(log: BootLog, m: re.Match[str], line: int) -> None:
@@ -252,11 +272,13 @@ def _v0_profile(log: BootLog, m: re.Match[str], line: int) -> None:
         ("kv_cache_size", "available_kv_bytes"),
     ):
         if key in values:
-            setattr(log, name, _gib(values[key]))
-            log.lines[name] = line
+            with contextlib.suppress(ValueError):
+                setattr(log, name, _gib(values[key]))
+                log.lines[name] = line
     if "gpu_memory_utilization" in values:
-        log.settings["gpu_memory_utilization"] = float(values["gpu_memory_utilization"])
-        log.lines["gpu_memory_utilization"] = line
+        with contextlib.suppress(ValueError):
+            log.settings["gpu_memory_utilization"] = _float(values["gpu_memory_utilization"])
+            log.lines["gpu_memory_utilization"] = line
     log.engine = log.engine or "V0"
 
 
@@ -288,7 +310,7 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x?"),
         _many(
             ("concurrency_len", lambda m: _int(m.group(1))),
-            ("max_concurrency", lambda m: float(m.group(2))),
+            ("max_concurrency", lambda m: _float(m.group(2))),
         ),
     ),
     (
@@ -452,7 +474,10 @@ def parse_log(text: str) -> BootLog:
             if literal in line:
                 m = pattern.search(line)
                 if m:
-                    handler(log, m, number)
+                    try:
+                        handler(log, m, number)
+                    except ValueError:  # a number that is not one: not a line kvplan knows
+                        continue
                     matched = True
         log.recognised += matched
     if log.engine is None:
@@ -550,10 +575,7 @@ def diagnose_file(
         :class:`NothingRecognisedError` when no line is a vLLM line kvplan knows.
     """
     file = Path(path)
-    try:
-        text = read_text_file(file, limit=MAX_LOG_BYTES, what="log file")
-    except PlansFileError as exc:
-        raise LogFileError(str(exc)) from None
+    text = read_text_file(file, limit=MAX_LOG_BYTES, what="log file", error=LogFileError)
     log = parse_log(text)
     if not log.recognised:
         raise NothingRecognisedError(
@@ -572,9 +594,9 @@ def diagnose_file(
         "max_num_seqs": max_num_seqs,
         "enforce_eager": enforce_eager,
     }
-    settings, sources = _settings(log, given)
     notes: list[str] = []
-    gpu = gpu or _gpu_from_log(log)
+    settings, sources = _settings(log, given, notes)
+    gpu = gpu or _gpu_from_log(log, settings)
     if gpu is not None:
         settings["gpu"], settings["gpu_memory_bytes"] = gpu.name, gpu.memory_bytes
         where = "log" if gpu.source == "log" else "command line"
@@ -597,17 +619,24 @@ def diagnose_file(
     return Diagnosis(str(path), log, settings, sources, terms, findings, notes)
 
 
-def _settings(log: BootLog, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def _settings(
+    log: BootLog, given: dict[str, Any], notes: list[str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The plan's settings: the command line's, else the log's (a value the log states that
+    vLLM could not have run with is left out, with a note), else vLLM's defaults."""
     settings: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for key in (*given, *_SETTINGS):
+    for key in dict.fromkeys((*given, *_SETTINGS)):
         if given.get(key) is not None:
             settings[key], sources[key] = given[key], "command line"
         elif key == "model" and log.model:
             settings[key], sources[key] = log.model, f"log line {log.lines['model']}"
         elif key in log.settings:
-            settings[key] = log.settings[key]
-            sources[key] = f"log line {log.lines[key]}"
+            where = f"log line {log.lines[key]}"
+            if not _usable_log_setting(key, log.settings[key]):
+                notes.append(f"ignored {key} {log.settings[key]!r} ({where}): not a valid value")
+                continue
+            settings[key], sources[key] = log.settings[key], where
     if "gpu_memory_utilization" not in settings:
         from planner.budget import VLLM_DEFAULT_GMU
 
@@ -617,12 +646,50 @@ def _settings(log: BootLog, given: dict[str, Any]) -> tuple[dict[str, Any], dict
     return settings, sources
 
 
-def _gpu_from_log(log: BootLog) -> GpuInfo | None:
+# The log's settings that shape the plan (gpu_memory_utilization is checked as it is read).
+_LOG_PLAN_KEYS = (
+    "tp",
+    "pp",
+    "max_model_len",
+    "kv_cache_dtype",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "block_size",
+    "enforce_eager",
+    "enable_prefix_caching",
+)
+
+
+def _usable_log_setting(key: str, value: Any) -> bool:
+    """Whether a setting read from the log is one vLLM could have run with."""
+    from planner.memory import MAX_COUNT
+
+    if key == "gpu_memory_utilization":
+        return (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and 0 < value <= 1
+        )
+    if key == "kv_cache_dtype":
+        try:
+            KVDtype.parse(str(value))
+        except KvplanError:
+            return False
+        return True
+    if key in ("enforce_eager", "enable_prefix_caching"):
+        return value in (True, False, "True", "False", "true", "false")
+    number = _as_int(value)
+    return number is not None and 1 <= number <= MAX_COUNT
+
+
+def _gpu_from_log(log: BootLog, settings: dict[str, Any]) -> GpuInfo | None:
     from planner.recommend import GpuInfo
 
     total = log.total_gpu_bytes
-    if total is None and log.requested_bytes and log.settings.get("gpu_memory_utilization"):
-        total = round(log.requested_bytes / float(log.settings["gpu_memory_utilization"]))
+    gmu = settings.get("gpu_memory_utilization")
+    if total is None and log.requested_bytes and gmu:
+        total = round(log.requested_bytes / float(gmu))
     return GpuInfo("from the log", total, "log") if total else None
 
 
@@ -690,10 +757,17 @@ def _plan_for(
         findings.append(Finding("plan-does-not-fit", "error", {"message": str(exc)}))
         return None
     except UsageError as exc:
-        if strict:
-            raise
+        from_log = [k for k in _LOG_PLAN_KEYS if sources.get(k, "").startswith("log")]
+        if strict and not from_log:
+            raise  # the command line's own mistake
         notes.append(f"cannot plan with the settings the log states: {exc}")
-        return None
+        if not strict:
+            return None
+        # The user named other settings; plan with theirs and vLLM's defaults for the log's.
+        for key in from_log:
+            del s[key], sources[key]
+        notes[-1] += f"; planned with vLLM's defaults for {', '.join(from_log)}"
+        return _plan_for(log, s, gpu, a100, offline, findings, notes, strict, sources)
 
 
 def _terms(log: BootLog, p: Plan | None) -> list[Term]:

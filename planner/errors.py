@@ -15,6 +15,13 @@ class UsageError(KvplanError):
     exit_code = 2
 
 
+class InputFileError(KvplanError):
+    """A file named on the command line that cannot be read as a whole (missing, binary, too
+    large, not the expected format): exit code 2, like a bad flag."""
+
+    exit_code = 2
+
+
 class ConfigError(KvplanError):
     """A model config that cannot be read or does not describe a decoder we can size."""
 
@@ -29,3 +36,14 @@ class DoesNotFitError(KvplanError):
 
 class WorkloadError(KvplanError):
     """A workload file (JSONL trace or YAML spec) that cannot be read or makes no requests."""
+
+
+def one_line(message: str) -> str:
+    """``message`` as one printable line. A message may quote a key or value from a hostile
+    file; its line breaks and other control characters are written as escapes (``\\r``), so an
+    `Error:` line stays one line and cannot move the terminal's cursor."""
+    if message.isprintable():
+        return message
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message
+    )

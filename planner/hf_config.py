@@ -83,6 +83,9 @@ STATE_LAYER_TYPES = frozenset({"linear_attention", "mamba", "mamba2", "ssm"})
 NO_CACHE_LAYER_TYPES = frozenset({"mlp", "moe", "ffn", "none"})
 CONFIG_MAX_BYTES = 5 * 1024 * 1024
 MAX_LAYERS = 10_000  # the largest released models have a few hundred
+# Sizes and counts above this are not a model (the largest real values, vocabularies and
+# context lengths, are a few million); it keeps every product of them exact in a float.
+MAX_CONFIG_INT = 1 << 40
 # Defaults of optional fields that transformers' (5.24) config classes fill in for the catalog's
 # model types, so the common path needs no transformers import; other model types ask
 # transformers itself (see _transformers_defaults). Types transformers does not know (custom
@@ -119,6 +122,7 @@ KNOWN_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+MAX_HUB_ID = 200  # the Hub's own limit is 96 characters for each part
 
 
 # --------------------------------------------------------------------------- field access
@@ -166,6 +170,11 @@ class _Fields:
             value = int(value)
         if value <= 0:
             raise ConfigError(f"{self.name}: {key} must be a positive integer, got {value!r}")
+        if value > MAX_CONFIG_INT:
+            raise ConfigError(
+                f"{self.name}: {key} {_short_int(value)} is beyond any real model "
+                f"(at most {MAX_CONFIG_INT:,})"
+            )
         return int(value)
 
     def require_int(self, *keys: str) -> int:
@@ -183,6 +192,11 @@ class _Fields:
         if value is None:
             return default
         return self.positive_int(value, keys[0])
+
+
+def _short_int(value: int | float) -> str:
+    text = f"{value:,}" if isinstance(value, int) else repr(value)
+    return text if len(text) <= 30 else f"of {len(str(int(value))):,} digits"
 
 
 @functools.lru_cache(maxsize=64)
@@ -723,15 +737,15 @@ def load_model_spec(
 
     if not model or not model.strip():
         raise ModelNotFoundError("no model given; pass a catalog name, hub id or path")
-    path = Path(model).expanduser()
-    if path.exists() or model.startswith((".", "/", "~")) or model.endswith(".json"):
+    path = _expand(model)
+    if _exists(path) or model.startswith((".", "/", "~")) or model.endswith(".json"):
         return _load_local(path, model)
     entry = catalog.lookup(model)
     if entry is not None and revision is None:
         return parse_config(entry.config, name=entry.hub_id, source=f"catalog: {entry.name}")
     if entry is not None:
         model = entry.hub_id  # a catalog name with --revision: that revision from the Hub
-    if HUB_ID.match(model):
+    if HUB_ID.match(model) and len(model) <= MAX_HUB_ID:
         from planner.hub import download_config
 
         config_path = download_config(model, revision=revision, offline=offline)
@@ -740,14 +754,36 @@ def load_model_spec(
         return parse_config(raw, name=model, source=label)
     hint = catalog.suggest(model)
     raise ModelNotFoundError(
-        f"unknown model {model!r}: not a local path, catalog name or hub id (org/name)"
+        f"unknown model {_short_path(model)!r}: not a local path, catalog name or hub id "
+        "(org/name)"
         + (f"; did you mean {', '.join(hint)}?" if hint else "; `kvplan models` lists the catalog")
     )
 
 
+def _short_path(model: str) -> str:
+    """A model argument as messages show it: a 5,000-character one is not repeated whole."""
+    return model if len(model) <= 200 else f"{model[:100]}...({len(model):,} characters)"
+
+
+def _expand(model: str) -> Path:
+    """``~`` expanded where it can be (``~nosuchuser/x`` stays as written)."""
+    try:
+        return Path(model).expanduser()
+    except RuntimeError:
+        return Path(model)
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; a name the OS refuses (too long, NUL byte) does not."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _load_local(path: Path, model: str) -> ModelSpec:
-    if not path.exists():
-        raise ModelNotFoundError(f"no such file or directory: {model}")
+    if not _exists(path):
+        raise ModelNotFoundError(f"no such file or directory: {_short_path(model)}")
     config_path = path / "config.json" if path.is_dir() else path
     if not config_path.is_file():
         raise ModelNotFoundError(f"{model} has no config.json")

@@ -34,6 +34,9 @@ SGLANG_HYBRID_SWA_MODEL_TYPES = frozenset(
 VLLM_KERNEL_BLOCK_ALIGNMENT = 16
 VLLM_MLA_HYBRID_BLOCK_ALIGNMENT = 128
 DEFAULT_BATCH_SIZES = (1, 8, 32)
+# Token counts, lengths, sequences and parallel sizes above 2^40 describe no deployment; the
+# bound keeps every byte product exact in a float for the renderers.
+MAX_COUNT = 1 << 40
 
 
 @dataclass(frozen=True)
@@ -168,9 +171,13 @@ def vllm_batch_defaults(
     return tokens, seqs
 
 
-def _positive(name: str, value: int | None) -> None:
+def positive_count(name: str, value: int | None) -> None:
+    """Refuse a count flag that is not a whole number in [1, MAX_COUNT] (None: not given)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    if value is not None and value > MAX_COUNT:
+        shown = f"{value:,}" if value < 10**30 else f"a {len(str(value)):,}-digit number"
+        raise UsageError(f"{name} must be at most {MAX_COUNT:,} (2^40), got {shown}")
 
 
 def _valid_tp_sizes(spec: ModelSpec, limit: int = 64) -> list[int]:
@@ -248,9 +255,9 @@ def estimate(
         ("--max-num-batched-tokens", max_num_batched_tokens),
         ("--max-num-seqs", max_num_seqs),
     ):
-        _positive(name, value)
+        positive_count(name, value)
     for b in batch_sizes:
-        _positive("--batch", b)
+        positive_count("--batch", b)
     warnings: list[str] = []
     notes = list(spec.notes)
     problems = _tp_problems(spec, tp)

@@ -31,17 +31,17 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from planner.errors import KvplanError, UsageError
+from planner import files
+from planner.errors import InputFileError, KvplanError, UsageError
+from planner.files import MarkedMap as _Map
 from planner.specs import Engine, KVDtype
 
 if TYPE_CHECKING:
-    import yaml
-
     from planner.budget import EngineCapacity
     from planner.memory import KVEstimate
     from planner.recommend import GpuInfo, Plan
@@ -50,152 +50,17 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 MAX_PLANS_BYTES = 1 << 20  # 1 MiB: a plans file is a few KiB
-MAX_YAML_NODES = 1_000_000  # after expanding aliases: refuses "billion laughs"
 ENGINES = (Engine.VLLM, Engine.SGLANG, Engine.TRTLLM)
 VLLM_ONLY = ("max_num_batched_tokens", "enable_prefix_caching", "enforce_eager")
 
 
-class PlansFileError(KvplanError):
+class PlansFileError(InputFileError):
     """The plans file cannot be read as a whole (missing, binary, too large, not YAML)."""
-
-    exit_code = 2
-
-
-# --------------------------------------------------------------------------- YAML with lines
-
-
-class _Map(dict[Any, Any]):
-    """A YAML mapping that remembers its own line and the line of each key (1-based)."""
-
-    line: int = 0
-    key_lines: dict[Any, int]
-
-
-def _loader_class() -> type[yaml.SafeLoader]:
-    """A SafeLoader whose mappings are :class:`_Map` and refuse duplicate keys (built lazily so
-    ``kvplan --help`` never imports yaml)."""
-    import yaml
-
-    class MarkedLoader(yaml.SafeLoader):
-        pass
-
-    def construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Iterator[_Map]:
-        data = _Map()
-        data.line = node.start_mark.line + 1
-        data.key_lines = {}
-        yield data
-        first: dict[str, int] = {}
-        for key_node, _ in node.value:  # the node's own keys; `<<` merges may be overridden
-            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                if key_node.value in first:
-                    raise yaml.constructor.ConstructorError(
-                        None,
-                        None,
-                        f"duplicate key {key_node.value!r} (first on line {first[key_node.value]})",
-                        key_node.start_mark,
-                    )
-                first[key_node.value] = key_node.start_mark.line + 1
-        data.update(loader.construct_mapping(node))  # flattens `<<` merge keys first
-        for key_node, _ in node.value:
-            data.key_lines[loader.construct_object(key_node)] = key_node.start_mark.line + 1
-
-    MarkedLoader.add_constructor("tag:yaml.org,2002:map", construct_map)
-    return MarkedLoader
-
-
-def _expanded_nodes(root: yaml.Node, limit: int) -> int:
-    """Nodes in the document once every alias is expanded; refuses cycles and totals over
-    ``limit`` (an anchor/alias bomb is tiny on disk and exponential when expanded)."""
-    import yaml
-
-    size: dict[int, int] = {}
-    in_progress: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, finished = stack.pop()
-        key = id(node)
-        if isinstance(node, yaml.MappingNode):
-            children = [n for pair in node.value for n in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            children = list(node.value)
-        else:
-            children = []
-        if finished:
-            in_progress.discard(key)
-            size[key] = 1 + sum(size[id(c)] for c in children)
-            if size[key] > limit:
-                raise _YamlLimit(node, f"more than {limit:,} YAML nodes once aliases are expanded")
-            continue
-        if key in size:
-            continue
-        if key in in_progress:
-            raise _YamlLimit(node, "an alias refers to a node that contains it (recursive)")
-        in_progress.add(key)
-        stack.append((node, True))
-        stack.extend((c, False) for c in children)
-    return size[id(root)]
-
-
-class _YamlLimit(Exception):
-    def __init__(self, node: yaml.Node, message: str) -> None:
-        super().__init__(message)
-        self.line = node.start_mark.line + 1
-
-
-def read_text_file(path: Path, *, limit: int, what: str) -> str:
-    """The UTF-8 text of ``path``, refusing missing, oversized and binary files with one line
-    that names the file (exit 2)."""
-    try:
-        size = path.stat().st_size
-        if path.is_dir():
-            raise PlansFileError(f"{path}: is a directory, not a {what}")
-        if size > limit:
-            raise PlansFileError(
-                f"{path}: {size:,} bytes is larger than the {limit:,}-byte limit for a {what}"
-            )
-        with path.open("rb") as f:
-            raw = f.read(limit + 1)
-    except FileNotFoundError:
-        raise PlansFileError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise PlansFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > limit:
-        raise PlansFileError(f"{path}: larger than the {limit:,}-byte limit for a {what}")
-    if b"\0" in raw:
-        raise PlansFileError(f"{path}: binary file (NUL bytes), not a {what}")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise PlansFileError(
-            f"{path}: not UTF-8 text (byte {exc.start:,}); a {what} must be text"
-        ) from None
 
 
 def load_yaml(path: Path, *, limit_bytes: int = MAX_PLANS_BYTES) -> Any:
-    """Parse ``path`` with a SafeLoader that records lines; errors name the file and line."""
-    import yaml
-
-    text = read_text_file(path, limit=limit_bytes, what="plans file")
-    loader = _loader_class()(text)
-    try:
-        root = loader.get_single_node()
-        if root is None:
-            return None
-        _expanded_nodes(root, MAX_YAML_NODES)
-        return loader.construct_document(root)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = " ".join(p for p in (exc.context, exc.problem) if p)
-        raise PlansFileError(f"{where}: invalid YAML: {problem}") from None
-    except yaml.YAMLError as exc:
-        raise PlansFileError(f"{path}: invalid YAML: {exc}") from None
-    except _YamlLimit as exc:
-        raise PlansFileError(f"{path}:{exc.line}: refused: {exc}") from None
-    except RecursionError:
-        raise PlansFileError(f"{path}: refused: YAML nested too deeply") from None
-    finally:
-        loader.dispose()
+    """Parse a plans file (see :func:`planner.files.load_yaml`); errors name the file and line."""
+    return files.load_yaml(path, limit_bytes=limit_bytes, what="plans file", error=PlansFileError)
 
 
 # --------------------------------------------------------------------------- schema
@@ -322,10 +187,14 @@ def _check_str(v: Any) -> str:
 
 
 def _check_int(v: Any) -> int:
+    from planner.memory import MAX_COUNT
+
     if isinstance(v, bool) or not isinstance(v, int):
         raise _Bad("must be a whole number")
     if v < 1:
         raise _Bad("must be at least 1")
+    if v > MAX_COUNT:
+        raise _Bad(f"must be at most {MAX_COUNT:,}")
     return v
 
 
@@ -351,7 +220,7 @@ def _check_bool(v: Any) -> bool:
 
 
 def _check_size(v: Any) -> int:
-    from planner.units import parse_size
+    from planner.units import MAX_SIZE_BYTES, parse_size
 
     if isinstance(v, bool) or not isinstance(v, int | str):
         raise _Bad("must be bytes or a size like 24GiB")
@@ -361,6 +230,8 @@ def _check_size(v: Any) -> int:
         raise _Bad(str(exc).removeprefix("size ")) from None
     if size < 0:
         raise _Bad("must not be negative")
+    if size > MAX_SIZE_BYTES:
+        raise _Bad("is too large (at most 1 EiB)")
     return size
 
 

@@ -26,7 +26,7 @@ from planner.budget import (
     vllm_capacity,
 )
 from planner.errors import DoesNotFitError, UsageError
-from planner.memory import KVEstimate, estimate
+from planner.memory import KVEstimate, estimate, positive_count
 from planner.specs import Engine, KVDtype, ModelSpec, cdiv
 from planner.weights import Weights, from_config, from_hub, from_local_dir
 
@@ -170,8 +170,7 @@ def plan(
         ("--shared-prefix", shared_prefix_tokens),
         ("--avg-tokens", avg_tokens),
     ):
-        if value is not None and value < 1:
-            raise UsageError(f"{flag} must be a positive integer, got {value}")
+        positive_count(flag, value)
     weights = weights or load_weights(spec, tp=tp, pp=pp)
     if kv_cache_memory_bytes is None:
         _check_weights_fit(spec, weights, gpu, gpu_memory_utilization, tp, pp)

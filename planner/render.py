@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from planner.errors import one_line
 from planner.gpus import GPU
 from planner.memory import KVEstimate
 from planner.models import ModelRow
 from planner.recommend import Plan, Report
+from planner.secrets import RedactingStream
 
 if TYPE_CHECKING:  # only for annotations: estimate need not import the check/diagnose parsers
     from planner.diagnose import Diagnosis, Finding
@@ -24,16 +29,26 @@ if TYPE_CHECKING:  # only for annotations: estimate need not import the check/di
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
 
+def _user(text: object) -> str:
+    """Text that came from the user's files or flags, safe to print: one line without control
+    characters (:func:`planner.errors.one_line`), and rich markup in it shown, not applied."""
+    return escape(one_line(str(text)))
+
+
 def console() -> Console:
-    return Console(highlight=False)
+    """stdout, with any Hugging Face token redacted (:mod:`planner.secrets`)."""
+    return Console(file=RedactingStream(sys.stdout), highlight=False)  # type: ignore[arg-type]
 
 
 def err_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    """stderr for warnings and `Error:` lines, redacted like :func:`console`."""
+    return Console(file=RedactingStream(sys.stderr), highlight=False)  # type: ignore[arg-type]
 
 
 def fmt_bytes(n: int) -> str:
     """Binary units, named as such: ``16.00 GiB``, ``128.0 KiB``, ``576 B``."""
+    if abs(n) >= 1 << 80:  # past a float's exact range (and any real memory): exact bytes
+        return f"{n:,} B"
     if n >= GIB:
         return f"{n / GIB:,.2f} GiB"
     if n >= MIB:
@@ -44,8 +59,19 @@ def fmt_bytes(n: int) -> str:
 
 
 def to_json(obj: Any) -> str:
-    """Stable, indented JSON with integer bytes (dataclasses via ``asdict``)."""
-    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+    """Stable, indented JSON with integer bytes (dataclasses via ``asdict``). Non-finite floats
+    become ``null``: ``NaN`` and ``Infinity`` are not JSON, and jq and browsers reject them."""
+    return json.dumps(_finite(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def estimate_dict(est: KVEstimate) -> dict[str, Any]:
@@ -58,7 +84,7 @@ def estimate_dict(est: KVEstimate) -> dict[str, Any]:
 def warnings_(messages: list[str]) -> None:
     out = err_console()
     for message in messages:
-        out.print(f"[yellow]Warning:[/] {message}", soft_wrap=True)
+        out.print(f"[yellow]Warning:[/] {_user(message)}", soft_wrap=True)
 
 
 def estimate(est: KVEstimate, *, as_json: bool = False) -> None:
@@ -68,14 +94,14 @@ def estimate(est: KVEstimate, *, as_json: bool = False) -> None:
         console().file.write(to_json(estimate_dict(est)))
         return
     out = console()
-    out.print(f"[bold]{est.model}[/]  ({est.source})")
+    out.print(f"[bold]{_user(est.model)}[/]  ({_user(est.source)})")
     heads = (
         f"{est.num_attention_heads} heads / {est.num_kv_heads} KV heads"
         if est.num_attention_heads
         else "no attention"
     )
     out.print(
-        f"{est.model_type} · {est.attention_type} · {est.num_layers} layers · {heads} · "
+        f"{_user(est.model_type)} · {est.attention_type} · {est.num_layers} layers · {heads} · "
         f"head {est.head_dim} · weights {est.model_dtype}"
     )
     pp = (
@@ -141,7 +167,7 @@ def estimate(est: KVEstimate, *, as_json: bool = False) -> None:
     if est.examples:
         out.print(examples)
     for note in est.notes:
-        out.print(f"[dim]note: {note}[/]", soft_wrap=True)
+        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
     out.print("[dim]Sizes in binary units (1 GiB = 2^30 bytes). --json gives every figure.[/]")
 
 
@@ -304,11 +330,15 @@ BAR_CHARS = {
 
 
 def _bar(parts: list[tuple[str, int]], total: int, width: int = 64) -> str:
-    """A memory bar readable without colour: one character per segment kind."""
-    return "".join(
-        BAR_CHARS[label] * (round(width * max(size, 0) / total) if total else 0)
-        for label, size in parts
-    )
+    """A memory bar readable without colour: one character per segment kind. It never grows
+    past ``width``: parts that add up to more than ``total`` (a budget overrun) are cut."""
+    out, used = [], 0
+    for label, size in parts:
+        share = (2 * width * max(size, 0) + total) // (2 * total) if total > 0 else 0  # rounded
+        n = min(share, width - used)
+        out.append(BAR_CHARS[label] * n)
+        used += n
+    return "".join(out)
 
 
 def _plan(p: Plan, show_grid: bool) -> None:
@@ -353,13 +383,13 @@ def _plan(p: Plan, show_grid: bool) -> None:
             rows.append(("headroom", cap.headroom_bytes, "--headroom"))
         rows.append(("KV cache", cap.available_kv_bytes, "what is left for blocks"))
         for label, size, why in rows:
-            legend.add_row(f"  {label}", fmt_bytes(size), f"[dim]{why}[/]")
+            legend.add_row(f"  {label}", fmt_bytes(size), f"[dim]{_user(why)}[/]")
         out.print(legend)
     else:
         out.print(f"[bold]vLLM with --kv-cache-memory {fmt_bytes(cap.available_kv_bytes)}[/]")
     out.print("[bold]vLLM would log:[/]")
     for line in cap.log_lines:
-        out.print(f"  {line}", soft_wrap=True)
+        out.print(f"  {line}", soft_wrap=True, markup=False)
     out.print(
         f"  ({cap.num_gpu_blocks:,} blocks of {fmt_bytes(cap.bytes_per_block)}; "
         f"{cap.blocks_per_request:,} blocks per request)"
@@ -414,7 +444,7 @@ def _plan(p: Plan, show_grid: bool) -> None:
     for name, command in p.commands.items():
         out.print(f"  {name:7} {command}", soft_wrap=True, markup=False)
     for note in p.notes:
-        out.print(f"[dim]note: {note}[/]", soft_wrap=True)
+        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
     out.print(
         "[dim]Weights are exact only from safetensors headers; activation, non-torch and "
         "CUDA-graph figures are estimates — `kvplan verify --gpu` measures them.[/]"
@@ -469,30 +499,6 @@ def gpus(rows: list[GPU], *, as_json: bool = False) -> None:
 CHECK_FORMATS = ("table", "json", "markdown", "junit")
 _STATUS = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
 _MD_STATUS = {"pass": "✅ pass", "fail": "❌ fail", "error": "⚠️ error"}
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename, so
-    a reader (or a failed run) never sees half a report."""
-    import os
-    import tempfile
-    from pathlib import Path
-
-    from planner.errors import UsageError
-
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise UsageError(f"-o {path}: cannot write there: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise UsageError(f"-o {path}: cannot write: {exc.strerror or exc}") from None
 
 
 def _check_text(c: Check, r: DeploymentResult) -> str:
@@ -583,7 +589,7 @@ def check_markdown(rep: CheckReport) -> str:
     ]
 
     def cell(text: Any) -> str:
-        return str(text).replace("|", "\\|").replace("\n", " ")
+        return one_line(str(text)).replace("|", "\\|").replace("`", "'")
 
     for r in rep.results:
         row = [
@@ -669,6 +675,10 @@ def check_junit(rep: CheckReport) -> str:
             {"classname": "kvplan.plans", "name": p.where, "file": p.file, "line": str(p.line)},
         )
         ET.SubElement(case, "error", {"type": "InvalidPlan", "message": str(p)}).text = str(p)
+    for element in root.iter():  # XML 1.0 has no control characters, even escaped
+        element.attrib.update({k: one_line(v) for k, v in element.attrib.items()})
+        if element.text:
+            element.text = "\n".join(one_line(line) for line in element.text.split("\n"))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -676,7 +686,7 @@ def check_junit(rep: CheckReport) -> str:
 def _check_table(rep: CheckReport, out: Console) -> None:
     counts = rep.counts
     table = Table(
-        title=f"kvplan check {rep.file}: {counts['passed']} of {counts['deployments']} "
+        title=f"kvplan check {_user(rep.file)}: {counts['passed']} of {counts['deployments']} "
         "deployments fit",
         title_justify="left",
     )
@@ -686,16 +696,18 @@ def _check_table(rep: CheckReport, out: Console) -> None:
         style = {"pass": "green", "fail": "red", "error": "yellow"}[r.status]
         table.add_row(
             f"[{style}]{_STATUS[r.status]}[/]",
-            r.name,
-            r.model,
+            _user(r.name),
+            _user(r.model),
             r.engine,
-            _where(r),
+            _user(_where(r)),
             r.limiting or "—",
             _margin(r),
         )
     out.print(table)
     for r in rep.results:
-        out.print(f"[bold]{r.name}[/]: {_summary(r)}", soft_wrap=True, highlight=False)
+        out.print(
+            f"[bold]{_user(r.name)}[/]: {_user(_summary(r))}", soft_wrap=True, highlight=False
+        )
         if r.fix:
             out.print(f"  fix: {r.fix}", soft_wrap=True, highlight=False, markup=False)
     out.print(
@@ -725,12 +737,14 @@ def check(rep: CheckReport, *, fmt: str = "table", output: str | None = None) ->
         _check_table(rep, Console(file=buf, width=120, no_color=True, highlight=False))
         text = buf.getvalue()
     if output is not None:
-        write_atomic(output, text)
+        from planner.files import write_atomic
+
+        write_atomic(output, text, flag="-o")
     elif text:
         console().file.write(text)
     err = err_console()
     for problem in sorted(rep.problems, key=lambda p: p.line):
-        err.print(f"Error: {problem}", markup=False, soft_wrap=True)
+        err.print(f"Error: {one_line(str(problem))}", markup=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------- kvplan diagnose
@@ -882,7 +896,7 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
         if log.kv_usage_pct or log.preemptions
         else ""
     )
-    out.print(f"[bold]{dg.file}[/]: {kind} log, {log.recognised} lines recognised{runtime}")
+    out.print(f"[bold]{_user(dg.file)}[/]: {kind} log, {log.recognised} lines recognised{runtime}")
     if dg.settings:
         parts = []
         for key, value in dg.settings.items():
@@ -902,7 +916,7 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
             )
         out.print(table)
     for note in dg.notes:
-        out.print(f"[dim]note: {note}[/]", soft_wrap=True)
+        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
     if dg.findings:
         out.print("[bold]Findings:[/]")
     mark = {"info": "·", "warning": "!", "error": "✗"}
@@ -966,11 +980,12 @@ def simulate(report: SimReport, *, as_json: bool = False) -> None:
     out = console()
     seed = f", seed {report.seed}" if report.seed is not None else ""
     out.print(
-        f"[bold]{report.model}[/] on {report.gpu} (TP {report.tensor_parallel_size}) · workload "
-        f"{report.workload} ({report.workload_source}: {report.requests:,} requests{seed})",
+        f"[bold]{_user(report.model)}[/] on {report.gpu} (TP {report.tensor_parallel_size}) · "
+        f"workload {_user(report.workload)} ({_user(report.workload_source)}: "
+        f"{report.requests:,} requests{seed})",
         soft_wrap=True,
     )
-    out.print(f"KV pool: {report.pool}", soft_wrap=True)
+    out.print(f"KV pool: {_user(report.pool)}", soft_wrap=True)
     roof = report.roofline
     out.print(
         f"Times are a roofline model, not a measurement: {report.gpu} "
@@ -985,7 +1000,7 @@ def simulate(report: SimReport, *, as_json: bool = False) -> None:
     else:
         _simulate_table(out, report)
     for note in report.notes:
-        out.print(f"[dim]note: {note}[/]", soft_wrap=True)
+        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
 
 
 def _simulate_one(out: Console, run: SettingRun) -> None:
@@ -1065,16 +1080,15 @@ def _simulate_table(out: Console, report: SimReport) -> None:
     row("blocks reused", [f"{r.prefix_blocks_saved:,}" for r in runs])
     out.print(table)
     if report.best is not None:
-        out.print(f"[bold]★ {report.best_reason}[/]", soft_wrap=True)
+        out.print(f"[bold]★ {_user(report.best_reason)}[/]", soft_wrap=True)
 
 
-def simulate_plot(report: SimReport, path: str) -> None:
-    """Usage over time for every run, and the runs' throughput and preemptions, to ``path``
-    (written to a temporary file, then renamed)."""
+def simulate_plot(report: SimReport, path: str) -> bytes:
+    """Usage over time for every run, and the runs' throughput and preemptions, as the bytes of
+    an image in the format ``path``'s suffix names (PNG by default)."""
     import io
 
     from planner.errors import UsageError
-    from planner.workload import write_atomic
 
     try:
         import matplotlib
@@ -1119,7 +1133,7 @@ def simulate_plot(report: SimReport, path: str) -> None:
         raise UsageError(f"--plot {path}: {exc}") from None
     finally:
         plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
 # --------------------------------------------------------------------------- kvplan verify
@@ -1169,7 +1183,7 @@ def verify(result: Any, *, as_json: bool = False) -> None:
     out = console()
     mem = result.memory
     out.print(
-        f"[bold]{result.model}[/] on {result.device} · vLLM plan · TP "
+        f"[bold]{_user(result.model)}[/] on {result.device} · vLLM plan · TP "
         f"{result.tensor_parallel_size} · KV {result.kv_cache_dtype} · block "
         f"{result.block_size} · max_model_len {result.max_model_len:,} · "
         f"{result.max_num_seqs:,} seqs · {result.max_num_batched_tokens:,} batched tokens"
@@ -1224,7 +1238,7 @@ def verify(result: Any, *, as_json: bool = False) -> None:
             f"{run.decode_steps} decode steps, peak {fmt_bytes(mem.planned_run_peak_bytes or 0)}"
         )
     else:
-        out.print(f"[red]Planned run failed:[/] {run.error}", soft_wrap=True)
+        out.print(f"[red]Planned run failed:[/] {_user(run.error)}", soft_wrap=True)
     ooms = sum(1 for t in result.trials if not t.fits)
     back = (
         "memory back to baseline after every trial"
@@ -1244,7 +1258,7 @@ def verify(result: Any, *, as_json: bool = False) -> None:
             soft_wrap=True,
         )
     for note in result.page_mismatches + result.notes:
-        out.print(f"[dim]note: {note}[/]", soft_wrap=True)
+        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
     floor = p.num_gpu_blocks * (1 - result.tolerance_pct / 100)
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     out.print(
@@ -1262,10 +1276,10 @@ def hf_cache(check: Any, *, as_json: bool = False) -> None:
         return
     out = console()
     if check.status in ("skipped", "error"):
-        out.print(f"{check.model}: {check.status}: {check.reason}", soft_wrap=True)
+        out.print(f"{check.model}: {check.status}: {check.reason}", soft_wrap=True, markup=False)
         return
     out.print(
-        f"[bold]{check.model}[/] ({check.model_type}) built small in transformers: "
+        f"[bold]{_user(check.model)}[/] ({_user(check.model_type)}) built small in transformers: "
         f"{check.num_layers_built} layers, {check.cache_class}"
     )
     table = Table(title="--engine hf vs transformers' cache", title_justify="left")
@@ -1289,9 +1303,9 @@ def hf_cache(check: Any, *, as_json: bool = False) -> None:
     out.print(table)
     if check.shrunk:
         changes = ", ".join(f"{k} {old}->{new}" for k, (old, new) in check.shrunk.items())
-        out.print(f"[dim]shrunk: {changes}[/]", soft_wrap=True)
+        out.print(f"[dim]shrunk: {_user(changes)}[/]", soft_wrap=True)
     for line in check.storage_excess:
-        out.print(f"[yellow]storage:[/] {line}", soft_wrap=True)
+        out.print(f"[yellow]storage:[/] {_user(line)}", soft_wrap=True)
     for line in check.mismatches:
-        out.print(f"[red]mismatch:[/] {line}", soft_wrap=True)
+        out.print(f"[red]mismatch:[/] {_user(line)}", soft_wrap=True)
     out.print("[green]OK[/]" if check.status == "ok" else "[red]MISMATCH[/]")

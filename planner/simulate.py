@@ -40,7 +40,7 @@ from typing import Any
 from planner.budget import activation_peak_bytes, vllm_capacity
 from planner.errors import DoesNotFitError, UsageError
 from planner.gpus import GPU
-from planner.memory import KVEstimate, estimate
+from planner.memory import KVEstimate, estimate, positive_count
 from planner.recommend import load_weights
 from planner.specs import KVDtype, ModelSpec, cdiv
 from planner.weights import Weights, from_config
@@ -1275,6 +1275,8 @@ def simulate_model(
         raise UsageError(f"{len(settings)} settings to compare; at most {MAX_SETTINGS}")
     if num_gpu_blocks is not None and num_gpu_blocks < 0:
         raise UsageError(f"--num-gpu-blocks must not be negative, got {num_gpu_blocks}")
+    if num_gpu_blocks:
+        positive_count("--num-gpu-blocks", num_gpu_blocks)
     gmu = (
         DEFAULT_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization
     )
@@ -1292,7 +1294,7 @@ def simulate_model(
         raise UsageError(
             "size the KV pool: --gpu NAME, --kv-cache-memory 20GiB or --num-gpu-blocks N"
         )
-    weights = load_weights(spec, tp=tp, pp=1)
+    weights = load_weights(spec, tp=tp, pp=1)  # first: it refuses malformed optional sizes
     params = estimate_params(spec, weights if weights.source == "config" else None)
     if num_gpu_blocks is not None:
         pool = f"--num-gpu-blocks {num_gpu_blocks:,}"
@@ -1408,10 +1410,10 @@ def simulate_model(
             f"{rejected:,} request(s) longer than max_model_len (prompt + output) were "
             "rejected, as vLLM's API server rejects them"
         )
-    if workload.skipped:
+    if workload.num_skipped:
         shown = "; ".join(workload.skipped[:5])
-        more = f" (and {len(workload.skipped) - 5:,} more)" if len(workload.skipped) > 5 else ""
-        warnings.append(f"{len(workload.skipped):,} bad trace line(s) skipped: {shown}{more}")
+        more = f" (and {workload.num_skipped - 5:,} more)" if workload.num_skipped > 5 else ""
+        warnings.append(f"{workload.num_skipped:,} bad trace line(s) skipped: {shown}{more}")
     best, reason = _pick_best(runs, goal)
     assert roofline is not None
     return SimReport(
@@ -1489,6 +1491,5 @@ def _parse_axis_value(axis: str, text: str) -> Any:
         value = int(text)
     except ValueError:
         raise UsageError(f"--{axis} takes whole numbers, got {text!r}") from None
-    if value < 1:
-        raise UsageError(f"--{axis} must be a positive integer, got {value}")
+    positive_count(f"--{axis}", value)
     return value

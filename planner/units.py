@@ -23,6 +23,7 @@ UNITS = {
     "tib": 2**40,
 }
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
+MAX_SIZE_BYTES = 1 << 60  # 1 EiB: no GPU, node or budget comes near it
 
 
 def parse_size(text: str, *, flag: str = "size") -> int:
@@ -37,18 +38,32 @@ def parse_size(text: str, *, flag: str = "size") -> int:
     """
     match = _SIZE.match(str(text))
     if not match:
-        raise UsageError(f"{flag} {text!r} is not a size; write bytes or e.g. 24GiB, 80GB, 512MiB")
+        raise UsageError(
+            f"{flag} {_short(str(text))} is not a size; write bytes or e.g. 24GiB, 80GB, 512MiB"
+        )
     number, unit = match.group(1), match.group(2).lower()
     if unit in ("k", "m", "g", "t"):
         raise UsageError(
-            f"{flag} {text!r} is ambiguous: say {number}{unit.upper()}iB (2^30-style) or "
+            f"{flag} {_short(text)} is ambiguous: say {number}{unit.upper()}iB (2^30-style) or "
             f"{number}{unit.upper()}B (10^9-style)"
         )
     if unit and unit not in UNITS:
-        raise UsageError(f"{flag} {text!r}: unknown unit {match.group(2)!r}; use GiB, GB, MiB ...")
+        raise UsageError(
+            f"{flag} {_short(text)}: unknown unit {match.group(2)!r}; use GiB, GB, MiB ..."
+        )
     if not unit and "." in number:
-        raise UsageError(f"{flag} {text!r}: a plain number is bytes and must be whole")
-    value = float(number) * UNITS[unit or "b"]
-    if not math.isfinite(value):
-        raise UsageError(f"{flag} {text!r} is too large")
-    return int(value)
+        raise UsageError(f"{flag} {_short(text)}: a plain number is bytes and must be whole")
+    if not unit:
+        value = int(number) if len(number) <= 30 else MAX_SIZE_BYTES + 1
+    else:
+        scaled = float(number) * UNITS[unit]
+        value = int(scaled) if math.isfinite(scaled) else MAX_SIZE_BYTES + 1
+    if value > MAX_SIZE_BYTES:
+        raise UsageError(
+            f"{flag} {_short(text)} is too large (at most 1 EiB = {MAX_SIZE_BYTES:,} B)"
+        )
+    return value
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:30] + "...")

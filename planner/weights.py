@@ -13,6 +13,7 @@ NVFP4, MXFP4, bitsandbytes); embeddings, norms and routers stay in the model dty
 from __future__ import annotations
 
 import json
+import math
 import re
 import struct
 from collections.abc import Iterable, Mapping
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import ConfigError
+from planner.hf_config import MAX_CONFIG_INT
 from planner.memory import get_pp_indices
 from planner.specs import (
     MLA,
@@ -85,6 +87,30 @@ TIED_BY_DEFAULT = frozenset(
     }
 )
 LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|block|decoder\.layers)\.(\d+)\.")
+MAX_TENSORS = 1_000_000  # safetensors headers list a few thousand
+
+
+def _count(value: Any, what: str, *, minimum: int = 0) -> int:
+    """A whole number from a config or header (integral floats too), within what a real model
+    has; anything else is a :class:`ConfigError` naming ``what``."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not (minimum <= value <= MAX_CONFIG_INT)
+    ):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ConfigError(
+            f"{what} must be a whole number from {minimum} to {MAX_CONFIG_INT:,}, got {shown}"
+        )
+    return value
+
+
+def _cfg(c: Mapping[str, Any], key: str, name: str, default: int = 0, minimum: int = 0) -> int:
+    """An optional whole-number field of the config (``default`` when absent or null)."""
+    value = c.get(key)
+    return default if value is None else _count(value, f"{name}: {key}", minimum=minimum)
 
 
 @dataclass(frozen=True)
@@ -117,12 +143,13 @@ def _quant_bytes_per_param(quant: Mapping[str, Any] | None, dtype_bytes: int) ->
     """Bytes per parameter of quantized linear weights, and a label."""
     if not quant:
         return float(dtype_bytes), "none"
+    where = "quantization_config"
     method = str(quant.get("quant_method") or quant.get("quant_algo") or "").lower()
-    bits = quant.get("bits") or quant.get("w_bit")
-    group = quant.get("group_size") or quant.get("q_group_size") or 128
+    bits = _cfg(quant, "bits", where) or _cfg(quant, "w_bit", where)
+    group = _cfg(quant, "group_size", where) or _cfg(quant, "q_group_size", where) or 128
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "autoround") and bits:
         # packed ints + an fp16 scale (and packed zero point) per group
-        return int(bits) / 8 + (2 + int(bits) / 8) / int(group), f"{method} {bits}-bit"
+        return bits / 8 + (2 + bits / 8) / group, f"{method} {bits}-bit"
     if method in ("fp8", "fbgemm_fp8", "fp8_dynamic"):
         return 1.0, "fp8"
     if method == "mxfp4":
@@ -136,13 +163,15 @@ def _quant_bytes_per_param(quant: Mapping[str, Any] | None, dtype_bytes: int) ->
     if method in ("compressed-tensors", "compressed_tensors", "modelopt"):
         groups = quant.get("config_groups") or {}
         for group_cfg in groups.values() if isinstance(groups, dict) else []:
-            weights = group_cfg.get("weights") or {}
-            nbits = weights.get("num_bits")
+            weights = group_cfg.get("weights") if isinstance(group_cfg, dict) else None
+            if not isinstance(weights, dict):
+                continue
+            where = f"{where}.config_groups.weights"
+            nbits = _cfg(weights, "num_bits", where)
             if nbits:
-                extra = 0.0
-                if weights.get("group_size"):
-                    extra = 2 / int(weights["group_size"])
-                return int(nbits) / 8 + extra, f"{method} w{nbits}"
+                size = _cfg(weights, "group_size", where)
+                extra = 2 / size if size else 0.0
+                return nbits / 8 + extra, f"{method} w{nbits}"
         algo = str(quant.get("quant_algo") or "").upper()
         if "FP8" in algo:
             return 1.0, "modelopt fp8"
@@ -151,7 +180,7 @@ def _quant_bytes_per_param(quant: Mapping[str, Any] | None, dtype_bytes: int) ->
     return float(dtype_bytes), method or "unknown"
 
 
-def _dense_intermediate(c: Mapping[str, Any], hidden: int) -> int:
+def _dense_intermediate(c: Mapping[str, Any], hidden: int, name: str) -> int:
     for key in (
         "intermediate_size_mlp",
         "intermediate_size",
@@ -159,34 +188,35 @@ def _dense_intermediate(c: Mapping[str, Any], hidden: int) -> int:
         "ffn_dim",
         "n_inner",
     ):
-        value = c.get(key)
-        if isinstance(value, int) and value > 0:
+        value = _cfg(c, key, name)
+        if value:
             return value
     return 4 * hidden
 
 
-def _num_experts(c: Mapping[str, Any]) -> int:
+def _num_experts(c: Mapping[str, Any], name: str) -> int:
     for key in ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"):
-        value = c.get(key)
-        if isinstance(value, int) and value > 0:
+        value = _cfg(c, key, name)
+        if value:
             return value
     return 0
 
 
-def _is_moe_layer(c: Mapping[str, Any], model_type: str, i: int) -> bool:
-    if not _num_experts(c):
+def _is_moe_layer(c: Mapping[str, Any], model_type: str, i: int, name: str) -> bool:
+    if not _num_experts(c, name):
         return False
     if model_type.startswith("deepseek") or model_type in ("kimi_k2", "kimi_linear"):
-        first = int(c.get("first_k_dense_replace") or 0)
-        freq = int(c.get("moe_layer_freq") or 1)
+        first = _cfg(c, "first_k_dense_replace", name)
+        freq = _cfg(c, "moe_layer_freq", name) or 1
         return i >= first and i % freq == 0
     if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
-        if i in (c.get("mlp_only_layers") or []):
+        dense = c.get("mlp_only_layers")
+        if isinstance(dense, list) and i in dense:
             return False
-        step = int(c.get("decoder_sparse_step") or 1)
+        step = _cfg(c, "decoder_sparse_step", name) or 1
         return (i + 1) % step == 0
     if model_type in ("llama4", "llama4_text"):
-        step = int(c.get("interleave_moe_layer_step") or 1)
+        step = _cfg(c, "interleave_moe_layer_step", name) or 1
         return (i + 1) % step == 0
     return True
 
@@ -195,9 +225,8 @@ def _parts(spec: ModelSpec) -> _Parts:
     c = spec.config
     mt = spec.model_type
     hidden = spec.hidden_size
-    vocab = c.get("vocab_size") or c.get("padded_vocab_size") or 32000
-    if not isinstance(vocab, int) or vocab <= 0:
-        raise ConfigError(f"{spec.name}: vocab_size must be a positive integer")
+    name = spec.name
+    vocab = _cfg(c, "vocab_size", name) or _cfg(c, "padded_vocab_size", name) or 32000
     quant = c.get("quantization_config") or c.get("compression_config")
     linear_bpp, _ = _quant_bytes_per_param(quant if isinstance(quant, dict) else None, 2)
     wdtype = 2  # served dtype: float32 checkpoints load in bf16
@@ -205,26 +234,26 @@ def _parts(spec: ModelSpec) -> _Parts:
     attn_bpp = wdtype if expert_only else linear_bpp
     heads, kv, head = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
     gated = mt not in UNGATED_MLP
-    dense_i = _dense_intermediate(c, hidden)
-    experts = _num_experts(c)
-    moe_i = c.get("moe_intermediate_size") or c.get("intermediate_size") or dense_i
-    shared_i = (c.get("shared_expert_intermediate_size") or 0) + int(
-        c.get("n_shared_experts") or 0
-    ) * moe_i
+    dense_i = _dense_intermediate(c, hidden, name)
+    experts = _num_experts(c, name)
+    moe_i = _cfg(c, "moe_intermediate_size", name) or _cfg(c, "intermediate_size", name) or dense_i
+    shared_i = (
+        _cfg(c, "shared_expert_intermediate_size", name) + _cfg(c, "n_shared_experts", name) * moe_i
+    )
     if mt in ("llama4", "llama4_text"):
-        shared_i = c.get("intermediate_size") or 0  # one shared expert of expert width
-        moe_i = c.get("intermediate_size") or dense_i
+        shared_i = _cfg(c, "intermediate_size", name)  # one shared expert of expert width
+        moe_i = shared_i or dense_i
     moe_i_stored = moe_i
     if expert_only:
         # NOTE: gpt-oss. vLLM's Hopper MXFP4 MoE kernel pads the expert intermediate size to a
         # multiple of 256 (2880 -> 3072); with it the derived weights match CALIBRATION.md's
         # logged 13.47 GiB (20b) and 64.38 GiB (120b) within 0.5 %. Parameters stay unpadded.
-        moe_i_stored = -(-int(moe_i) // 256) * 256
+        moe_i_stored = -(-moe_i // 256) * 256
     top_k = next(
         (
-            int(c[k])
+            _cfg(c, k, name)
             for k in ("num_experts_per_tok", "experts_per_token", "moe_topk")
-            if isinstance(c.get(k), int) and c[k] > 0
+            if _cfg(c, k, name) > 0
         ),
         min(2, experts or 2),
     )
@@ -241,10 +270,10 @@ def _parts(spec: ModelSpec) -> _Parts:
         n = 0
         # mixer
         if isinstance(s, MLA):
-            nope = int(c.get("qk_nope_head_dim") or 128)
+            nope = _cfg(c, "qk_nope_head_dim", name) or 128
             rope = s.qk_rope_head_dim
-            v_dim = int(c.get("v_head_dim") or nope)
-            q_lora = c.get("q_lora_rank")
+            v_dim = _cfg(c, "v_head_dim", name) or nope
+            q_lora = _cfg(c, "q_lora_rank", name)
             if q_lora:
                 repl += hidden * q_lora * attn_bpp
                 shard += q_lora * heads * (nope + rope) * attn_bpp
@@ -265,7 +294,9 @@ def _parts(spec: ModelSpec) -> _Parts:
             n += m
         elif isinstance(s, Mamba1State):
             inner = s.intermediate_size
-            dt_rank = int(c.get("time_step_rank") or -(-hidden // 16))
+            auto = -(-hidden // 16)  # transformers' "auto"
+            rank = c.get("time_step_rank")
+            dt_rank = auto if rank == "auto" else (_cfg(c, "time_step_rank", name) or auto)
             m = hidden * 2 * inner + inner * s.conv_kernel + inner * (dt_rank + 2 * s.state_size)
             m += dt_rank * inner + inner * s.state_size + inner + inner * hidden
             shard += m * linear_bpp
@@ -284,7 +315,7 @@ def _parts(spec: ModelSpec) -> _Parts:
         block = pattern[i] if pattern else None
         if block in ("M", "*") or mt in ("mamba", "falcon_mamba", "mamba2"):
             pass  # a mixer-only block: Nemotron-H's M / * layers, pure Mamba models
-        elif (block == "E") or (block is None and _is_moe_layer(c, mt, i)):
+        elif (block == "E") or (block is None and _is_moe_layer(c, mt, i, name)):
             per_expert = mlp_mats * hidden * moe_i
             shared = (mlp_mats if block is None else 2) * hidden * shared_i
             shard += experts * mlp_mats * hidden * moe_i_stored * linear_bpp + shared * attn_bpp
@@ -345,30 +376,45 @@ def _per_rank(parts: _Parts, num_layers: int, tp: int, pp: int) -> int:
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
     """The JSON header of one safetensors file (reads at most the header, never tensors)."""
-    with path.open("rb") as fh:
-        raw = fh.read(8)
-        if len(raw) != 8:
-            raise ConfigError(f"{path} is not a safetensors file (too short)")
-        (length,) = struct.unpack("<Q", raw)
-        if length > MAX_HEADER_BYTES:
-            raise ConfigError(f"{path}: safetensors header of {length:,} bytes is implausible")
-        try:
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(8)
+            if len(raw) != 8:
+                raise ConfigError(f"{path} is not a safetensors file (too short)")
+            (length,) = struct.unpack("<Q", raw)
+            if length > MAX_HEADER_BYTES:
+                raise ConfigError(f"{path}: safetensors header of {length:,} bytes is implausible")
             header = json.loads(fh.read(length))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ConfigError(f"{path}: safetensors header is not valid JSON") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ConfigError(f"{path}: safetensors header is not valid JSON") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: safetensors header is nested too deeply") from None
     if not isinstance(header, dict):
         raise ConfigError(f"{path}: safetensors header is not a JSON object")
     return header
 
 
-def _tensor_bytes(info: Mapping[str, Any]) -> int:
+def _tensor_sizes(name: str, info: Any, where: str) -> tuple[int, int]:
+    """(bytes, parameters) of one header entry; a malformed entry is a ConfigError."""
+    if not isinstance(info, Mapping):
+        raise ConfigError(f"{where}: tensor {name[:60]!r} is not a JSON object")
+    shape = info.get("shape", [])
+    if not isinstance(shape, list):
+        raise ConfigError(f"{where}: tensor {name[:60]!r} has no shape list")
+    count = 1
+    for dim in shape:
+        count *= _count(dim, f"{where}: a dimension of {name[:60]!r}")
+    if count > MAX_CONFIG_INT:
+        raise ConfigError(f"{where}: tensor {name[:60]!r} has an implausible shape")
     offsets = info.get("data_offsets")
     if isinstance(offsets, list) and len(offsets) == 2:
-        return int(offsets[1]) - int(offsets[0])
-    count = 1
-    for dim in info.get("shape", []):
-        count *= int(dim)
-    return count * SAFETENSORS_DTYPE_BITS.get(str(info.get("dtype")), 16) // 8
+        start, end = (_count(o, f"{where}: data_offsets of {name[:60]!r}") for o in offsets)
+        if end < start:
+            raise ConfigError(f"{where}: tensor {name[:60]!r} ends before it starts")
+        return end - start, count
+    return count * SAFETENSORS_DTYPE_BITS.get(str(info.get("dtype")), 16) // 8, count
 
 
 def from_tensors(
@@ -378,18 +424,18 @@ def from_tensors(
     tp: int = 1,
     pp: int = 1,
     quantization: str | None = None,
+    where: str = "safetensors header",
 ) -> Weights:
     """Exact weight bytes from (name, {dtype, shape, data_offsets}) pairs."""
     layers = [0] * num_layers
     embed = lm_head = other = 0
     params = 0
-    for name, info in tensors:
+    for number, (name, info) in enumerate(tensors):
         if name == "__metadata__":
             continue
-        size = _tensor_bytes(info)
-        count = 1
-        for dim in info.get("shape", []):
-            count *= int(dim)
+        if number >= MAX_TENSORS:
+            raise ConfigError(f"{where}: more than {MAX_TENSORS:,} tensors")
+        size, count = _tensor_sizes(name, info, where)
         params += count
         match = LAYER_INDEX.search(name)
         if match and int(match.group(1)) < num_layers:
@@ -420,7 +466,7 @@ def from_local_dir(model_dir: Path, num_layers: int, *, tp: int = 1, pp: int = 1
     tensors: list[tuple[str, Mapping[str, Any]]] = []
     for path in files:
         tensors.extend(read_safetensors_header(path).items())
-    return from_tensors(tensors, num_layers, tp=tp, pp=pp)
+    return from_tensors(tensors, num_layers, tp=tp, pp=pp, where=str(model_dir))
 
 
 def from_hub(

@@ -26,25 +26,29 @@ group's tokens on top. Generating the same spec with the same seed gives the sam
 
 from __future__ import annotations
 
-import contextlib
+import heapq
 import json
 import math
-import os
 import random
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.errors import UsageError, WorkloadError
+from planner.errors import WorkloadError
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 ARRIVALS = ("poisson", "burst", "all-at-once")
 MAX_BAD_LINES_SHOWN = 5
+MAX_BAD_LINES_KEPT = 100  # Workload.skipped keeps this many messages; num_skipped counts all
+MAX_TOKENS = 1 << 40  # the planner's MAX_COUNT: a request longer than this is never served
+MAX_REQUESTS = 2_000_000  # a 100 MB trace holds about 1.5 million
+MAX_LINE_BYTES = 1 << 16  # a trace line is ~100 bytes
+MAX_SPEC_BYTES = 1 << 20
+MAX_ARRIVAL_S = 1e9  # 30 years: later arrival times lose sub-millisecond resolution
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """One request: its whole prompt (shared prefix included) and how many tokens it generates."""
 
@@ -63,7 +67,8 @@ class Workload:
     source: str
     requests: tuple[Request, ...]
     seed: int | None = None
-    skipped: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()  # the first MAX_BAD_LINES_KEPT bad lines, with what is wrong
+    num_skipped: int = 0
 
     @property
     def prompt_tokens(self) -> int:
@@ -88,9 +93,14 @@ class Distribution:
         raise NotImplementedError
 
     def sample(self, rng: random.Random, n: int) -> list[int]:
-        """``n`` draws, rounded and clipped to ``[low, high]``."""
-        low, high = self.low, self.high if self.high is not None else math.inf
-        return [int(min(max(round(self.draw(rng)), low), high)) for _ in range(n)]
+        """``n`` draws, clipped to ``[low, high]`` (``high`` defaults to MAX_TOKENS: a draw of
+        1e300 tokens, or an infinite one, is simply too long) and rounded."""
+        low, high = self.low, self.high if self.high is not None else MAX_TOKENS
+        out = []
+        for _ in range(n):
+            x = self.draw(rng)
+            out.append(low if math.isnan(x) else round(min(max(x, low), high)))
+        return out
 
 
 @dataclass(frozen=True)
@@ -128,7 +138,9 @@ class LogNormal(Distribution):
     sigma: float = 0.0
 
     def draw(self, rng: random.Random) -> float:
-        return rng.lognormvariate(math.log(self.mean) - self.sigma**2 / 2, self.sigma)
+        # rng.lognormvariate is exp(normalvariate), which overflows past e^709.78
+        log = rng.normalvariate(math.log(self.mean) - self.sigma * self.sigma / 2, self.sigma)
+        return math.exp(min(log, 709.0))
 
 
 @dataclass(frozen=True)
@@ -211,7 +223,11 @@ class _Section:
         value = self.data.get(key, default)
         if value is None:
             raise WorkloadError(f"{self.where}: '{key}' is missing")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
             raise WorkloadError(f"{self.where}: '{key}' must be a number, got {_show(value)}")
         if positive and value <= 0:
             raise WorkloadError(f"{self.where}: '{key}' must be positive, got {value}")
@@ -237,6 +253,14 @@ class _Section:
 
 
 def _show(value: Any) -> str:
+    """A short picture of a value for a message (containers are not printed: one from a hostile
+    file can be huge, deep or recursive)."""
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"a {len(str(abs(value)))}-digit number"
     text = json.dumps(value) if isinstance(value, (str, int, float, bool)) else repr(value)
     return text if len(text) < 40 else text[:37] + "..."
 
@@ -393,6 +417,11 @@ def generate(
     n = spec.num_requests if num_requests is None else num_requests
     if n < 1:
         raise WorkloadError(f"{spec.source}: the workload has no requests (num_requests {n})")
+    if n > MAX_REQUESTS:
+        raise WorkloadError(
+            f"{spec.source}: {_show(n)} requests is more than the {MAX_REQUESTS:,} kvplan "
+            "simulates; lower num_requests (or --num-requests)"
+        )
 
     def stream(name: str) -> random.Random:
         return random.Random(f"kvplan:{seed}:{name}")
@@ -400,6 +429,11 @@ def generate(
     own = spec.prompt_tokens.sample(stream("prompt_tokens"), n)
     outputs = spec.output_tokens.sample(stream("output_tokens"), n)
     arrivals = spec.arrival.times(stream("arrival"), n)
+    if not math.isfinite(arrivals[-1]) or arrivals[-1] > MAX_ARRIVAL_S:
+        raise WorkloadError(
+            f"{spec.source}: arrivals reach {arrivals[-1]:g} s, past the {MAX_ARRIVAL_S:g} s "
+            "kvplan simulates; raise rate_per_s or lower interval_s"
+        )
     groups: list[PrefixGroup | None] = [None] * n
     if spec.prefixes:
         rng = stream("prefixes")
@@ -455,14 +489,18 @@ def _trace_request(obj: Any) -> Request | str:
     if (
         isinstance(arrival, bool)
         or not isinstance(arrival, (int, float))
-        or not 0 <= arrival < math.inf
+        or not 0 <= arrival <= MAX_ARRIVAL_S
     ):
-        problems.append(f"arrival_s {_show(arrival)} is not a finite time >= 0")
+        problems.append(
+            f"arrival_s {_show(arrival)} is not a finite time >= 0 (at most {MAX_ARRIVAL_S:g} s)"
+        )
     prefix_id = obj.get("prefix_id")
     prefix_tokens = 0
     if prefix_id is not None or "prefix_tokens" in obj:
         if prefix_id is None or "prefix_tokens" not in obj:
             problems.append("prefix_id and prefix_tokens go together")
+        elif isinstance(prefix_id, bool) or not isinstance(prefix_id, (str, int)):
+            problems.append(f"prefix_id {_show(prefix_id)} is not a string")
         else:
             value, problem = _whole(obj["prefix_tokens"], "prefix_tokens", 0)
             if problem:
@@ -487,58 +525,90 @@ def _trace_request(obj: Any) -> Request | str:
     )
 
 
-def parse_trace(lines: Iterable[str], source: str, *, skip_bad_lines: bool = False) -> Workload:
+def parse_trace(
+    lines: Iterable[str],
+    source: str,
+    *,
+    skip_bad_lines: bool = False,
+    num_requests: int | None = None,
+) -> Workload:
     """Requests from JSONL lines (blank lines ignored), sorted by arrival (ties keep file order).
+
+    Lines are consumed one at a time, so a generator over a file (:func:`load_workload`) keeps
+    memory to the requests kept: all of them, or with ``num_requests`` only the earliest N.
 
     Args:
         lines: the file's lines.
         source: the file name, for messages.
         skip_bad_lines: skip lines with missing, negative or malformed fields (listed in
             ``Workload.skipped``) instead of failing on them.
+        num_requests: keep the ``num_requests`` earliest requests (by arrival, then line).
 
     Returns:
-        The workload; raises :class:`WorkloadError` on bad lines (naming them) or no requests.
+        The workload; raises :class:`WorkloadError` on bad lines (naming them), no requests, or
+        more than :data:`MAX_REQUESTS` requests to keep.
     """
-    requests: list[Request] = []
+    if num_requests is not None and num_requests < 1:
+        raise WorkloadError(f"{source}: --num-requests must be at least 1")
+    limit = MAX_REQUESTS if num_requests is None else min(num_requests, MAX_REQUESTS)
+    kept: list[tuple[float, int, Request]] = []  # a max-heap on (arrival, line): keys negated
     bad: list[str] = []
+    num_bad = 0
     prefix_lines: dict[str, tuple[int, int]] = {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            bad.append(f"line {number}: not JSON ({exc.msg})")
+        problem = None
+        if len(line) > MAX_LINE_BYTES:
+            problem = f"line {number}: longer than {MAX_LINE_BYTES:,} bytes"
+        else:
+            try:
+                request = _trace_request(json.loads(line))
+            except json.JSONDecodeError as exc:
+                request = f"not JSON ({exc.msg})"
+            except RecursionError:
+                request = "JSON nested too deeply"
+            if isinstance(request, str):
+                problem = f"line {number}: {request}"
+            elif request.prefix_id is not None:
+                first = prefix_lines.setdefault(request.prefix_id, (number, request.prefix_tokens))
+                if first[1] != request.prefix_tokens:
+                    problem = (
+                        f"line {number}: prefix_id {request.prefix_id!r} has prefix_tokens "
+                        f"{request.prefix_tokens} here but {first[1]} on line {first[0]}"
+                    )
+        if problem is not None:
+            num_bad += 1
+            if len(bad) < MAX_BAD_LINES_KEPT:
+                bad.append(problem)
             continue
-        request = _trace_request(obj)
-        if isinstance(request, str):
-            bad.append(f"line {number}: {request}")
-            continue
-        if request.prefix_id is not None:
-            first = prefix_lines.setdefault(request.prefix_id, (number, request.prefix_tokens))
-            if first[1] != request.prefix_tokens:
-                bad.append(
-                    f"line {number}: prefix_id {request.prefix_id!r} has prefix_tokens "
-                    f"{request.prefix_tokens} here but {first[1]} on line {first[0]}"
+        assert not isinstance(request, str)
+        heapq.heappush(kept, (-request.arrival_s, -number, request))
+        if len(kept) > limit:
+            if num_requests is None:
+                raise WorkloadError(
+                    f"{source}: more than {MAX_REQUESTS:,} requests, the most kvplan simulates; "
+                    "pass --num-requests N to replay the first N"
                 )
-                continue
-        requests.append(request)
+            heapq.heappop(kept)  # the latest arrival so far
     if bad and not skip_bad_lines:
         shown = "; ".join(bad[:MAX_BAD_LINES_SHOWN])
         more = (
-            f" (and {len(bad) - MAX_BAD_LINES_SHOWN} more)"
-            if len(bad) > MAX_BAD_LINES_SHOWN
-            else ""
+            f" (and {num_bad - MAX_BAD_LINES_SHOWN} more)" if num_bad > MAX_BAD_LINES_SHOWN else ""
         )
         raise WorkloadError(
-            f"{source}: {len(bad)} bad line(s): {shown}{more}. Fix them, or pass --skip-bad-lines "
+            f"{source}: {num_bad} bad line(s): {shown}{more}. Fix them, or pass --skip-bad-lines "
             "to leave them out"
         )
-    if not requests:
+    if not kept:
         raise WorkloadError(f"{source}: the workload has no requests")
-    requests.sort(key=lambda r: r.arrival_s)
+    kept.sort(reverse=True)  # (-arrival, -line) descending = arrival, then line, ascending
     return Workload(
-        name=Path(source).stem, source=source, requests=tuple(requests), skipped=tuple(bad)
+        name=Path(source).stem,
+        source=source,
+        requests=tuple(r for _, _, r in kept),
+        skipped=tuple(bad),
+        num_skipped=num_bad,
     )
 
 
@@ -551,6 +621,9 @@ def load_workload(
 ) -> Workload:
     """A workload from a ``.jsonl`` trace or a ``.yaml`` / ``.yml`` spec.
 
+    A trace is streamed line by line, never read whole; a spec is at most 1 MiB of YAML whose
+    aliases may not expand past a million nodes.
+
     Args:
         path: the file.
         seed: for a spec, overrides its seed.
@@ -560,21 +633,16 @@ def load_workload(
     Returns:
         The :class:`Workload`.
     """
+    from planner import files
+
     p = Path(path)
     source = str(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise WorkloadError(f"workload file {source} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadError(f"cannot read workload {source}: {exc}") from None
+    if "\0" in source:
+        raise WorkloadError(f"{source!r}: not a usable file name")
     if p.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise WorkloadError(f"{source}: not valid YAML ({_yaml_problem(exc)})") from None
+        data = files.load_yaml(
+            p, limit_bytes=MAX_SPEC_BYTES, what="workload spec", error=WorkloadError
+        )
         if data is None:
             raise WorkloadError(f"{source}: the workload spec is empty")
         return generate(parse_spec(data, source), seed=seed, num_requests=num_requests)
@@ -582,20 +650,10 @@ def load_workload(
         raise WorkloadError(
             f"{source}: unknown workload format; use a .jsonl trace or a .yaml spec"
         )
-    workload = parse_trace(text.splitlines(), source, skip_bad_lines=skip_bad_lines)
-    if num_requests is not None:
-        if num_requests < 1:
-            raise WorkloadError(f"{source}: --num-requests must be at least 1")
-        workload = Workload(
-            workload.name, workload.source, workload.requests[:num_requests], None, workload.skipped
-        )
-    return workload
-
-
-def _yaml_problem(exc: Exception) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"line {mark.line + 1}: {problem}" if mark is not None else str(problem)
+    lines = files.iter_lines(
+        p, max_line_bytes=MAX_LINE_BYTES, what="JSONL trace", error=WorkloadError
+    )
+    return parse_trace(lines, source, skip_bad_lines=skip_bad_lines, num_requests=num_requests)
 
 
 def trace_lines(workload: Workload) -> list[str]:
@@ -612,23 +670,3 @@ def trace_lines(workload: Workload) -> list[str]:
             obj["prefix_tokens"] = r.prefix_tokens
         out.append(json.dumps(obj))
     return out
-
-
-def write_atomic(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename: never half-written."""
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a plain file follows the umask
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

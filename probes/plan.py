@@ -22,6 +22,7 @@ Worked example (Qwen3-0.6B, bf16, block 16, 6 GiB budget): bytes per block 28 la
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,7 @@ class PlanFile:
     gpu_memory_bytes: int | None = None
 
 
+MAX_PLAN_BYTES = 1 << 20  # a plan is a few KiB
 REQUIRED_KEYS = (
     "model",
     "engine",
@@ -171,18 +173,24 @@ def read_plan(path: str | Path) -> PlanFile:
     Returns:
         The :class:`PlanFile`.
     """
+    from planner.files import read_text_file
+
     label = str(path)
+    text = read_text_file(
+        Path(path),
+        limit=MAX_PLAN_BYTES,
+        what="kvplan estimate --json plan",
+        error=lambda message: UsageError(f"--plan {message}"),
+    )
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"--plan {label}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--plan {label}: cannot read it ({exc})") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"--plan {label} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
             "save it with kvplan estimate MODEL --json > plan.json"
         ) from None
+    except RecursionError:
+        raise ConfigError(f"--plan {label}: JSON nested too deeply for a plan") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--plan {label} must hold a JSON object from kvplan estimate --json")
     missing = [k for k in REQUIRED_KEYS if k not in data]
@@ -191,7 +199,9 @@ def read_plan(path: str | Path) -> PlanFile:
             f"--plan {label} lacks {', '.join(missing)}; is it the output of "
             "kvplan estimate --json?"
         )
-    vllm: dict[str, Any] = data.get("vllm") or {}
+    vllm = data.get("vllm")
+    if not isinstance(vllm, dict):
+        vllm = {}
     gpu = data.get("gpu")
     gpu_bytes = gpu.get("memory_bytes") if isinstance(gpu, dict) else None
     source = str(data.get("source") or "")
@@ -224,8 +234,11 @@ def _int(data: dict[str, Any], key: str, label: str) -> int:
 
 
 def _opt_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """An optional count: a non-negative int, else absent (the flags' values apply)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if ok else None
 
 
 def _opt_float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None

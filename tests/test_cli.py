@@ -132,3 +132,21 @@ def test_help_does_not_import_heavy_modules() -> None:
         "sorted({'torch', 'transformers', 'huggingface_hub'} & set(sys.modules))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_memory_bar_never_outgrows_its_width() -> None:
+    # 100 GiB of headroom on an 80 GiB GPU: the parts add up to more than the GPU, and the bar
+    # used to grow with them (to a MemoryError at --headroom 10^25).
+    result = runner.invoke(
+        app, ["estimate", "llama-3.1-8b", "--gpu", "h100", "--headroom", "100GiB"]
+    )
+    assert result.exit_code == 0, result.stderr
+    [bar] = [line for line in result.stdout.splitlines() if line.startswith("  [")]
+    assert len(bar) == len("  [") + 64 + len("]")
+
+
+def test_json_never_prints_nan_or_infinity() -> None:
+    from planner.render import to_json
+
+    text = to_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": (float("-inf"),)})
+    assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": [None]}

@@ -222,7 +222,7 @@ def test_default_max_model_len_is_shortened_with_a_warning() -> None:
         (
             ["--num-gpu-blocks", "100", "--max-model-len", "1024", "--plot", "/nonexistent/x.png"],
             2,
-            "cannot write /nonexistent/x.png",
+            "--plot /nonexistent/x.png: cannot write there",
         ),
     ],
 )

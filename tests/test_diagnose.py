@@ -350,3 +350,83 @@ def test_bad_settings_from_the_command_line_are_errors_from_the_log_notes(tmp_pa
         note.startswith("cannot plan with the settings the log states: ") and "--tp 3" in note
         for note in dg.notes
     ), dg.notes
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Available KV cache memory: 1.2.3 GiB",
+        "Model loading took . GiB and 3.1 seconds",
+        "GPU KV cache usage: 9.9.9%, Prefix cache hit rate: 1%",
+        f"Available KV cache memory: {'9' * 400} GiB",
+        f"Available KV cache memory: {'9' * 300} GiB",  # finite, but not once in bytes
+        "Desired GPU memory utilization is (0.9.1, 20.00 GiB)",
+        "CUDA out of memory. Tried to allocate 1.1.1 GiB",
+        # one bad figure spoils the line: nothing of it is half-set
+        "Actual usage is 14.99 GiB for weight, 1.2.3 GiB for peak activation, 0.13 GiB for "
+        "non-torch memory, and 0.51 GiB for CUDAGraph memory",
+    ],
+)
+def test_numbers_that_are_not_numbers_leave_the_line_unrecognised(line: str) -> None:
+    log = parse_log(f"INFO 11-29 10:00:00 [gpu_worker.py:1] {line}\n")
+    assert log.recognised == 0
+    assert log.weights_bytes is None and log.available_kv_bytes is None
+    assert log.kv_usage_pct == [] and log.settings == {}
+
+
+def test_a_bad_optional_oom_figure_keeps_the_rest_of_the_line() -> None:
+    log = parse_log(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 23.5.1 GiB of which 1.50 GiB is free."
+    )
+    assert log.recognised == 1
+    assert (log.oom_tried_bytes, log.oom_free_bytes) == (gib(2.0), gib(1.5))
+    assert log.total_gpu_bytes is None
+
+
+def nondefault_log(tmp_path: Path, args: str, extra: str = "") -> Path:
+    path = tmp_path / "vllm.log"
+    path.write_text(
+        "INFO Requested memory: 0.90 (util), 20.00 GiB\n"
+        f"INFO non-default args: {{'model': 'meta-llama/Llama-3.1-8B', {args}}}\n"
+        "INFO Available KV cache memory: 5.00 GiB\nINFO GPU KV cache size: 40,960 tokens\n" + extra
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "note"),
+    [
+        (
+            "'gpu_memory_utilization': 'abc'",
+            "ignored gpu_memory_utilization 'abc'",
+        ),  # was: ValueError
+        (
+            "'gpu_memory_utilization': 0",
+            "ignored gpu_memory_utilization 0",
+        ),  # was: ZeroDivisionError
+        ("'gpu_memory_utilization': 7", "ignored gpu_memory_utilization 7"),
+        ("'tensor_parallel_size': -1", "ignored tp -1"),
+        ("'kv_cache_dtype': 'fp7'", "ignored kv_cache_dtype 'fp7'"),
+        ("'max_model_len': 1" + "0" * 30, "ignored max_model_len"),
+    ],
+)
+def test_a_logs_impossible_setting_is_ignored_with_a_note(
+    tmp_path: Path, args: str, note: str
+) -> None:
+    for flags in ([], ["--gpu", "h100"]):
+        result = runner.invoke(app, ["diagnose", str(nondefault_log(tmp_path, args)), *flags])
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        assert result.exit_code == 0, result.stderr
+        assert note in " ".join(result.stdout.split())
+
+
+def test_a_logs_tp_the_model_cannot_take_is_a_note_even_with_flags(tmp_path: Path) -> None:
+    # was: "Error: --tp 5 does not divide ..." (exit 2) when any flag was given, blaming a flag
+    # the user never passed
+    log = nondefault_log(tmp_path, "'tensor_parallel_size': 5")
+    dg = diagnose_file(log, gpu=gpu("h100"))
+    assert "tp" not in dg.settings
+    assert any("--tp 5 does not divide" in n and "defaults for tp" in n for n in dg.notes), dg.notes
+    result = runner.invoke(app, ["diagnose", str(log), "--gpu", "h100", "--tp", "3"])
+    assert result.exit_code == 2 and "--tp 3 does not divide" in result.stderr  # the user's own

@@ -16,21 +16,10 @@ from hypothesis import strategies as st
 
 import planner
 from tests.conftest import all_fixture_folders, fixture_config
+from tests.fuzz_helpers import mutate_mapping
 
 CONFIGS = {f: json.loads(fixture_config(f).read_text()) for f in all_fixture_folders()}
 KEYS = sorted({k for c in CONFIGS.values() for k in (c.get("text_config") or c)})
-
-BAD_VALUES = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**70), 2**70),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([0, -1, 1, 2**31, 2**63, math.nan, math.inf, -math.inf, 1e308, 0.5]),
-    st.text(max_size=8),
-    st.lists(st.integers(-3, 3), max_size=4),
-    st.dictionaries(st.text(max_size=4), st.integers(), max_size=3),
-    st.sampled_from(["full_attention", "sliding_attention", "M*-E", "bfloat16", "float8"]),
-)
 
 
 @st.composite
@@ -38,22 +27,7 @@ def mutated(draw: st.DrawFn) -> dict[str, Any]:
     folder = draw(st.sampled_from(sorted(CONFIGS)))
     raw = copy.deepcopy(CONFIGS[folder])
     target = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
-    for _ in range(draw(st.integers(1, 4))):
-        action = draw(st.sampled_from(["drop", "set", "set", "unicode", "nest", "list"]))
-        key = draw(st.sampled_from(KEYS))
-        if action == "drop":
-            target.pop(key, None)
-        elif action == "set":
-            target[key] = draw(BAD_VALUES)
-        elif action == "unicode":
-            target[draw(st.text(min_size=1, max_size=6))] = draw(BAD_VALUES)
-        elif action == "nest":
-            deep: Any = 1
-            for _ in range(draw(st.integers(1, 60))):
-                deep = {"x": deep}
-            target[key] = deep
-        else:
-            target[key] = [target.get(key)]
+    mutate_mapping(draw, target, KEYS)
     return raw
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import planner
 from planner.recommend import load_weights
-from planner.weights import from_config, read_safetensors_header
+from planner.weights import from_config, from_local_dir, read_safetensors_header
 from tests.conftest import fixture_config
 
 
@@ -207,3 +207,50 @@ def test_pure_mamba_has_no_mlp() -> None:
     # state-spaces/mamba-2.8b: 2.77 B parameters published; each block is a Mamba mixer only.
     w = from_config(planner.load_model_spec("mamba-2.8b"))
     assert w.parameter_count == pytest.approx(2.77e9, rel=0.01)
+
+
+def test_mamba_time_step_rank_auto_is_transformers_default() -> None:
+    # transformers' MambaConfig writes time_step_rank "auto" = ceil(hidden / 16); the config
+    # derivation used to call int("auto") on it.
+    raw = json.loads(fixture_config("state-spaces--mamba-2.8b-hf").read_text())
+    spec = planner.parse_config(raw, name="m", source="t")
+    auto = planner.parse_config({**raw, "time_step_rank": "auto"}, name="m", source="t")
+    assert raw["time_step_rank"] == -(-raw["hidden_size"] // 16) == 160
+    assert from_config(auto).bytes_per_rank == from_config(spec).bytes_per_rank
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"moe_intermediate_size": "768"}, "moe_intermediate_size must be a whole number"),
+        ({"n_shared_experts": [1]}, "n_shared_experts must be a whole number"),
+        ({"decoder_sparse_step": 0.5}, "decoder_sparse_step must be a whole number"),
+        ({"vocab_size": -5}, "vocab_size must be a whole number from 0"),
+        ({"intermediate_size": 2**50}, "intermediate_size must be a whole number from 0 to"),
+    ],
+)
+def test_malformed_optional_sizes_are_config_errors(change: dict, fragment: str) -> None:
+    raw = json.loads(fixture_config("Qwen--Qwen3-30B-A3B").read_text())
+    spec = planner.parse_config({**raw, **change}, name="q", source="t")
+    with pytest.raises(planner.ConfigError, match=fragment):
+        from_config(spec)
+
+
+@pytest.mark.parametrize(
+    ("header", "fragment"),
+    [
+        ({"a": 5}, "tensor 'a' is not a JSON object"),
+        ({"a": {"shape": "8x8"}}, "tensor 'a' has no shape list"),
+        ({"a": {"shape": [8, -1]}}, "a dimension of 'a' must be a whole number"),
+        ({"a": {"shape": [2**30, 2**30]}}, "tensor 'a' has an implausible shape"),
+        ({"a": {"shape": [8], "data_offsets": [10, 2]}}, "tensor 'a' ends before it starts"),
+        ({"a": {"shape": [8], "data_offsets": ["0", 2]}}, "data_offsets of 'a' must be"),
+    ],
+)
+def test_malformed_safetensors_entries_are_config_errors(
+    tmp_path: Path, header: dict, fragment: str
+) -> None:
+    raw = json.dumps(header).encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
+    with pytest.raises(planner.ConfigError, match=fragment):
+        from_local_dir(tmp_path, 2)

@@ -112,7 +112,7 @@ def test_one_prefix_id_must_keep_its_length() -> None:
         ("empty.jsonl", "\n\n", "has no requests"),
         ("empty.yaml", "", "the workload spec is empty"),
         ("w.csv", "a,b", "unknown workload format"),
-        ("bad.yaml", "prompt_tokens: [1\n", "not valid YAML"),
+        ("bad.yaml", "prompt_tokens: [1\n", "bad.yaml:2: invalid YAML"),
     ],
 )
 def test_unusable_files(tmp_path: Path, name: str, text: str, message: str) -> None:
@@ -121,7 +121,7 @@ def test_unusable_files(tmp_path: Path, name: str, text: str, message: str) -> N
 
 
 def test_missing_file() -> None:
-    with pytest.raises(WorkloadError, match="does not exist"):
+    with pytest.raises(WorkloadError, match="traffic.jsonl: no such file"):
         load_workload("/nonexistent/traffic.jsonl")
 
 
@@ -263,3 +263,23 @@ def test_a_trace_and_its_spec_give_the_same_results(tmp_path: Path) -> None:
     assert a == b
     assert a["completed"] == 300 and a["prefix_hit_tokens"] > 0
     assert json.loads(trace.read_text().splitlines()[0])["prompt_tokens"] >= 1
+
+
+@pytest.mark.parametrize(
+    "dist",
+    [
+        {"dist": "lognormal", "mean": 1e308, "sigma": 3},  # exp() of the draw overflowed
+        {"dist": "lognormal", "mean": 5, "sigma": 1e200},  # sigma ** 2 overflowed
+        {"dist": "normal", "mean": 1e308, "std": 1e308},  # the draw was infinite
+    ],
+)
+def test_extreme_distributions_clip_instead_of_crashing(dist: dict) -> None:
+    spec = parse_spec({**SPEC, "prompt_tokens": dist, "prefixes": [], "num_requests": 200}, "x")
+    lengths = [r.prompt_tokens for r in generate(spec).requests]
+    assert all(1 <= n <= 1 << 40 for n in lengths)
+
+
+def test_a_prefix_id_must_be_a_name() -> None:
+    line = '{"prompt_tokens": 9, "output_tokens": 1, "prefix_id": {"a": 1}, "prefix_tokens": 2}'
+    with pytest.raises(WorkloadError, match="prefix_id a mapping is not a string"):
+        parse_trace([line], "t.jsonl")

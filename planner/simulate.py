@@ -40,11 +40,10 @@ from typing import Any
 from planner.budget import activation_peak_bytes, vllm_capacity
 from planner.errors import DoesNotFitError, UsageError
 from planner.gpus import GPU
-from planner.hf_config import MAX_CONFIG_INT
 from planner.memory import KVEstimate, estimate, positive_count
 from planner.recommend import load_weights
-from planner.specs import MLA, KVDtype, ModelSpec, cdiv
-from planner.weights import Weights
+from planner.specs import KVDtype, ModelSpec, cdiv
+from planner.weights import Weights, from_config
 from planner.workload import Request, Workload
 
 USAGE_BINS = 1000
@@ -1050,8 +1049,6 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
 # --------------------------------------------------------------------------- model level
 
 AXES = ("block-size", "kv-cache-dtype", "prefix-caching", "max-num-seqs", "max-num-batched-tokens")
-_QUANT_BYTES = {"fp8": 1.0, "fbgemm_fp8": 1.0, "modelopt": 1.0, "compressed-tensors": 1.0}
-_QUANT_4BIT = ("mxfp4", "awq", "gptq", "nvfp4", "modelopt_fp4", "bitsandbytes", "gguf")
 
 
 @dataclass(frozen=True)
@@ -1128,64 +1125,18 @@ class SimReport:
     warnings: list[str]
 
 
-def _cfg_int(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
-    """The first plausible whole number among ``keys`` (0 to MAX_CONFIG_INT), else ``default``."""
-    for key in keys:
-        value = cfg.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_CONFIG_INT:
-            return value
-    return default
-
-
-def estimate_params(spec: ModelSpec) -> ModelParams:
-    """Parameters and weight bytes from the config's shapes: embeddings, attention (MLA's
-    low-rank projections), dense or MoE MLPs (routed + shared experts), ~6 h^2 per Mamba layer.
-
-    This is a stand-in until ``planner.budget`` provides weights; MoE layers follow
-    ``first_k_dense_replace``, and quantized checkpoints use 1 byte (fp8) or 0.5 byte (4-bit)
-    per non-embedding parameter.
-    """
-    c = spec.config
-    h = spec.hidden_size
-    n_layers = spec.num_layers
-    vocab = _cfg_int(c, "vocab_size", "padded_vocab_size", default=32000)
-    inter = _cfg_int(c, "intermediate_size", "ffn_hidden_size", "ffn_dim", "n_inner", default=4 * h)
-    heads, kv, hd = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
-    if any(isinstance(s, MLA) for s in spec.layers):
-        q_lora = _cfg_int(c, "q_lora_rank")
-        nope = _cfg_int(c, "qk_nope_head_dim", default=128)
-        rope = _cfg_int(c, "qk_rope_head_dim", default=64)
-        v = _cfg_int(c, "v_head_dim", default=128)
-        kvl = _cfg_int(c, "kv_lora_rank", default=512)
-        q = h * q_lora + q_lora * heads * (nope + rope) if q_lora else h * heads * (nope + rope)
-        attn = q + h * (kvl + rope) + kvl * heads * (nope + v) + heads * v * h
-    else:
-        attn = 2 * h * heads * hd + 2 * h * kv * hd
-    n_attn = len(spec.attention_layers)
-    n_state = len(spec.state_layers)
-    experts = _cfg_int(c, "num_experts", "n_routed_experts", "num_local_experts")
-    dense = 3 * h * inter
-    if experts:
-        topk = _cfg_int(c, "num_experts_per_tok", "experts_per_token", "moe_topk", default=2)
-        moe_inter = _cfg_int(c, "moe_intermediate_size", default=inter)
-        shared = _cfg_int(c, "n_shared_experts") * moe_inter + _cfg_int(
-            c, "shared_expert_intermediate_size"
-        )
-        n_dense = min(_cfg_int(c, "first_k_dense_replace"), n_layers)
-        moe_total = experts * 3 * h * moe_inter + 3 * h * shared + h * experts
-        moe_active = topk * 3 * h * moe_inter + 3 * h * shared + h * experts
-    else:
-        n_dense, moe_total, moe_active = n_layers, 0, 0
-    n_moe = n_layers - n_dense
-    embed = vocab * h * (1 if c.get("tie_word_embeddings") else 2)
-    body = n_attn * attn + n_state * 6 * h * h + n_dense * dense
-    total = embed + body + n_moe * moe_total
-    active = embed + body + n_moe * moe_active
-    dtype_bytes = 2 if spec.dtype == "float32" else spec.dtype_bytes  # engines serve fp32 as bf16
-    quant = (spec.quantization or "").lower()
-    per_param = 0.5 if quant in _QUANT_4BIT else _QUANT_BYTES.get(quant, float(dtype_bytes))
-    weight = round(embed * dtype_bytes + (total - embed) * per_param)
-    return ModelParams(total=total, active=active, weight_bytes=weight, bytes_per_param=per_param)
+def estimate_params(spec: ModelSpec, weights: Weights | None = None) -> ModelParams:
+    """Parameters, active parameters per token and weight bytes for the roofline, from the
+    planner's weights (:func:`planner.weights.from_config` unless ``weights`` is given)."""
+    weights = weights or from_config(spec)
+    active = weights.active_parameter_count or weights.parameter_count
+    per_param = weights.total_bytes / weights.parameter_count if weights.parameter_count else 2.0
+    return ModelParams(
+        total=weights.parameter_count,
+        active=active,
+        weight_bytes=weights.total_bytes,
+        bytes_per_param=per_param,
+    )
 
 
 def roofline_for(spec: ModelSpec, est: KVEstimate, gpu: GPU, params: ModelParams) -> Roofline:
@@ -1344,7 +1295,7 @@ def simulate_model(
             "size the KV pool: --gpu NAME, --kv-cache-memory 20GiB or --num-gpu-blocks N"
         )
     weights = load_weights(spec, tp=tp, pp=1)  # first: it refuses malformed optional sizes
-    params = estimate_params(spec)
+    params = estimate_params(spec, weights if weights.source == "config" else None)
     if num_gpu_blocks is not None:
         pool = f"--num-gpu-blocks {num_gpu_blocks:,}"
     elif kv_cache_memory_bytes is not None:

@@ -123,6 +123,7 @@ class Weights:
     parameter_count: int
     quantization: str | None
     detail: str = ""
+    active_parameter_count: int = 0  # per token (MoE: routed top-k); 0 when unknown
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class _Parts:
     replicated: list[int]  # per decoder layer, copied on every TP rank (norms, MLA down-projs)
     other: int  # final norm, etc. (last stage, replicated)
     params: int
+    active_params: int  # parameters one token passes through (MoE: top-k experts)
 
 
 def _quant_bytes_per_param(quant: Mapping[str, Any] | None, dtype_bytes: int) -> tuple[float, str]:
@@ -238,14 +240,23 @@ def _parts(spec: ModelSpec) -> _Parts:
     shared_i = (
         _cfg(c, "shared_expert_intermediate_size", name) + _cfg(c, "n_shared_experts", name) * moe_i
     )
-    if expert_only:
-        # NOTE: gpt-oss. vLLM's Hopper MXFP4 MoE kernel pads the expert intermediate size to a
-        # multiple of 256 (2880 -> 3072); with it the derived weights match CALIBRATION.md's
-        # logged 13.47 GiB (20b) and 64.38 GiB (120b) within 0.5 %.
-        moe_i = -(-moe_i // 256) * 256
     if mt in ("llama4", "llama4_text"):
         shared_i = _cfg(c, "intermediate_size", name)  # one shared expert of expert width
         moe_i = shared_i or dense_i
+    moe_i_stored = moe_i
+    if expert_only:
+        # NOTE: gpt-oss. vLLM's Hopper MXFP4 MoE kernel pads the expert intermediate size to a
+        # multiple of 256 (2880 -> 3072); with it the derived weights match CALIBRATION.md's
+        # logged 13.47 GiB (20b) and 64.38 GiB (120b) within 0.5 %. Parameters stay unpadded.
+        moe_i_stored = -(-moe_i // 256) * 256
+    top_k = next(
+        (
+            _cfg(c, k, name)
+            for k in ("num_experts_per_tok", "experts_per_token", "moe_topk")
+            if _cfg(c, k, name) > 0
+        ),
+        min(2, experts or 2),
+    )
     pattern = (
         c.get("hybrid_override_pattern")
         if isinstance(c.get("hybrid_override_pattern"), str)
@@ -253,7 +264,7 @@ def _parts(spec: ModelSpec) -> _Parts:
     )
     mlp_mats = 3 if gated else 2
     layers, replicated = [], []
-    params = 0
+    params = active = 0
     for i, s in enumerate(spec.layers):
         shard = repl = 0.0
         n = 0
@@ -302,15 +313,15 @@ def _parts(spec: ModelSpec) -> _Parts:
             n += m
         # MLP (Nemotron-H layers are a mixer or an MLP, never both)
         block = pattern[i] if pattern else None
-        if block in ("M", "*"):
-            pass
+        if block in ("M", "*") or mt in ("mamba", "falcon_mamba", "mamba2"):
+            pass  # a mixer-only block: Nemotron-H's M / * layers, pure Mamba models
         elif (block == "E") or (block is None and _is_moe_layer(c, mt, i, name)):
             per_expert = mlp_mats * hidden * moe_i
             shared = (mlp_mats if block is None else 2) * hidden * shared_i
-            expert_bpp = linear_bpp
-            shard += (experts * per_expert) * expert_bpp + shared * attn_bpp
+            shard += experts * mlp_mats * hidden * moe_i_stored * linear_bpp + shared * attn_bpp
             repl += hidden * experts * wdtype  # router
             n += experts * per_expert + shared + hidden * experts
+            active -= (experts - min(top_k, experts)) * per_expert  # idle experts per token
         else:
             m = mlp_mats * hidden * dense_i
             shard += m * attn_bpp
@@ -324,7 +335,7 @@ def _parts(spec: ModelSpec) -> _Parts:
     embed = vocab * hidden * wdtype
     lm_head = 0 if tied else vocab * hidden * wdtype
     params += vocab * hidden * (1 if tied else 2) + hidden
-    return _Parts(embed, lm_head, layers, replicated, hidden * wdtype, params)
+    return _Parts(embed, lm_head, layers, replicated, hidden * wdtype, params, params + active)
 
 
 def from_config(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> Weights:
@@ -339,6 +350,7 @@ def from_config(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> Weights:
         total_bytes=total,
         source="config",
         parameter_count=parts.params,
+        active_parameter_count=parts.active_params,
         quantization=None if label == "none" else label,
         detail=f"{parts.params / 1e9:.2f} B parameters derived from the config",
     )
@@ -434,7 +446,7 @@ def from_tensors(
             embed += size
         else:
             other += size
-    parts = _Parts(embed, lm_head, layers, [0] * num_layers, other, params)
+    parts = _Parts(embed, lm_head, layers, [0] * num_layers, other, params, params)
     total = embed + lm_head + sum(layers) + other
     return Weights(
         bytes_per_rank=_per_rank(parts, num_layers, tp, pp),

@@ -174,6 +174,41 @@ def test_tensor_parallel_shards_weights() -> None:
     assert one.bytes_per_rank / 4 <= four.bytes_per_rank < one.bytes_per_rank / 4 * 1.001
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama-3.1-8b",
+        "qwen3-0.6b",
+        "gemma-2-9b",
+        "deepseek-v2-lite",
+        "qwen3-30b-a3b",
+        "nemotron-h-56b",
+        "qwen3-next-80b-a3b",
+        "falcon-7b",
+        "phi-4",
+        "mixtral-8x7b-v0.1",
+    ],
+)
+def test_config_weights_match_the_probes_tensor_shapes(name: str) -> None:
+    """Two independent counts must agree: planner.weights (bytes by formula) and the tensor
+    shapes `kvplan verify` allocates (probes/weights.py). (Pure Mamba-1 is left out: the probe
+    models its mixer as in/out projections only, 4 % under the 2.77 B published parameters the
+    planner counts.)"""
+    pytest.importorskip("torch")
+    from probes.weights import model_dims, total_weight_bytes
+
+    spec = planner.load_model_spec(name)
+    assert from_config(spec).total_bytes == pytest.approx(
+        total_weight_bytes(model_dims(spec), 2), rel=0.001
+    )
+
+
+def test_pure_mamba_has_no_mlp() -> None:
+    # state-spaces/mamba-2.8b: 2.77 B parameters published; each block is a Mamba mixer only.
+    w = from_config(planner.load_model_spec("mamba-2.8b"))
+    assert w.parameter_count == pytest.approx(2.77e9, rel=0.01)
+
+
 def test_mamba_time_step_rank_auto_is_transformers_default() -> None:
     # transformers' MambaConfig writes time_step_rank "auto" = ceil(hidden / 16); the config
     # derivation used to call int("auto") on it.

@@ -319,9 +319,11 @@ class PagedKVPool:
         self.layout = layout
         self.num_blocks = num_blocks
         self.device = device
-        # vLLM's kv_cache_tensors: raw bytes, tensor j shared by layer j of every group.
+        # vLLM's kv_cache_tensors: raw bytes, tensor j shared by layer j of every group, zeroed
+        # as vLLM's are: attention gives the unwritten rest of a block zero weight, but 0 x NaN
+        # is NaN, so memory left over from earlier tensors must not reach it.
         self.raw = [
-            torch.empty(num_blocks * nbytes, dtype=torch.uint8, device=device).view(
+            torch.zeros(num_blocks * nbytes, dtype=torch.uint8, device=device).view(
                 num_blocks, nbytes
             )
             for nbytes in layout.position_bytes

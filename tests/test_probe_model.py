@@ -130,3 +130,26 @@ def test_profile_peak_one_layer_per_shape_equals_full_pass() -> None:
             del model, weights, owners
     assert len(model_windows({})) == 0
     assert peaks[True] == peaks[False] > 0
+
+
+def test_garbage_memory_under_a_new_pool_does_not_reach_the_output(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Memory handed back by the allocator may hold NaN bit patterns. The unwritten rest of a
+    # block gets zero attention weight, but 0 x NaN is NaN in the matmul, so a pool built on
+    # such memory made the test above fail now and then (whenever the allocator reused it).
+    spec, est, model = build("llama", max_model_len=128)
+    empty = torch.empty
+
+    def garbage(*args, **kwargs):  # what uninitialized memory may look like
+        return empty(*args, **kwargs).fill_(0xFF)  # every float32 / bf16 element NaN
+
+    monkeypatch.setattr(torch, "empty", garbage)
+    pool = PagedKVPool(pool_layout(spec, est), 200, CPU)
+    monkeypatch.setattr(torch, "empty", empty)
+    seq = pool.add_sequence(0, 128)
+    ids = torch.randint(0, 256, (70,), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        paged = model.prefill(pool, seq, ids, chunk_tokens=32, max_chunk_bytes=1 << 20)
+        contiguous = model.forward_contiguous(ids)
+    torch.testing.assert_close(paged, contiguous, atol=1e-4, rtol=0)

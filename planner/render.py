@@ -20,13 +20,12 @@ from planner.memory import KVEstimate
 from planner.models import ModelRow
 from planner.recommend import Plan, Report
 from planner.secrets import RedactingStream
+from planner.units import GIB, fmt_bytes
 
 if TYPE_CHECKING:  # only for annotations: estimate need not import the check/diagnose parsers
     from planner.diagnose import Diagnosis, Finding
     from planner.plans import Check, CheckReport, DeploymentResult
     from planner.simulate import SettingRun, SimReport
-
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
 
 def _user(text: object) -> str:
@@ -43,19 +42,6 @@ def console() -> Console:
 def err_console() -> Console:
     """stderr for warnings and `Error:` lines, redacted like :func:`console`."""
     return Console(file=RedactingStream(sys.stderr), highlight=False)  # type: ignore[arg-type]
-
-
-def fmt_bytes(n: int) -> str:
-    """Binary units, named as such: ``16.00 GiB``, ``128.0 KiB``, ``576 B``."""
-    if abs(n) >= 1 << 80:  # past a float's exact range (and any real memory): exact bytes
-        return f"{n:,} B"
-    if n >= GIB:
-        return f"{n / GIB:,.2f} GiB"
-    if n >= MIB:
-        return f"{n / MIB:,.2f} MiB"
-    if n >= KIB:
-        return f"{n / KIB:,.1f} KiB"
-    return f"{n:,} B"
 
 
 def to_json(obj: Any) -> str:

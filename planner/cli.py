@@ -223,10 +223,10 @@ def estimate(
       kvplan estimate qwen3-14b --kv-cache-memory 6.51GiB --max-model-len 32768
     """
     import planner
-    from planner import render
     from planner.budget import CUDA_GRAPH_DEFAULT_BYTES
     from planner.gpus import get_gpu
     from planner.recommend import GpuInfo, report
+    from planner.render import estimate as render
     from planner.specs import Engine, KVDtype
     from planner.units import parse_size
 
@@ -292,8 +292,8 @@ def gpus(json_: JsonOpt = False) -> None:
 
     Example: kvplan gpus
     """
-    from planner import render
     from planner.gpus import GPUS
+    from planner.render import catalog as render
 
     with user_errors():
         render.gpus(list(GPUS), as_json=json_)
@@ -306,7 +306,7 @@ def models(json_: JsonOpt = False) -> None:
     Example: kvplan models --json
     """
     import planner
-    from planner import render
+    from planner.render import catalog as render
 
     with user_errors():
         render.models(planner.list_models(), as_json=json_)
@@ -350,8 +350,8 @@ def check(
       kvplan check deploy/plans.yaml --format junit -o kvplan.xml
       kvplan check deploy/plans.yaml --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
-    from planner import render
     from planner.plans import check_file
+    from planner.render import check as render
 
     with user_errors():
         if format_ not in render.CHECK_FORMATS:
@@ -452,8 +452,8 @@ def diagnose(
       kvplan diagnose vllm-startup.log --model llama-3.1-8b --gpu rtx-3090
       kvplan diagnose server.log --gpu h100 --json
     """
-    from planner import render
     from planner.diagnose import diagnose_file
+    from planner.render import diagnose as render
     from planner.specs import KVDtype
 
     with user_errors():
@@ -621,9 +621,10 @@ def simulate(
     Example: kvplan simulate qwen2.5-7b --gpu l40s -w examples/workloads/chat.yaml --block-size 8,16
     """
     import planner
-    from planner import render
     from planner.files import write_all_atomic
     from planner.gpus import get_gpu
+    from planner.render import simulate as render
+    from planner.render._output import to_json
     from planner.simulate import build_settings, simulate_model
     from planner.units import parse_size
     from planner.workload import load_workload, trace_lines
@@ -673,7 +674,7 @@ def simulate(
         if save_trace:
             outputs.append(("--save-trace", save_trace, "\n".join(trace_lines(load)) + "\n"))
         if output:
-            outputs.append(("-o", output, render.to_json(render.simulate_dict(report))))
+            outputs.append(("-o", output, to_json(render.simulate_dict(report))))
         if plot:
             outputs.append(("--plot", plot, render.simulate_plot(report, plot)))
         write_all_atomic(outputs)
@@ -766,7 +767,8 @@ def verify(
     Example: kvplan verify qwen3-0.6b --device cpu --memory-budget 3GiB --max-model-len 4096
     """
     import planner
-    from planner import render
+    from planner.render import verify as render
+    from planner.render._output import err_console
     from planner.specs import KVDtype
 
     with user_errors():
@@ -811,7 +813,7 @@ def verify(
         if model is None:
             raise UsageError("give MODEL or --plan FILE")
         spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
-        progress = render.trial_progress(enabled=not json_ and render.err_console().is_terminal)
+        progress = render.trial_progress(enabled=not json_ and err_console().is_terminal)
         with progress as on_trial:
             result = run_verify(spec, request, on_trial=on_trial)
         render.verify(result, as_json=json_)

@@ -106,7 +106,7 @@ def verify(
     from planner.specs import KVDtype
 
     with user_errors():
-        from probes.plan import PlanNotMetError, read_plan
+        from probes.plan import PlanNotMetError, VerifyRequest, read_plan
 
         if hf_cache:
             if model is None:
@@ -121,7 +121,6 @@ def verify(
                     f"{spec.name}: the planner's --engine hf bytes differ from transformers' cache"
                 )
             return
-        from probes.probe import VerifyRequest
         from probes.probe import verify as run_verify
 
         request = VerifyRequest(

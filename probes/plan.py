@@ -307,6 +307,9 @@ def check_request(req: VerifyRequest) -> None:
             f"--decode-steps must be from 1 to {MAX_DECODE_STEPS:,} (each is a decode step of "
             f"every sequence through every layer), got {req.decode_steps:,}"
         )
+    kind, _, index = req.device.partition(":")
+    if kind not in ("cpu", "cuda") or not (index == "" or (index.isascii() and index.isdigit())):
+        raise UsageError(f"--device {req.device!r}: use cpu or cuda (cuda:N for one device)")
     if req.device.startswith("cpu") and req.memory_budget_bytes is None:
         raise UsageError(
             "--device cpu needs --memory-budget SIZE (e.g. 6GiB): a CPU has no device memory "

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from planner.render._output import _user, console, err_console, to_json
+from planner.render._output import _user, console, err_console, to_json, write_out
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:  # probes.plan is torch-free, but render needs its types only for annotations
@@ -58,7 +58,7 @@ def _pct(value: float | None) -> str:
 def verify(result: ProbeResult, *, as_json: bool = False) -> None:
     """Print a probe result: budget, predicted vs measured, planned run, frontier, verdict."""
     if as_json:
-        console().file.write(to_json(asdict(result)))
+        write_out(to_json(asdict(result)))
         return
     out = console()
     mem = result.memory
@@ -152,7 +152,7 @@ def verify(result: ProbeResult, *, as_json: bool = False) -> None:
 def hf_cache(check: CacheCheck, *, as_json: bool = False) -> None:
     """Print the transformers cross-check of one model."""
     if as_json:
-        console().file.write(to_json(asdict(check)))
+        write_out(to_json(asdict(check)))
         return
     out = console()
     if check.status in ("skipped", "error"):

@@ -10,6 +10,7 @@ Public API (``examples/`` use only this)::
 
 from __future__ import annotations
 
+from planner.deployment import Deployment, Gpu, ServeSettings
 from planner.errors import (
     ConfigError,
     DoesNotFitError,
@@ -17,8 +18,10 @@ from planner.errors import (
     ModelNotFoundError,
     UsageError,
 )
+from planner.gpus import get_gpu
 from planner.hf_config import load_model_spec, parse_config
 from planner.memory import KVEstimate, estimate, get_pp_indices
+from planner.model.load import LoadedModel, load_model
 from planner.models import ModelRow, list_models
 from planner.specs import (
     MLA,
@@ -42,26 +45,32 @@ __all__ = [
     "MLA",
     "ChunkedLocal",
     "ConfigError",
+    "Deployment",
     "DoesNotFitError",
     "Engine",
     "FullAttention",
     "GatedDeltaNetState",
+    "Gpu",
     "KVDtype",
     "KVEstimate",
     "KvplanError",
     "LayerSpec",
+    "LoadedModel",
     "Mamba1State",
     "Mamba2State",
     "ModelNotFoundError",
     "ModelRow",
     "ModelSpec",
+    "ServeSettings",
     "SlidingWindow",
     "StateSpec",
     "UsageError",
     "cdiv",
     "estimate",
+    "get_gpu",
     "get_pp_indices",
     "list_models",
+    "load_model",
     "load_model_spec",
     "parse_config",
 ]

@@ -7,14 +7,14 @@ import os
 import sys
 from collections.abc import Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from planner.errors import KvplanError, UsageError, one_line
 
 if TYPE_CHECKING:
-    from planner.recommend import GpuInfo
+    from planner.deployment import Gpu, ServeSettings
 
 app = typer.Typer(
     name="kvplan",
@@ -138,7 +138,12 @@ GpuMemoryOpt = Annotated[
     ),
 ]
 GmuOpt = Annotated[
-    float, typer.Option("--gpu-memory-utilization", help="vLLM's fraction of GPU memory.")
+    float | None,
+    typer.Option(
+        "--gpu-memory-utilization",
+        help="vLLM's fraction of GPU memory [default: 0.92].",
+        show_default=False,
+    ),
 ]
 KVMemoryOpt = Annotated[
     str | None,
@@ -198,7 +203,7 @@ def estimate(
     max_num_seqs: MaxSeqsOpt = None,
     gpu: GpuOpt = None,
     gpu_memory: GpuMemoryOpt = None,
-    gpu_memory_utilization: GmuOpt = 0.92,
+    gpu_memory_utilization: GmuOpt = None,
     kv_cache_memory: KVMemoryOpt = None,
     headroom: HeadroomOpt = "0",
     cuda_graph_memory: GraphOpt = None,
@@ -222,67 +227,37 @@ def estimate(
       kvplan estimate qwen2.5-7b --gpu rtx-4090 --grid
       kvplan estimate qwen3-14b --kv-cache-memory 6.51GiB --max-model-len 32768
     """
-    import planner
     from planner import render
-    from planner.budget import CUDA_GRAPH_DEFAULT_BYTES
-    from planner.gpus import get_gpu
-    from planner.recommend import GpuInfo, report
-    from planner.specs import Engine, KVDtype
-    from planner.units import parse_size
+    from planner.deployment import Deployment
+    from planner.model.load import load_model
+    from planner.recommend import PlanOptions, report
 
     with user_errors():
-        engine_ = Engine.parse(engine)
-        dtype = KVDtype.parse(kv_cache_dtype)
-        if dtype is KVDtype.FP32 and engine_ is not Engine.HF:
-            raise UsageError("--kv-cache-dtype fp32 is only meaningful with --engine hf")
-        if max_model_len == -1 and engine_ is not Engine.VLLM:
-            raise UsageError("--max-model-len -1 (auto-fit) is vLLM's; give a length")
-        sizes = _batch_sizes(batch)
-        gpu_info, a100 = None, False
-        if gpu:
-            catalog_gpu = get_gpu(gpu)
-            gpu_info = GpuInfo(catalog_gpu.name, catalog_gpu.memory_bytes, catalog_gpu.source)
-            a100 = catalog_gpu.is_a100
-        if gpu_memory:
-            memory = parse_size(gpu_memory, flag="--gpu-memory")
-            if memory <= 0:
-                raise UsageError("--gpu-memory must be positive")
-            name = gpu_info.name if gpu_info else "custom"
-            gpu_info = GpuInfo(name, memory, "--gpu-memory")
-        graphs = (
-            0
-            if enforce_eager
-            else (
-                parse_size(cuda_graph_memory, flag="--cuda-graph-memory")
-                if cuda_graph_memory
-                else None
-            )
-        )
-        spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
-        result = report(
-            spec,
-            engine=engine_,
-            gpu=gpu_info,
-            gpu_is_a100=a100,
+        settings = _serve_settings(
+            engine=engine,
             tp=tp,
             pp=pp,
-            kv_cache_dtype=dtype,
+            kv_cache_dtype=kv_cache_dtype,
             block_size=block_size,
             max_model_len=max_model_len,
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
-            prefix_caching=enable_prefix_caching,
-            batch_sizes=sizes,
+            enable_prefix_caching=enable_prefix_caching,
             gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_memory_bytes=parse_size(kv_cache_memory, flag="--kv-cache-memory")
-            if kv_cache_memory
-            else None,
-            headroom_bytes=parse_size(headroom, flag="--headroom"),
+            kv_cache_memory=kv_cache_memory,
+            headroom=headroom,
+            cuda_graph_memory=cuda_graph_memory,
+            enforce_eager=enforce_eager,
+        )
+        options = PlanOptions(
             shared_prefix_tokens=shared_prefix,
             requests=requests,
             avg_tokens=avg_tokens,
-            cuda_graph_bytes=CUDA_GRAPH_DEFAULT_BYTES if graphs is None else graphs,
+            batch_sizes=_batch_sizes(batch),
         )
+        gpu_ = _gpu_arg(gpu, gpu_memory)
+        loaded = load_model(model, revision=revision, offline=offline or None)
+        result = report(Deployment(model=loaded, gpu=gpu_, settings=settings), options)
         render.report(result, as_json=json_, show_grid=grid)
 
 
@@ -407,22 +382,54 @@ LogKVDtypeOpt = Annotated[
 ]
 
 
-def _gpu_arg(gpu: str | None, gpu_memory: str | None) -> tuple[GpuInfo | None, bool]:
-    """--gpu / --gpu-memory as a GpuInfo (memory overrides the catalog's), and the A100 flag."""
-    from planner.gpus import get_gpu
-    from planner.recommend import GpuInfo
+def _gpu_arg(gpu: str | None, gpu_memory: str | None) -> Gpu | None:
+    """--gpu / --gpu-memory as a Gpu (memory overrides the catalog's; an A100 stays one)."""
+    from planner.gpus import resolve_gpu
     from planner.units import parse_size
 
-    info, a100 = None, False
-    if gpu:
-        found = get_gpu(gpu)
-        info, a100 = GpuInfo(found.name, found.memory_bytes, found.source), found.is_a100
-    if gpu_memory:
-        memory = parse_size(gpu_memory, flag="--gpu-memory")
-        if memory <= 0:
-            raise UsageError("--gpu-memory must be positive")
-        info = GpuInfo(info.name if info else "custom", memory, "--gpu-memory")
-    return info, a100
+    memory = parse_size(gpu_memory, flag="--gpu-memory") if gpu_memory else None
+    return resolve_gpu(gpu, memory)
+
+
+def _serve_settings(
+    *,
+    engine: str = "vllm",
+    kv_cache_dtype: str = "auto",
+    max_model_len: int | None = None,
+    gpu_memory_utilization: float | None = None,
+    kv_cache_memory: str | None = None,
+    headroom: str | None = None,
+    cuda_graph_memory: str | None = None,
+    enforce_eager: bool = False,
+    **counts: Any,
+) -> ServeSettings:
+    """The serve flags every command shares, parsed once into :class:`ServeSettings`
+    (``--max-model-len -1`` is vLLM's auto-fit)."""
+    from planner.deployment import ServeSettings, kv_dtype_for
+    from planner.specs import Engine
+    from planner.units import parse_size
+
+    graphs = (
+        0
+        if enforce_eager
+        else parse_size(cuda_graph_memory, flag="--cuda-graph-memory")
+        if cuda_graph_memory
+        else None
+    )
+    engine_ = Engine.parse(engine)
+    return ServeSettings(
+        engine=engine_,
+        kv_cache_dtype=kv_dtype_for(kv_cache_dtype, engine_),
+        max_model_len=None if max_model_len == -1 else max_model_len,
+        auto_fit_max_model_len=max_model_len == -1,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_memory_bytes=parse_size(kv_cache_memory, flag="--kv-cache-memory")
+        if kv_cache_memory
+        else None,
+        headroom_bytes=parse_size(headroom, flag="--headroom") if headroom else 0,
+        cuda_graph_bytes=graphs,
+        **counts,
+    )
 
 
 @app.command()
@@ -457,12 +464,10 @@ def diagnose(
     from planner.specs import KVDtype
 
     with user_errors():
-        gpu_info, a100 = _gpu_arg(gpu, gpu_memory)
         result = diagnose_file(
             log,
             model=model,
-            gpu=gpu_info,
-            gpu_is_a100=a100,
+            gpu=_gpu_arg(gpu, gpu_memory),
             tp=tp,
             pp=pp,
             max_model_len=max_model_len,
@@ -620,10 +625,10 @@ def simulate(
 
     Example: kvplan simulate qwen2.5-7b --gpu l40s -w examples/workloads/chat.yaml --block-size 8,16
     """
-    import planner
     from planner import render
     from planner.files import write_all_atomic
     from planner.gpus import get_gpu
+    from planner.model.load import load_model
     from planner.simulate import build_settings, simulate_model
     from planner.units import parse_size
     from planner.workload import load_workload, trace_lines
@@ -654,9 +659,9 @@ def simulate(
         load = load_workload(
             workload, seed=seed, num_requests=num_requests, skip_bad_lines=skip_bad_lines
         )
-        spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
+        loaded = load_model(model, revision=revision, offline=offline or None)
         report = simulate_model(
-            spec,
+            loaded,
             load,
             settings=settings,
             axes=varied,

@@ -34,22 +34,29 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from planner.budget import activation_peak_bytes, vllm_capacity
+from planner.budget import vllm_budget
+from planner.deployment import (
+    VLLM_DEFAULT_GMU,
+    Deployment,
+    Gpu,
+    ServeSettings,
+    check_gmu,
+    custom_gpu,
+    positive_count,
+)
 from planner.errors import DoesNotFitError, UsageError
-from planner.gpus import GPU
-from planner.memory import KVEstimate, estimate, positive_count
-from planner.recommend import load_weights
+from planner.memory import KVEstimate, estimate
+from planner.model.load import LoadedModel
 from planner.specs import KVDtype, ModelSpec, cdiv
-from planner.weights import Weights, from_config
+from planner.weights import Weights, from_config, per_rank
 from planner.workload import Request, Workload
 
 USAGE_BINS = 1000
 TIMELINE_POINTS = 240
 GOALS = ("throughput", "ttft", "tpot", "preemptions")
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 CacheConfig
 MAX_SETTINGS = 64
 TIE = 0.01  # settings closer than this on the goal are called a tie
 
@@ -1139,7 +1146,7 @@ def estimate_params(spec: ModelSpec, weights: Weights | None = None) -> ModelPar
     )
 
 
-def roofline_for(spec: ModelSpec, est: KVEstimate, gpu: GPU, params: ModelParams) -> Roofline:
+def roofline_for(spec: ModelSpec, est: KVEstimate, gpu: Gpu, params: ModelParams) -> Roofline:
     """The roofline of ``spec`` on one ``gpu`` rank at ``est``'s tensor-parallel size."""
     tp = est.tensor_parallel_size
     n_attn = len(spec.attention_layers)
@@ -1154,26 +1161,17 @@ def roofline_for(spec: ModelSpec, est: KVEstimate, gpu: GPU, params: ModelParams
     )
 
 
-def _pool_for_gpu(
-    spec: ModelSpec, est: KVEstimate, gpu: GPU, gpu_memory_utilization: float, weights: Weights
-) -> tuple[int, int]:
-    """vLLM's KV pool on ``gpu`` from the planner's budget (:func:`planner.budget.vllm_capacity`:
-    requested memory minus weights, activation peak, non-torch and CUDA-graph estimates).
-    Returns (num_gpu_blocks, KV bytes)."""
-    assert est.vllm is not None
-    cap = vllm_capacity(
-        est,
-        estimate_at=lambda n: est,  # the simulator shortens max_model_len itself
-        gpu_memory_bytes=gpu.memory_bytes,
-        weights_bytes=weights.bytes_per_rank,
-        activation_bytes=activation_peak_bytes(spec, est.vllm.max_num_batched_tokens),
-        gpu_memory_utilization=gpu_memory_utilization,
-    )
+def _pool_for_gpu(dep: Deployment, est: KVEstimate, weights: Weights) -> tuple[int, int]:
+    """vLLM's KV pool for ``dep`` from the planner's budget (:func:`planner.budget.vllm_budget`:
+    requested memory minus weights, activation peak, non-torch and CUDA-graph estimates), as
+    ``kvplan estimate --gpu`` computes it. Returns (num_gpu_blocks, KV bytes)."""
+    assert dep.gpu is not None
+    cap = vllm_budget(dep, est, weights, estimate_at=lambda n: est)  # the simulator shortens
     if cap.available_kv_bytes <= 0:
         raise DoesNotFitError(
             f"{est.model}: weights ({weights.bytes_per_rank:,} B per rank at TP "
             f"{est.tensor_parallel_size}) and vLLM's other memory leave no KV cache on "
-            f"{gpu.name} at --gpu-memory-utilization {gpu_memory_utilization}; use a larger GPU "
+            f"{dep.gpu.name} at --gpu-memory-utilization {dep.settings.gmu}; use a larger GPU "
             "or --tp"
         )
     return cap.num_gpu_blocks, cap.available_kv_bytes
@@ -1230,12 +1228,12 @@ def _pick_best(runs: list[SettingRun], goal: str) -> tuple[int | None, str]:
 
 
 def simulate_model(
-    spec: ModelSpec,
+    model: LoadedModel,
     workload: Workload,
     *,
     settings: Sequence[Setting] = (Setting(),),
     axes: Sequence[str] = (),
-    gpu: GPU | None = None,
+    gpu: Gpu | None = None,
     tp: int = 1,
     num_gpu_blocks: int | None = None,
     kv_cache_memory_bytes: int | None = None,
@@ -1277,11 +1275,9 @@ def simulate_model(
         raise UsageError(f"--num-gpu-blocks must not be negative, got {num_gpu_blocks}")
     if num_gpu_blocks:
         positive_count("--num-gpu-blocks", num_gpu_blocks)
-    gmu = (
-        DEFAULT_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization
-    )
-    if not 0 < gmu <= 1:
-        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {gmu}")
+    spec = model.spec
+    gmu = VLLM_DEFAULT_GMU if gpu_memory_utilization is None else gpu_memory_utilization
+    check_gmu(gmu)
     notes: list[str] = []
     warnings: list[str] = []
     roof_gpu = gpu or get_gpu("h100")
@@ -1294,7 +1290,7 @@ def simulate_model(
         raise UsageError(
             "size the KV pool: --gpu NAME, --kv-cache-memory 20GiB or --num-gpu-blocks N"
         )
-    weights = load_weights(spec, tp=tp, pp=1)  # first: it refuses malformed optional sizes
+    weights = per_rank(model, tp=tp, pp=1)
     params = estimate_params(spec, weights if weights.source == "config" else None)
     if num_gpu_blocks is not None:
         pool = f"--num-gpu-blocks {num_gpu_blocks:,}"
@@ -1313,17 +1309,19 @@ def simulate_model(
     seen_notes: set[str] = set()
     shortened: list[tuple[str, int, int, int, int]] = []
     for setting in settings:
-        est = estimate(
-            spec,
+        serve = ServeSettings(
             tp=tp,
             kv_cache_dtype=setting.kv_cache_dtype,
             block_size=setting.block_size,
             max_model_len=max_model_len,
             max_num_batched_tokens=setting.max_num_batched_tokens,
             max_num_seqs=setting.max_num_seqs,
-            gpu_memory_bytes=roof_gpu.memory_bytes,
-            prefix_caching=setting.prefix_caching,
+            enable_prefix_caching=setting.prefix_caching,
+            gpu_memory_utilization=gmu,
         )
+        # NOTE: batch defaults follow the roofline GPU's size, never as an A100 (fixed next).
+        dep = Deployment(model=model, gpu=custom_gpu(roof_gpu.memory_bytes), settings=serve)
+        est = estimate(spec, serve, dep.gpu)
         assert est.vllm is not None
         for warning in est.warnings:
             if warning not in warnings:
@@ -1343,7 +1341,7 @@ def simulate_model(
             blocks, kv_bytes = kv_cache_memory_bytes // bpb, kv_cache_memory_bytes
         else:
             assert gpu is not None
-            blocks, kv_bytes = _pool_for_gpu(spec, est, gpu, gmu, weights)
+            blocks, kv_bytes = _pool_for_gpu(replace(dep, gpu=gpu), est, weights)
         label = ", ".join(f"{a}={setting.value(a)}" for a in axes) or "as given"
         if blocks < 2:
             raise DoesNotFitError(

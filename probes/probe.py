@@ -39,7 +39,7 @@ import torch
 import planner
 from planner.errors import DoesNotFitError, UsageError
 from planner.memory import KVEstimate
-from planner.specs import Engine, KVDtype, ModelSpec
+from planner.specs import KVDtype, ModelSpec
 from probes.alloc import CudaMemory, DeviceMemory, open_device, require_cuda
 from probes.attention import DEFAULT_CHUNK_BYTES
 from probes.frontier import FrontierSearch, Trial, find_frontier, oom_trial
@@ -175,18 +175,19 @@ class ProbeResult:
 
 def estimate_for(spec: ModelSpec, req: VerifyRequest, gpu_memory_bytes: int | None) -> KVEstimate:
     """The vLLM estimate the probe verifies (the one ``kvplan estimate`` prints)."""
-    return planner.estimate(
-        spec,
-        engine=Engine.VLLM,
+    from planner.deployment import ServeSettings, custom_gpu
+
+    settings = ServeSettings(
         tp=req.tp,
         kv_cache_dtype=req.kv_cache_dtype,
         block_size=req.block_size,
         max_model_len=req.max_model_len,
         max_num_batched_tokens=req.max_num_batched_tokens,
         max_num_seqs=req.max_num_seqs,
-        gpu_memory_bytes=gpu_memory_bytes,
-        prefix_caching=req.prefix_caching,
+        enable_prefix_caching=req.prefix_caching,
     )
+    gpu = custom_gpu(gpu_memory_bytes) if gpu_memory_bytes else None
+    return planner.estimate(spec, settings, gpu)
 
 
 def _check(req: VerifyRequest) -> None:

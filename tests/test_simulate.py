@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 import planner
 import planner.weights
 from planner.errors import DoesNotFitError, UsageError
-from planner.gpus import get_gpu
 from planner.simulate import (
     BlockLayout,
     Roofline,
@@ -337,14 +336,13 @@ def test_moe_active_parameters() -> None:
 
 def test_pool_for_gpu_is_the_planners_vllm_budget() -> None:
     # The simulator's pool is exactly what `kvplan estimate --gpu h100` reports.
-    from planner.recommend import GpuInfo, plan
+    from tests.helpers import deployment, plan_for
 
-    spec = planner.load_model_spec("llama-3.1-8b")
-    gpu = get_gpu("h100")
-    est = planner.estimate(spec, max_model_len=8192, gpu_memory_bytes=gpu.memory_bytes)
-    weights = planner.weights.from_config(spec)
-    blocks, available = _pool_for_gpu(spec, est, gpu, 0.92, weights)
-    p = plan(spec, gpu=GpuInfo(gpu.name, gpu.memory_bytes, ""), max_model_len=8192)
+    dep = deployment("llama-3.1-8b", "h100", max_model_len=8192)
+    est = planner.estimate(dep.spec, dep.settings, dep.gpu)
+    weights = planner.weights.from_config(dep.spec)
+    blocks, available = _pool_for_gpu(dep, est, weights)
+    p = plan_for("llama-3.1-8b", "h100", max_model_len=8192)
     assert (blocks, available) == (p.vllm.num_gpu_blocks, p.vllm.available_kv_bytes)
     assert blocks == available // (2 << 20)  # 2 MiB blocks: 32 layers x 16 x 8 x 256 x 2 B
 
@@ -367,7 +365,7 @@ def test_settings_grid_is_the_cartesian_product() -> None:
 
 
 def test_fp8_doubles_the_pool_in_blocks() -> None:
-    spec = planner.load_model_spec("qwen2.5-7b")
+    spec = planner.load_model("qwen2.5-7b")
     w = workload(*(Request(500, 100, prefix_id="s", prefix_tokens=300) for _ in range(50)))
     report = simulate_model(
         spec,
@@ -385,7 +383,7 @@ def test_fp8_doubles_the_pool_in_blocks() -> None:
 
 
 def test_explicit_max_model_len_that_does_not_fit_is_refused() -> None:
-    spec = planner.load_model_spec("llama-3.1-8b")
+    spec = planner.load_model("llama-3.1-8b")
     with pytest.raises(DoesNotFitError, match=r"Try --max-model-len 2032"):
         # 128 blocks - 1 null = 127 usable x 16 = 2,032 tokens
         simulate_model(spec, workload(Request(10, 2)), num_gpu_blocks=128, max_model_len=4096)
@@ -399,7 +397,7 @@ def test_results_are_plain_data() -> None:
 
 def test_identical_results_are_called_a_tie() -> None:
     # no shared prefixes and no preemption: prefix caching changes nothing, so neither wins
-    spec = planner.load_model_spec("llama-3.1-8b")
+    spec = planner.load_model("llama-3.1-8b")
     w = workload(*(Request(300 + i, 50) for i in range(20)))
     report = simulate_model(
         spec,

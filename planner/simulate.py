@@ -34,7 +34,7 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from planner.budget import vllm_budget
@@ -44,7 +44,6 @@ from planner.deployment import (
     Gpu,
     ServeSettings,
     check_gmu,
-    custom_gpu,
     positive_count,
 )
 from planner.errors import DoesNotFitError, UsageError
@@ -1319,9 +1318,10 @@ def simulate_model(
             enable_prefix_caching=setting.prefix_caching,
             gpu_memory_utilization=gmu,
         )
-        # NOTE: batch defaults follow the roofline GPU's size, never as an A100 (fixed next).
-        dep = Deployment(model=model, gpu=custom_gpu(roof_gpu.memory_bytes), settings=serve)
-        est = estimate(spec, serve, dep.gpu)
+        # the batch defaults are the named GPU's (an A100 gets 2,048 / 256), or vLLM's
+        # no-GPU ones with an explicit pool: never the roofline's stand-in H100
+        dep = Deployment(model=model, gpu=gpu, settings=serve)
+        est = estimate(spec, serve, gpu)
         assert est.vllm is not None
         for warning in est.warnings:
             if warning not in warnings:
@@ -1341,7 +1341,7 @@ def simulate_model(
             blocks, kv_bytes = kv_cache_memory_bytes // bpb, kv_cache_memory_bytes
         else:
             assert gpu is not None
-            blocks, kv_bytes = _pool_for_gpu(replace(dep, gpu=gpu), est, weights)
+            blocks, kv_bytes = _pool_for_gpu(dep, est, weights)
         label = ", ".join(f"{a}={setting.value(a)}" for a in axes) or "as given"
         if blocks < 2:
             raise DoesNotFitError(

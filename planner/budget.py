@@ -185,7 +185,7 @@ def vllm_capacity(
             + " Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
             "initializing the engine."
         )
-    has_state = any(g.kind in ("mamba", "linear") for g in layout.groups)
+    has_state = any(g.is_state for g in layout.groups)
     return VllmCapacity(
         gpu_memory_bytes=gpu_memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization,

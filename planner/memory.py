@@ -17,6 +17,7 @@ from planner.deployment import Gpu, ServeSettings, positive_count
 from planner.errors import UsageError
 from planner.specs import (
     MLA,
+    STATE_KINDS,
     CacheContext,
     Engine,
     KVDtype,
@@ -59,6 +60,12 @@ class CacheGroup:
     page_size_bytes: int
     blocks_per_request: int
     window: int | None = None
+
+    @property
+    def is_state(self) -> bool:
+        """A Mamba / linear-attention group: one state page per request, whatever its length
+        (the one place that tells state groups from token groups)."""
+        return self.kind in STATE_KINDS
 
 
 @dataclass(frozen=True)
@@ -277,9 +284,7 @@ def estimate(
         bs, vllm_layout, stage = _vllm_layout(rank_layers, stages, ctx, tokens, seqs, notes)
         ctx = replace(ctx, block_size=bs)
         request = vllm_layout.request_bytes
-        state_pages = sum(
-            g.blocks_per_request for g in vllm_layout.groups if g.kind in ("mamba", "linear")
-        )
+        state_pages = sum(g.blocks_per_request for g in vllm_layout.groups if g.is_state)
         kv_seq = request - state_pages * vllm_layout.bytes_per_block
     else:
         per_stage = [_plain_request_bytes(rank_layers[a:b], ctx) for a, b in stages]

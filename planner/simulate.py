@@ -97,7 +97,7 @@ class BlockLayout:
         full, caps, state = 0, [], 0
         notes: list[str] = []
         for g in est.vllm.groups:
-            if g.kind in ("mamba", "linear"):
+            if g.is_state:
                 state += g.blocks_per_request
             elif g.window:
                 caps.append(cdiv(g.window - 1, bs) + 1)
@@ -117,7 +117,7 @@ class BlockLayout:
                 f"approximation: Mamba / linear-attention state is {state} page(s) per request "
                 "from admission to finish and is not shared by prefix caching"
             )
-        if any(g.block_size != bs and g.kind not in ("mamba", "linear") for g in est.vllm.groups):
+        if any(g.block_size != bs and not g.is_state for g in est.vllm.groups):
             notes.append(f"approximation: every attention group is paged in {bs}-token blocks")
         return cls(bs, full, tuple(caps), state), notes
 

@@ -18,6 +18,9 @@ from typing import Any, ClassVar
 
 from planner.errors import UsageError
 
+# The kinds of StateSpec layers: Mamba1State / Mamba2State "mamba", GatedDeltaNetState "linear".
+STATE_KINDS = frozenset({"mamba", "linear"})
+
 
 def cdiv(a: int, b: int) -> int:
     """Ceiling division on integers (vLLM's ``cdiv``)."""
@@ -480,7 +483,7 @@ class ModelSpec:
         else:
             base = "GQA"
         extras = [k for k in self.kinds if k in ("sliding", "chunked")]
-        states = [k for k in self.kinds if isinstance(k, str) and k in ("mamba", "linear")]
+        states = [k for k in self.kinds if isinstance(k, str) and k in STATE_KINDS]
         if not base:
             return "attention-free (" + " + ".join(states) + ")" if states else "no cache"
         label = base

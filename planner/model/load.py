@@ -69,9 +69,9 @@ def with_headers(
         if tensors is not None:
             return LoadedModel(spec, tensors, str(folder), revision)
     if source.startswith("hub:"):
-        from planner.hub import _offline_env
+        from planner.hub import offline_env
 
-        local_only = _offline_env() if offline is None else offline
+        local_only = offline_env() if offline is None else offline
         if not local_only:
             tensors = hub_headers(spec.name, revision=revision)
             if tensors is not None:

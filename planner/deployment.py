@@ -64,8 +64,9 @@ class Gpu:
 
     @property
     def is_a100(self) -> bool:
-        """vLLM's batch defaults treat A100 apart from other >= 70 GiB GPUs."""
-        return self.name.startswith("a100")
+        """vLLM's batch defaults treat A100 apart from other >= 70 GiB GPUs (it checks the
+        device name, as here: "a100-80gb" and "NVIDIA A100-SXM4-80GB" both are)."""
+        return "a100" in self.name.lower()
 
     def with_memory(self, memory_bytes: int, source: str) -> Gpu:
         """This GPU with another total (``--gpu-memory`` over ``--gpu``): a custom size keeps

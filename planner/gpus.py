@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from pathlib import Path
 
 from planner.deployment import Gpu, custom_gpu
 from planner.errors import UsageError
@@ -228,3 +229,35 @@ def resolve_gpu(
     if gpu is not None:
         return gpu.with_memory(memory_bytes, source)
     return custom_gpu(memory_bytes, source=source)
+
+
+def detect_gpu() -> Gpu | None:
+    """The local GPU through NVML (nvidia-ml-py), else torch when a CUDA driver is present."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        reserved = int(getattr(info, "reserved", 0) or 0)
+        return Gpu(
+            name=str(name), memory_bytes=int(info.total) - reserved, source="detected via NVML"
+        )
+    except Exception:  # no NVML, no driver, no GPU
+        pass
+    if not Path("/proc/driver/nvidia/gpus").exists():
+        return None
+    try:
+        import torch  # type: ignore[import-not-found,unused-ignore]  # slow: only with a driver
+
+        if torch.cuda.is_available():
+            _free, total = torch.cuda.mem_get_info()
+            return Gpu(
+                name=torch.cuda.get_device_name(0),
+                memory_bytes=int(total),
+                source="detected via torch.cuda.mem_get_info",
+            )
+    except Exception:
+        return None
+    return None

@@ -8,10 +8,8 @@ naive-contiguous baseline, and ready-to-paste engine commands.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from planner.budget import (
     EngineCapacity,
@@ -22,6 +20,7 @@ from planner.budget import (
     trtllm_capacity,
     vllm_budget,
 )
+from planner.commands import engine_commands
 from planner.deployment import (
     Deployment,
     Gpu,
@@ -407,82 +406,6 @@ def _naive(est: KVEstimate, avg_tokens: int, rec: Recommended | None) -> NaiveVs
     return NaiveVsPaged(used, seqs, naive, paged, round(waste, 2))
 
 
-# --------------------------------------------------------------------------- commands
-
-_SGLANG_KV = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
-
-
-def engine_commands(
-    model: str, rec: Recommended, *, tp: int, pp: int, kv_cache_dtype: str, mem_fraction: str
-) -> dict[str, str]:
-    """Ready-to-paste launch commands, flags spelled as each engine accepts them."""
-    vllm = ["vllm", "serve", model, "--tensor-parallel-size", str(tp)]
-    if pp > 1:
-        vllm += ["--pipeline-parallel-size", str(pp)]
-    vllm += [
-        "--max-model-len",
-        str(rec.max_model_len),
-        "--max-num-seqs",
-        str(rec.max_num_seqs),
-        "--gpu-memory-utilization",
-        str(rec.gpu_memory_utilization),
-        "--block-size",
-        str(rec.block_size),
-    ]
-    if kv_cache_dtype != "auto":
-        vllm += ["--kv-cache-dtype", kv_cache_dtype]
-    sglang = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(tp)]
-    if pp > 1:
-        sglang += ["--pp", str(pp)]
-    sglang += [
-        "--context-length",
-        str(rec.max_model_len),
-        "--max-running-requests",
-        str(rec.max_num_seqs),
-        "--mem-fraction-static",
-        mem_fraction,
-    ]
-    if kv_cache_dtype in _SGLANG_KV:
-        sglang += ["--kv-cache-dtype", _SGLANG_KV[kv_cache_dtype]]
-    trt = ["trtllm-serve", model, "--tp_size", str(tp)]
-    if pp > 1:
-        trt += ["--pp_size", str(pp)]
-    trt += [
-        "--max_seq_len",
-        str(rec.max_model_len),
-        "--max_batch_size",
-        str(rec.max_num_seqs),
-        "--kv_cache_free_gpu_memory_fraction",
-        "0.9",
-    ]
-    return {
-        name: shlex.join(args)
-        for name, args in (("vllm", vllm), ("sglang", sglang), ("trtllm", trt))
-    }
-
-
-def parse_command(command: str) -> dict[str, str]:
-    """Parse an engine command back into {flag: value} (used to check the emitted commands)."""
-    words = shlex.split(command)
-    out: dict[str, str] = {}
-    if words[:2] == ["vllm", "serve"]:
-        out["model"], rest = words[2], words[3:]
-    elif words[:3] == ["python", "-m", "sglang.launch_server"]:
-        rest = words[3:]
-    elif words[:1] == ["trtllm-serve"]:
-        out["model"], rest = words[1], words[2:]
-    else:
-        raise ValueError(f"not an engine command: {command}")
-    it = iter(rest)
-    for flag in it:
-        if not flag.startswith("--"):
-            raise ValueError(f"unexpected argument {flag!r}")
-        out[flag[2:]] = next(it)
-    if "model-path" in out:
-        out["model"] = out.pop("model-path")
-    return out
-
-
 # --------------------------------------------------------------------------- entry point
 
 COMMON_GPUS = ("l4", "a10g", "rtx-4090", "l40s", "a100-80gb", "h100", "h200", "b200")
@@ -512,42 +435,10 @@ class Report:
     gpu_table: list[GpuRow]
 
 
-def detect_gpu() -> Gpu | None:
-    """The local GPU through NVML (nvidia-ml-py), else torch when a CUDA driver is present."""
-    try:
-        import pynvml  # type: ignore[import-not-found]
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(handle)
-        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        reserved = int(getattr(info, "reserved", 0) or 0)
-        return Gpu(
-            name=str(name), memory_bytes=int(info.total) - reserved, source="detected via NVML"
-        )
-    except Exception:  # no NVML, no driver, no GPU
-        pass
-    if not Path("/proc/driver/nvidia/gpus").exists():
-        return None
-    try:
-        import torch  # type: ignore[import-not-found,unused-ignore]  # slow: only with a driver
-
-        if torch.cuda.is_available():
-            _free, total = torch.cuda.mem_get_info()
-            return Gpu(
-                name=torch.cuda.get_device_name(0),
-                memory_bytes=int(total),
-                source="detected via torch.cuda.mem_get_info",
-            )
-    except Exception:
-        return None
-    return None
-
-
 def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool = True) -> Report:
     """``kvplan estimate``: the estimate, plus a plan for ``dep.gpu`` (or the detected one),
     or a capacity table across common GPUs when there is none."""
-    from planner.gpus import get_gpu
+    from planner.gpus import detect_gpu, get_gpu
 
     options = options or PlanOptions()
     s, spec = dep.settings, dep.spec

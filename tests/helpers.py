@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import fields
 from typing import Any
 
@@ -44,3 +45,25 @@ def plan_for(
     flags or :class:`PlanOptions` fields."""
     options = {k: kwargs.pop(k) for k in list(kwargs) if k in _OPTIONS}
     return plan(deployment(model, gpu, **kwargs), PlanOptions(**options))
+
+
+def parse_command(command: str) -> dict[str, str]:
+    """Parse an engine command back into {flag: value} (used to check the emitted commands)."""
+    words = shlex.split(command)
+    out: dict[str, str] = {}
+    if words[:2] == ["vllm", "serve"]:
+        out["model"], rest = words[2], words[3:]
+    elif words[:3] == ["python", "-m", "sglang.launch_server"]:
+        rest = words[3:]
+    elif words[:1] == ["trtllm-serve"]:
+        out["model"], rest = words[1], words[2:]
+    else:
+        raise ValueError(f"not an engine command: {command}")
+    it = iter(rest)
+    for flag in it:
+        if not flag.startswith("--"):
+            raise ValueError(f"unexpected argument {flag!r}")
+        out[flag[2:]] = next(it)
+    if "model-path" in out:
+        out["model"] = out.pop("model-path")
+    return out

@@ -44,6 +44,9 @@ def test_catalog_gpus_carry_is_a100_and_the_roofline() -> None:
     assert plain == Gpu(name="custom", memory_bytes=24 * GIB, source="--gpu-memory")
     assert not plain.is_a100 and plain.bandwidth_bytes_per_s is None
     assert resolve_gpu(None, None) is None
+    # a detected GPU goes by its driver name
+    assert Gpu(name="NVIDIA A100-SXM4-80GB", memory_bytes=80 * GIB).is_a100
+    assert not Gpu(name="NVIDIA H100 80GB HBM3", memory_bytes=80 * GIB).is_a100
 
 
 def test_gpu_memory_must_be_positive() -> None:

@@ -13,10 +13,9 @@ from typer.testing import CliRunner
 
 import planner
 from planner.cli import app
-from planner.gpus import GPUS, get_gpu
-from planner.recommend import detect_gpu, parse_command
+from planner.gpus import GPUS, detect_gpu, get_gpu
 from planner.units import parse_size
-from tests.helpers import plan_for
+from tests.helpers import parse_command, plan_for
 
 runner = CliRunner()
 GIB = 1 << 30

@@ -1160,7 +1160,7 @@ def roofline_for(spec: ModelSpec, est: KVEstimate, gpu: Gpu, params: ModelParams
     )
 
 
-def _pool_for_gpu(dep: Deployment, est: KVEstimate, weights: Weights) -> tuple[int, int]:
+def pool_for_gpu(dep: Deployment, est: KVEstimate, weights: Weights) -> tuple[int, int]:
     """vLLM's KV pool for ``dep`` from the planner's budget (:func:`planner.budget.vllm_budget`:
     requested memory minus weights, activation peak, non-torch and CUDA-graph estimates), as
     ``kvplan estimate --gpu`` computes it. Returns (num_gpu_blocks, KV bytes)."""
@@ -1341,7 +1341,7 @@ def simulate_model(
             blocks, kv_bytes = kv_cache_memory_bytes // bpb, kv_cache_memory_bytes
         else:
             assert gpu is not None
-            blocks, kv_bytes = _pool_for_gpu(dep, est, weights)
+            blocks, kv_bytes = pool_for_gpu(dep, est, weights)
         label = ", ".join(f"{a}={setting.value(a)}" for a in axes) or "as given"
         if blocks < 2:
             raise DoesNotFitError(

@@ -17,7 +17,7 @@ from planner.simulate import (
     Roofline,
     Setting,
     SimConfig,
-    _pool_for_gpu,
+    pool_for_gpu,
     _unused_slots,
     build_settings,
     estimate_params,
@@ -341,7 +341,7 @@ def test_pool_for_gpu_is_the_planners_vllm_budget() -> None:
     dep = deployment("llama-3.1-8b", "h100", max_model_len=8192)
     est = planner.estimate(dep.spec, dep.settings, dep.gpu)
     weights = planner.weights.from_config(dep.spec)
-    blocks, available = _pool_for_gpu(dep, est, weights)
+    blocks, available = pool_for_gpu(dep, est, weights)
     p = plan_for("llama-3.1-8b", "h100", max_model_len=8192)
     assert (blocks, available) == (p.vllm.num_gpu_blocks, p.vllm.available_kv_bytes)
     assert blocks == available // (2 << 20)  # 2 MiB blocks: 32 layers x 16 x 8 x 256 x 2 B

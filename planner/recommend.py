@@ -40,6 +40,17 @@ GRID_SEQS = (16, 32, 64, 128, 256)
 
 @dataclass(frozen=True)
 class GridCell:
+    """One cell of the ``max_model_len`` x ``max_num_seqs`` grid (JSON ``grid[]``).
+
+    Attributes:
+        max_model_len, max_num_seqs: the cell's settings.
+        fits: vLLM starts and all ``max_num_seqs`` full-length requests fit at once.
+        kv_usage: blocks those requests need / usable blocks (the pool less the null block);
+            above 1 they do not all fit. Qwen2.5-7B on 24 GiB at gmu 0.92: 6,837 blocks of
+            896 KiB; 4,096 tokens = 256 blocks, so 16 sequences use 4,096 / 6,836 = 0.60.
+        num_gpu_blocks: vLLM's pool for the cell's settings.
+    """
+
     max_model_len: int
     max_num_seqs: int
     fits: bool
@@ -49,6 +60,16 @@ class GridCell:
 
 @dataclass(frozen=True)
 class Recommended:
+    """The suggested settings (JSON ``recommended``): the largest ``max_num_seqs`` whose
+    sequences at ``max_model_len`` use at most 90 % of the usable blocks, capped by vLLM's
+    ``max_num_seqs`` (and by the Mamba blocks for hybrids).
+
+    Attributes:
+        kv_usage: what those sequences use of the usable blocks (0.9 at most).
+        reason: one sentence with the numbers ("N sequences of L tokens use U % of B KV
+            blocks"), saying when vLLM's ``max_num_seqs`` capped it.
+    """
+
     max_model_len: int
     max_num_seqs: int
     gpu_memory_utilization: float
@@ -72,6 +93,10 @@ class Alternative:
 
 @dataclass(frozen=True)
 class BlockSizeRow:
+    """Fragmentation against block-table size for one block size (JSON ``block_sizes[]``):
+    the last block of a request is on average half empty, ``(block_size - 1) / 2`` tokens;
+    at 16 tokens and 2,048-token requests that is 7.5 / 2,055.5 = 0.36 %."""
+
     block_size: int
     wasted_tokens_per_seq: float
     fragmentation_pct: float
@@ -80,6 +105,10 @@ class BlockSizeRow:
 
 @dataclass(frozen=True)
 class PrefixSharing:
+    """Blocks prefix caching saves when ``requests`` share a ``shared_prefix_tokens`` prompt
+    (JSON ``prefix_sharing``): only whole blocks are shared, so 800 tokens x 100 requests save
+    99 x 50 = 4,950 blocks of 16 tokens."""
+
     shared_prefix_tokens: int
     requests: int
     blocks_saved: int
@@ -88,6 +117,10 @@ class PrefixSharing:
 
 @dataclass(frozen=True)
 class NaiveVsPaged:
+    """Contiguous pre-allocation at ``max_model_len`` (transformers' static cache) against
+    paged blocks holding only what ``sequences`` requests of ``avg_tokens`` use (JSON
+    ``naive_vs_paged``); ``waste_pct`` is the share the naive layout reserves for nothing."""
+
     avg_tokens: int
     sequences: int
     naive_bytes: int
@@ -97,7 +130,10 @@ class NaiveVsPaged:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything ``kvplan estimate --gpu`` shows; flattened into the JSON by render.py."""
+    """Everything ``kvplan estimate --gpu`` shows for one deployment; the JSON flattens it
+    (``planner.render``): the estimate's keys, then ``gpu``, the vLLM budget terms and
+    capacity (``vllm``), the other engines, the recommendation, grid, alternatives, trade-off
+    tables, ``commands`` (ready-to-paste, by engine) and ``plan_notes``."""
 
     estimate: KVEstimate
     gpu: Gpu
@@ -413,7 +449,8 @@ COMMON_GPUS = ("l4", "a10g", "rtx-4090", "l40s", "a100-80gb", "h100", "h200", "b
 
 @dataclass(frozen=True)
 class GpuRow:
-    """One GPU of the comparison table shown when no GPU is named."""
+    """One GPU of the comparison table shown when no GPU is named (JSON ``gpus[]``): vLLM's
+    budget for the same settings on each common GPU, with that GPU's batch defaults."""
 
     name: str
     memory_bytes: int

@@ -635,7 +635,7 @@ def _settings(
                 continue
             settings[key], sources[key] = log.settings[key], where
     if "gpu_memory_utilization" not in settings:
-        from planner.budget import VLLM_DEFAULT_GMU
+        from planner.deployment import VLLM_DEFAULT_GMU
 
         # NOTE: V0 engines defaulted to 0.9; V1 (0.33) to 0.92.
         settings["gpu_memory_utilization"] = 0.9 if log.engine == "V0" else VLLM_DEFAULT_GMU

@@ -42,9 +42,6 @@ def _row(
     )
 
 
-GPU = Gpu  # the catalog's rows are Gpu values (kept until the views import Gpu)
-
-
 def _gib(x: float) -> int:
     return round(x * GIB)
 

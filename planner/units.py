@@ -1,4 +1,5 @@
-"""Size strings from the command line: plain bytes or an explicit unit, never a guess.
+"""Sizes in and out: size strings from the command line (plain bytes or an explicit unit, never
+a guess) and byte counts shown in binary units.
 
 ``6.51GiB``, ``80GB``, ``512MiB``, ``1073741824`` parse; ``80G`` is refused because it could mean
 GiB (2^30) or GB (10^9) and the two differ by 7 %.
@@ -24,6 +25,7 @@ UNITS = {
 }
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
 MAX_SIZE_BYTES = 1 << 60  # 1 EiB: no GPU, node or budget comes near it
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
 
 def parse_size(text: str, *, flag: str = "size") -> int:
@@ -67,3 +69,16 @@ def parse_size(text: str, *, flag: str = "size") -> int:
 
 def _short(text: str) -> str:
     return repr(text) if len(text) <= 40 else repr(text[:30] + "...")
+
+
+def fmt_bytes(n: int) -> str:
+    """Binary units, named as such: ``16.00 GiB``, ``128.0 KiB``, ``576 B``."""
+    if abs(n) >= 1 << 80:  # past a float's exact range (and any real memory): exact bytes
+        return f"{n:,} B"
+    if n >= GIB:
+        return f"{n / GIB:,.2f} GiB"
+    if n >= MIB:
+        return f"{n / MIB:,.2f} MiB"
+    if n >= KIB:
+        return f"{n / KIB:,.1f} KiB"
+    return f"{n:,} B"

@@ -30,6 +30,8 @@ Worked example (the test ``test_budget_counts_new_storages_once``): under a 1 Mi
 ``torch.empty(1024, dtype=float32)`` costs 4,096 B; ``x.view(2, 512)`` and ``x.add_(1)`` cost
 nothing; ``x + 1`` costs another 4,096 B until it is dropped; ``torch.empty(2**18)`` (1 MiB)
 then raises ``torch.OutOfMemoryError`` because 4,096 + 1,048,576 > 1,048,576.
+
+:func:`fill_random_` gives memory values without allocating more of it (weights, pool pages).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ aten = torch.ops.aten
 
 # Factory ops whose size is known before they run: refused before they allocate.
 _EMPTY_OPS = {aten.empty.memory_format, aten.empty_strided.default}
+PATTERN_ELEMENTS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -296,3 +299,24 @@ def open_device(device: str, limit_bytes: int) -> DeviceMemory:
     if kind == "cuda":
         return CudaMemory(limit_bytes, int(index) if index else None)
     raise UsageError(f"--device {device!r}: use cpu or cuda (cuda:N for one device)")
+
+
+def fill_random_(t: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """Fill ``t`` with random values without allocating: N(0, 0.02) drawn in place into its
+    first elements, then copied across the rest (``normal_`` over a gigabyte takes seconds on
+    a CPU). 1-byte types get small positive bit patterns (finite in fp8 and int8)."""
+    flat = t.view(-1)
+    n = min(PATTERN_ELEMENTS, flat.numel())
+    if n == 0:
+        return t
+    gen = torch.Generator(device=t.device).manual_seed(seed)
+    head = flat[:n]
+    if t.element_size() == 1:
+        head.view(torch.uint8).random_(0, 0x38, generator=gen)
+    else:
+        head.normal_(0.0, 0.02, generator=gen)
+    whole = flat.numel() // n * n
+    if whole > n:
+        flat[n:whole].view(-1, n).copy_(head)
+    flat[whole:].copy_(head[: flat.numel() - whole])
+    return t

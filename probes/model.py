@@ -40,33 +40,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from probes.alloc import fill_random_
 from probes.attention import DEFAULT_CHUNK_BYTES, attention, paged_attention
 from probes.paged import AttentionCache, PagedKVPool, SequenceState
 from probes.weights import LayerDims, ModelDims, WeightSpec, weight_bytes, weight_specs
 
-PATTERN_ELEMENTS = 1 << 16
 NORM_EPS = 1e-6
-
-
-def fill_random_(t: torch.Tensor, seed: int = 0) -> torch.Tensor:
-    """Fill ``t`` with random values without allocating: N(0, 0.02) drawn in place into its
-    first elements, then copied across the rest (``normal_`` over a gigabyte takes seconds on
-    a CPU). 1-byte types get small positive bit patterns (finite in fp8 and int8)."""
-    flat = t.view(-1)
-    n = min(PATTERN_ELEMENTS, flat.numel())
-    if n == 0:
-        return t
-    gen = torch.Generator(device=t.device).manual_seed(seed)
-    head = flat[:n]
-    if t.element_size() == 1:
-        head.view(torch.uint8).random_(0, 0x38, generator=gen)
-    else:
-        head.normal_(0.0, 0.02, generator=gen)
-    whole = flat.numel() // n * n
-    if whole > n:
-        flat[n:whole].view(-1, n).copy_(head)
-    flat[whole:].copy_(head[: flat.numel() - whole])
-    return t
 
 
 @dataclass

@@ -49,6 +49,7 @@ from planner.specs import (
     ModelSpec,
     StateSpec,
 )
+from probes.alloc import fill_random_
 
 TORCH_DTYPES = {
     "bf16": torch.bfloat16,
@@ -368,8 +369,6 @@ class PagedKVPool:
 
     def fill_random_(self) -> None:
         """Give every page finite values (the planned run's sequences read all of them)."""
-        from probes.model import fill_random_
-
         item = torch.empty((), dtype=self.layout.kv_dtype).element_size()
         for raw in self.raw:
             flat = raw.view(-1)

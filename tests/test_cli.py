@@ -146,7 +146,7 @@ def test_the_memory_bar_never_outgrows_its_width() -> None:
 
 
 def test_json_never_prints_nan_or_infinity() -> None:
-    from planner.render import to_json
+    from planner.render._output import to_json
 
     text = to_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": (float("-inf"),)})
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": [None]}

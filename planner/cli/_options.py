@@ -1,0 +1,189 @@
+"""What the commands share: the option aliases of the serving flags, ``user_errors()`` (a
+KvplanError as one ``Error:`` line) and small flag parsers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from planner.errors import KvplanError, UsageError, one_line
+
+if TYPE_CHECKING:
+    from planner.deployment import Gpu, ServeSettings
+
+
+ModelArg = Annotated[
+    str,
+    typer.Argument(
+        help="Catalog name (llama-3.1-8b), Hub id (org/name), or local dir / config.json.",
+        show_default=False,
+        metavar="MODEL",
+    ),
+]
+TpOpt = Annotated[int, typer.Option("--tp", "--tensor-parallel-size", help="Tensor-parallel size.")]
+PpOpt = Annotated[
+    int, typer.Option("--pp", "--pipeline-parallel-size", help="Pipeline-parallel size.")
+]
+KVDtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--kv-cache-dtype", help="auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8 (fp32: hf only)."
+    ),
+]
+EngineOpt = Annotated[str, typer.Option("--engine", help="vllm, sglang, trtllm or hf.")]
+BlockOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--block-size",
+        help="Tokens per block [default: vllm 16, trtllm 32, sglang/hf 1].",
+        show_default=False,
+    ),
+]
+MaxLenOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-model-len",
+        help="Context length per request [default: the model's].",
+        show_default=False,
+    ),
+]
+BatchedTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-batched-tokens",
+        help="vLLM tokens per step; sets sliding-window KV in flight [default: vllm serve's, 2048 "
+        "when no GPU is named].",
+        show_default=False,
+    ),
+]
+MaxSeqsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-seqs", help="vLLM concurrent sequences [default: 256].", show_default=False
+    ),
+]
+BatchOpt = Annotated[
+    str, typer.Option("--batch", help="Comma-separated batch sizes for the worked example.")
+]
+RevisionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--revision", help="Hub branch, tag or commit (skips the catalog).", show_default=False
+    ),
+]
+OfflineOpt = Annotated[
+    bool, typer.Option("--offline", help="Use only the local HF cache (like HF_HUB_OFFLINE=1).")
+]
+PrefixOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="vLLM prefix caching (hybrid models keep extra Mamba pages when on).",
+    ),
+]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print JSON (integer bytes) instead of tables.")
+]
+GpuOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--gpu",
+        help="GPU from the catalog (h100, l4, rtx-4090 ...; `kvplan gpus`).",
+        show_default=False,
+    ),
+]
+GpuMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--gpu-memory",
+        help="Total GPU memory for a GPU not in the catalog (24GiB, 80GB, or bytes).",
+        show_default=False,
+    ),
+]
+EagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (0 bytes).")]
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Show a KvplanError as one `Error:` line and exit 1 (usage: 2); KVPLAN_DEBUG re-raises."""
+    try:
+        yield
+    except KvplanError as exc:
+        if os.environ.get("KVPLAN_DEBUG"):
+            raise
+        from planner.secrets import redact
+
+        typer.echo(f"Error: {one_line(redact(str(exc)))}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _batch_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--batch takes comma-separated integers, got {text!r}") from None
+    return sizes
+
+
+def _values(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def _size(text: str | None, flag: str) -> int | None:
+    from planner.units import parse_size
+
+    return parse_size(text, flag=flag) if text else None
+
+
+def _gpu_arg(gpu: str | None, gpu_memory: str | None) -> Gpu | None:
+    """--gpu / --gpu-memory as a Gpu (memory overrides the catalog's; an A100 stays one)."""
+    from planner.gpus import resolve_gpu
+    from planner.units import parse_size
+
+    memory = parse_size(gpu_memory, flag="--gpu-memory") if gpu_memory else None
+    return resolve_gpu(gpu, memory)
+
+
+def _serve_settings(
+    *,
+    engine: str = "vllm",
+    kv_cache_dtype: str = "auto",
+    max_model_len: int | None = None,
+    gpu_memory_utilization: float | None = None,
+    kv_cache_memory: str | None = None,
+    headroom: str | None = None,
+    cuda_graph_memory: str | None = None,
+    enforce_eager: bool = False,
+    **counts: Any,
+) -> ServeSettings:
+    """The serve flags every command shares, parsed once into :class:`ServeSettings`
+    (``--max-model-len -1`` is vLLM's auto-fit)."""
+    from planner.deployment import ServeSettings, kv_dtype_for
+    from planner.specs import Engine
+    from planner.units import parse_size
+
+    graphs = (
+        0
+        if enforce_eager
+        else parse_size(cuda_graph_memory, flag="--cuda-graph-memory")
+        if cuda_graph_memory
+        else None
+    )
+    engine_ = Engine.parse(engine)
+    return ServeSettings(
+        engine=engine_,
+        kv_cache_dtype=kv_dtype_for(kv_cache_dtype, engine_),
+        max_model_len=None if max_model_len == -1 else max_model_len,
+        auto_fit_max_model_len=max_model_len == -1,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_memory_bytes=parse_size(kv_cache_memory, flag="--kv-cache-memory")
+        if kv_cache_memory
+        else None,
+        headroom_bytes=parse_size(headroom, flag="--headroom") if headroom else 0,
+        cuda_graph_bytes=graphs,
+        **counts,
+    )

@@ -1,0 +1,67 @@
+"""The ``kvplan`` command line: the typer app and its commands, and the console entry point.
+
+Each command is a plain function in its own module (parse, call one library function,
+render); this module registers them, so no command module imports the app.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import TracebackType
+
+import typer
+
+from planner.cli.catalog import gpus, models
+from planner.cli.check import check
+from planner.cli.diagnose import diagnose
+from planner.cli.estimate import estimate
+from planner.cli.simulate import simulate
+from planner.cli.verify import verify
+from planner.errors import KvplanError, one_line
+
+app = typer.Typer(
+    name="kvplan",
+    help="KV-cache memory planner for vLLM, SGLang and TensorRT-LLM: what fits, before launch.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+
+# `kvplan --help` lists the commands in this order
+app.command()(estimate)
+app.command()(gpus)
+app.command()(models)
+app.command()(check)
+app.command()(diagnose)
+app.command()(simulate)
+app.command()(verify)
+
+
+def _redacted_excepthook(
+    kind: type[BaseException], exc: BaseException, tb: TracebackType | None
+) -> None:
+    """Print a traceback as Python does, with any Hugging Face token redacted."""
+    import traceback
+
+    from planner.secrets import redact
+
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, exc, tb))))
+
+
+def main() -> None:
+    """Console entry point: KvplanError -> one line and exit 1; bugs keep their traceback
+    (``KVPLAN_DEBUG=1``: every error does), printed without secrets."""
+    try:
+        try:
+            app()
+        finally:  # typer installs its own hook when called; ours prints what escapes
+            sys.excepthook = _redacted_excepthook
+    except KvplanError as exc:  # raised outside a command body (should not happen)
+        if os.environ.get("KVPLAN_DEBUG"):
+            raise
+        from planner.secrets import redact
+
+        print(f"Error: {one_line(redact(str(exc)))}", file=sys.stderr)
+        sys.exit(exc.exit_code)

@@ -1,0 +1,57 @@
+"""``kvplan check``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from planner.cli._options import OfflineOpt, user_errors
+from planner.errors import UsageError
+
+PlansArg = Annotated[
+    str,
+    typer.Argument(
+        help="YAML plans file with a `deployments:` list (examples/plans.yaml).",
+        show_default=False,
+        metavar="PLANS",
+    ),
+]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="table, json, markdown or junit.")]
+OutputOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write the report to this file (atomically) instead of stdout.",
+        show_default=False,
+    ),
+]
+
+
+def check(
+    plans: PlansArg,
+    format_: FormatOpt = "table",
+    output: OutputOpt = None,
+    offline: OfflineOpt = False,
+) -> None:
+    """Check every deployment of a plans file against its requirements, for CI.
+
+    Exit code 0: every deployment fits; 1: any fails or cannot be planned; 2: the file is
+    invalid (each problem is an `Error: file:line:` line on stderr).
+
+    \b
+    Examples:
+      kvplan check deploy/plans.yaml
+      kvplan check deploy/plans.yaml --format junit -o kvplan.xml
+      kvplan check deploy/plans.yaml --format markdown >> "$GITHUB_STEP_SUMMARY"
+    """
+    from planner.plans import check_file
+    from planner.render import check as render
+
+    with user_errors():
+        if format_ not in render.CHECK_FORMATS:
+            raise UsageError(f"--format {format_!r}: use one of {', '.join(render.CHECK_FORMATS)}")
+        result = check_file(plans, offline=offline or None)
+        render.check(result, fmt=format_, output=output)
+    raise typer.Exit(result.exit_code)

@@ -1,0 +1,152 @@
+"""``kvplan estimate``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from planner.cli._options import (
+    BatchedTokensOpt,
+    BatchOpt,
+    BlockOpt,
+    EagerOpt,
+    EngineOpt,
+    GpuMemoryOpt,
+    GpuOpt,
+    JsonOpt,
+    KVDtypeOpt,
+    MaxLenOpt,
+    MaxSeqsOpt,
+    ModelArg,
+    OfflineOpt,
+    PpOpt,
+    PrefixOpt,
+    RevisionOpt,
+    TpOpt,
+    _batch_sizes,
+    _gpu_arg,
+    _serve_settings,
+    user_errors,
+)
+
+GmuOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--gpu-memory-utilization",
+        help="vLLM's fraction of GPU memory [default: 0.92].",
+        show_default=False,
+    ),
+]
+KVMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-cache-memory",
+        help="KV budget per GPU, like vLLM's "
+        "--kv-cache-memory-bytes (ignores gpu_memory_utilization).",
+        show_default=False,
+    ),
+]
+HeadroomOpt = Annotated[
+    str, typer.Option("--headroom", help="Memory to keep free on top of vLLM's budget.")
+]
+GraphOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cuda-graph-memory",
+        help="CUDA-graph memory vLLM subtracts [default: 0.5GiB estimate].",
+        show_default=False,
+    ),
+]
+GridOpt = Annotated[
+    bool, typer.Option("--grid", help="Show the max_model_len x max_num_seqs grid.")
+]
+SharedPrefixOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--shared-prefix",
+        help="Tokens of a system prompt shared by --requests "
+        "requests: blocks saved by prefix caching.",
+        show_default=False,
+    ),
+]
+RequestsOpt = Annotated[int, typer.Option("--requests", help="Requests sharing --shared-prefix.")]
+AvgTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--avg-tokens",
+        help="Average tokens per request, for fragmentation and the "
+        "naive-vs-paged comparison [default: max_model_len / 2].",
+        show_default=False,
+    ),
+]
+
+
+def estimate(
+    model: ModelArg,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    kv_cache_dtype: KVDtypeOpt = "auto",
+    engine: EngineOpt = "vllm",
+    block_size: BlockOpt = None,
+    max_model_len: MaxLenOpt = None,
+    max_num_batched_tokens: BatchedTokensOpt = None,
+    max_num_seqs: MaxSeqsOpt = None,
+    gpu: GpuOpt = None,
+    gpu_memory: GpuMemoryOpt = None,
+    gpu_memory_utilization: GmuOpt = None,
+    kv_cache_memory: KVMemoryOpt = None,
+    headroom: HeadroomOpt = "0",
+    cuda_graph_memory: GraphOpt = None,
+    enforce_eager: EagerOpt = False,
+    grid: GridOpt = False,
+    shared_prefix: SharedPrefixOpt = None,
+    requests: RequestsOpt = 100,
+    avg_tokens: AvgTokensOpt = None,
+    batch: BatchOpt = "1,8,32",
+    revision: RevisionOpt = None,
+    offline: OfflineOpt = False,
+    enable_prefix_caching: PrefixOpt = True,
+    json_: JsonOpt = False,
+) -> None:
+    """KV-cache bytes per token and per sequence for MODEL, per GPU rank; with a GPU, what
+    vLLM will report at startup and what to set.
+
+    \b
+    Examples:
+      kvplan estimate Qwen/Qwen3-8B --tp 2 --kv-cache-dtype fp8 --max-model-len 32768
+      kvplan estimate qwen2.5-7b --gpu rtx-4090 --grid
+      kvplan estimate qwen3-14b --kv-cache-memory 6.51GiB --max-model-len 32768
+    """
+    from planner.deployment import Deployment
+    from planner.model.load import load_model
+    from planner.recommend import PlanOptions, report
+    from planner.render import estimate as render
+
+    with user_errors():
+        settings = _serve_settings(
+            engine=engine,
+            tp=tp,
+            pp=pp,
+            kv_cache_dtype=kv_cache_dtype,
+            block_size=block_size,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            enable_prefix_caching=enable_prefix_caching,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_memory=kv_cache_memory,
+            headroom=headroom,
+            cuda_graph_memory=cuda_graph_memory,
+            enforce_eager=enforce_eager,
+        )
+        options = PlanOptions(
+            shared_prefix_tokens=shared_prefix,
+            requests=requests,
+            avg_tokens=avg_tokens,
+            batch_sizes=_batch_sizes(batch),
+        )
+        gpu_ = _gpu_arg(gpu, gpu_memory)
+        loaded = load_model(model, revision=revision, offline=offline or None)
+        result = report(Deployment(model=loaded, gpu=gpu_, settings=settings), options)
+        render.report(result, as_json=json_, show_grid=grid)

@@ -1,0 +1,220 @@
+"""``kvplan simulate``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from planner.cli._options import (
+    JsonOpt,
+    MaxLenOpt,
+    ModelArg,
+    OfflineOpt,
+    PrefixOpt,
+    RevisionOpt,
+    TpOpt,
+    _serve_settings,
+    _values,
+    user_errors,
+)
+from planner.errors import UsageError
+
+WorkloadOpt = Annotated[
+    str,
+    typer.Option(
+        "--workload",
+        "-w",
+        help="JSONL trace (prompt_tokens, output_tokens, arrival_s, prefix_id, prefix_tokens) or "
+        "YAML spec (examples/workloads/).",
+        show_default=False,
+    ),
+]
+
+
+def simulate(
+    model: ModelArg,
+    workload: WorkloadOpt,
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu",
+            help="GPU (h100, a100-80gb, l40s, a10g, ...): sizes the pool (an estimate) and "
+            "sets the step-time roofline.",
+            show_default=False,
+        ),
+    ] = None,
+    num_gpu_blocks: Annotated[
+        int | None,
+        typer.Option(
+            "--num-gpu-blocks",
+            help="KV pool in blocks (vLLM's num_gpu_blocks).",
+            show_default=False,
+        ),
+    ] = None,
+    kv_cache_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--kv-cache-memory", help="KV memory per GPU rank, e.g. 20GiB.", show_default=False
+        ),
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None,
+        typer.Option(
+            "--gpu-memory-utilization",
+            help="Share of the GPU vLLM may use [default: 0.92].",
+            show_default=False,
+        ),
+    ] = None,
+    tp: TpOpt = 1,
+    block_size: Annotated[
+        str | None,
+        typer.Option(
+            "--block-size",
+            help="Tokens per block; a list compares them: 8,16,32.",
+            show_default=False,
+        ),
+    ] = None,
+    kv_cache_dtype: Annotated[
+        str,
+        typer.Option(
+            "--kv-cache-dtype", help="auto, fp16, bf16, fp8, ...; a list compares: auto,fp8."
+        ),
+    ] = "auto",
+    max_num_seqs: Annotated[
+        str | None,
+        typer.Option(
+            "--max-num-seqs",
+            help="Concurrent sequences; a list compares: 32,64,128.",
+            show_default=False,
+        ),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        str | None,
+        typer.Option(
+            "--max-num-batched-tokens",
+            help="Tokens per step; a list compares them.",
+            show_default=False,
+        ),
+    ] = None,
+    max_model_len: MaxLenOpt = None,
+    enable_prefix_caching: PrefixOpt = True,
+    compare: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--compare",
+            help="KEY=V1,V2 to compare (prefix-caching=on,off, block-size=16,32, ...); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    goal: Annotated[
+        str,
+        typer.Option("--goal", help="What 'best' means: throughput, ttft, tpot or preemptions."),
+    ] = "throughput",
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed", help="Seed for a YAML spec [default: the spec's].", show_default=False
+        ),
+    ] = None,
+    num_requests: Annotated[
+        int | None,
+        typer.Option(
+            "--num-requests",
+            help="Requests to draw from a spec (a trace: the first N).",
+            show_default=False,
+        ),
+    ] = None,
+    skip_bad_lines: Annotated[
+        bool,
+        typer.Option("--skip-bad-lines", help="Skip bad trace lines (listed) instead of failing."),
+    ] = False,
+    plot: Annotated[
+        str | None,
+        typer.Option(
+            "--plot",
+            help="Draw usage over time and the comparison to a PNG (needs matplotlib).",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output", "-o", help="Also write the JSON report to this file.", show_default=False
+        ),
+    ] = None,
+    save_trace: Annotated[
+        str | None,
+        typer.Option(
+            "--save-trace",
+            help="Write the requests as a JSONL trace (to replay or edit).",
+            show_default=False,
+        ),
+    ] = None,
+    revision: RevisionOpt = None,
+    offline: OfflineOpt = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Replay a workload over vLLM's paged KV cache: usage, preemptions, concurrency, latency.
+
+    Example: kvplan simulate qwen2.5-7b --gpu l40s -w examples/workloads/chat.yaml --block-size 8,16
+    """
+    from planner.deployment import Deployment
+    from planner.files import write_all_atomic
+    from planner.gpus import get_gpu
+    from planner.model.load import load_model
+    from planner.render import simulate as render
+    from planner.render._output import to_json
+    from planner.simulate import build_settings, simulate_model
+    from planner.workload import load_workload, trace_lines
+
+    with user_errors():
+        axes: dict[str, list[str]] = {
+            "block-size": _values(block_size),
+            "kv-cache-dtype": _values(kv_cache_dtype),
+            "max-num-seqs": _values(max_num_seqs),
+            "max-num-batched-tokens": _values(max_num_batched_tokens),
+        }
+        for item in compare or []:
+            key, sep, rest = item.partition("=")
+            key = key.strip().lower().removeprefix("--").replace("_", "-")
+            key = {"enable-prefix-caching": "prefix-caching"}.get(key, key)
+            if not sep or not _values(rest):
+                raise UsageError(
+                    f"--compare takes KEY=V1,V2 (e.g. prefix-caching=on,off), got {item!r}"
+                )
+            if axes.get(key):
+                raise UsageError(f"{key} is given twice (as --{key} and in --compare)")
+            axes[key] = _values(rest)
+        if not axes.get("prefix-caching"):
+            axes["prefix-caching"] = ["on" if enable_prefix_caching else "off"]
+        base = _serve_settings(
+            tp=tp,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_memory=kv_cache_memory,
+        )
+        variants, varied = build_settings({k: v for k, v in axes.items() if v}, base)
+        gpu_ = get_gpu(gpu) if gpu else None
+        load = load_workload(
+            workload, seed=seed, num_requests=num_requests, skip_bad_lines=skip_bad_lines
+        )
+        loaded = load_model(model, revision=revision, offline=offline or None)
+        report = simulate_model(
+            Deployment(model=loaded, gpu=gpu_, settings=base),
+            load,
+            variants=variants,
+            axes=varied,
+            num_gpu_blocks=num_gpu_blocks,
+            goal=goal,
+        )
+        # every output is rendered before any is written: an error leaves no file behind
+        outputs: list[tuple[str, str, bytes | str]] = []
+        if save_trace:
+            outputs.append(("--save-trace", save_trace, "\n".join(trace_lines(load)) + "\n"))
+        if output:
+            outputs.append(("-o", output, to_json(render.simulate_dict(report))))
+        if plot:
+            outputs.append(("--plot", plot, render.simulate_plot(report, plot)))
+        write_all_atomic(outputs)
+        render.simulate(report, as_json=json_)

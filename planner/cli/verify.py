@@ -1,0 +1,159 @@
+"""``kvplan verify``: the torch probes (probes/), imported only inside the command."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from planner.cli._options import (
+    BatchedTokensOpt,
+    BlockOpt,
+    JsonOpt,
+    KVDtypeOpt,
+    MaxLenOpt,
+    MaxSeqsOpt,
+    OfflineOpt,
+    PrefixOpt,
+    RevisionOpt,
+    TpOpt,
+    _size,
+    user_errors,
+)
+from planner.errors import UsageError
+
+SizeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--memory-budget",
+        help="Bytes the plan may use, e.g. 6GiB (required on CPU).",
+        show_default=False,
+    ),
+]
+PlanOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--plan", help="A saved plan (kvplan estimate --json) to prove.", show_default=False
+    ),
+]
+
+
+def verify(
+    model: Annotated[
+        str | None,
+        typer.Argument(
+            help="Catalog name, Hub id, or local dir / config.json (or use --plan).",
+            show_default=False,
+            metavar="[MODEL]",
+        ),
+    ] = None,
+    plan: PlanOpt = None,
+    gpu: Annotated[bool, typer.Option("--gpu", help="Probe the local CUDA device.")] = False,
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="cpu or cuda[:N] [default: cpu].", show_default=False),
+    ] = None,
+    memory_budget: SizeOpt = None,
+    gpu_memory_utilization: Annotated[
+        float, typer.Option("--gpu-memory-utilization", help="vLLM's share of the GPU.")
+    ] = 0.92,
+    max_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--max-memory", help="Hard cap on what the probe allocates.", show_default=False
+        ),
+    ] = None,
+    tp: TpOpt = 1,
+    kv_cache_dtype: KVDtypeOpt = "auto",
+    block_size: BlockOpt = None,
+    max_model_len: MaxLenOpt = None,
+    max_num_batched_tokens: BatchedTokensOpt = None,
+    max_num_seqs: MaxSeqsOpt = None,
+    enable_prefix_caching: PrefixOpt = True,
+    weights_buffer: Annotated[
+        bool, typer.Option("--weights-buffer", help="Occupy the weights as one buffer.")
+    ] = False,
+    weights_bytes: Annotated[
+        str | None,
+        typer.Option(
+            "--weights-bytes",
+            help="Weight bytes to occupy [default: from the config].",
+            show_default=False,
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float, typer.Option("--tolerance", help="Allowed shortfall of the frontier, percent.")
+    ] = 2.0,
+    decode_steps: Annotated[
+        int, typer.Option("--decode-steps", help="Decode steps in the planned run.")
+    ] = 2,
+    hf_cache: Annotated[
+        bool,
+        typer.Option("--hf-cache", help="Cross-check the byte layout against transformers' cache."),
+    ] = False,
+    revision: RevisionOpt = None,
+    offline: OfflineOpt = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Prove the plan: allocate the paged KV cache next to real-shaped weights, run attention,
+    and bisect the largest pool that still fits (exit 3 when it is below the plan).
+
+    Example: kvplan verify qwen3-0.6b --device cpu --memory-budget 3GiB --max-model-len 4096
+    """
+    import planner
+    from planner.render import verify as render
+    from planner.render._output import err_console
+    from planner.specs import KVDtype
+
+    with user_errors():
+        from probes.plan import PlanNotMetError, read_plan
+
+        if hf_cache:
+            if model is None:
+                raise UsageError("--hf-cache needs MODEL")
+            from probes.hfcache import cross_check_spec
+
+            spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
+            check = cross_check_spec(spec)
+            render.hf_cache(check, as_json=json_)
+            if check.status == "mismatch":
+                raise PlanNotMetError(
+                    f"{spec.name}: the planner's --engine hf bytes differ from transformers' cache"
+                )
+            return
+        from probes.probe import VerifyRequest
+        from probes.probe import verify as run_verify
+
+        request = VerifyRequest(
+            device=device or ("cuda" if gpu else "cpu"),
+            memory_budget_bytes=_size(memory_budget, "--memory-budget"),
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_memory_bytes=_size(max_memory, "--max-memory"),
+            tp=tp,
+            kv_cache_dtype=KVDtype.parse(kv_cache_dtype),
+            block_size=block_size,
+            max_model_len=max_model_len,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            prefix_caching=enable_prefix_caching,
+            weights_bytes=_size(weights_bytes, "--weights-bytes"),
+            weights_buffer=weights_buffer,
+            tolerance_pct=tolerance,
+            decode_steps=decode_steps,
+        )
+        if plan:
+            saved = read_plan(plan)
+            request, model = request.with_plan(saved), model or saved.source
+        if model is None:
+            raise UsageError("give MODEL or --plan FILE")
+        spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
+        progress = render.trial_progress(enabled=not json_ and err_console().is_terminal)
+        with progress as on_trial:
+            result = run_verify(spec, request, on_trial=on_trial)
+        render.verify(result, as_json=json_)
+        if not result.passed:
+            raise PlanNotMetError(
+                f"measured frontier {result.measured.num_gpu_blocks:,} blocks is below the "
+                f"plan's {result.predicted.num_gpu_blocks:,} by more than "
+                f"{result.tolerance_pct:g}%"
+            )

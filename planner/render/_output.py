@@ -1,0 +1,74 @@
+"""What every view shares: the consoles (redacted), JSON, warnings, user text made safe to
+print, and the memory bar."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from planner.errors import one_line
+from planner.secrets import RedactingStream
+
+
+def _user(text: object) -> str:
+    """Text that came from the user's files or flags, safe to print: one line without control
+    characters (:func:`planner.errors.one_line`), and rich markup in it shown, not applied."""
+    return escape(one_line(str(text)))
+
+
+def console() -> Console:
+    """stdout, with any Hugging Face token redacted (:mod:`planner.secrets`)."""
+    return Console(file=RedactingStream(sys.stdout), highlight=False)  # type: ignore[arg-type]
+
+
+def err_console() -> Console:
+    """stderr for warnings and `Error:` lines, redacted like :func:`console`."""
+    return Console(file=RedactingStream(sys.stderr), highlight=False)  # type: ignore[arg-type]
+
+
+def to_json(obj: Any) -> str:
+    """Stable, indented JSON with integer bytes (dataclasses via ``asdict``). Non-finite floats
+    become ``null``: ``NaN`` and ``Infinity`` are not JSON, and jq and browsers reject them."""
+    return json.dumps(_finite(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def warnings_(messages: list[str]) -> None:
+    out = err_console()
+    for message in messages:
+        out.print(f"[yellow]Warning:[/] {_user(message)}", soft_wrap=True)
+
+
+BAR_CHARS = {
+    "weights": "█",
+    "activation": "▓",
+    "overhead": "▒",
+    "KV cache": "░",
+    "not requested": "·",
+}
+
+
+def _bar(parts: list[tuple[str, int]], total: int, width: int = 64) -> str:
+    """A memory bar readable without colour: one character per segment kind. It never grows
+    past ``width``: parts that add up to more than ``total`` (a budget overrun) are cut."""
+    out, used = [], 0
+    for label, size in parts:
+        share = (2 * width * max(size, 0) + total) // (2 * total) if total > 0 else 0  # rounded
+        n = min(share, width - used)
+        out.append(BAR_CHARS[label] * n)
+        used += n
+    return "".join(out)

@@ -1,0 +1,271 @@
+"""``kvplan check``: a table, JSON, markdown for a job summary, or JUnit XML."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.errors import one_line
+from planner.render._output import _user, console, err_console, to_json
+from planner.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from planner.plans import Check, CheckReport, DeploymentResult
+
+
+CHECK_FORMATS = ("table", "json", "markdown", "junit")
+
+
+_STATUS = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
+
+
+_MD_STATUS = {"pass": "✅ pass", "fail": "❌ fail", "error": "⚠️ error"}
+
+
+def _check_text(c: Check, r: DeploymentResult) -> str:
+    """One check as a sentence with its numbers."""
+    ok = "✓" if c.passed else "✗"
+    length = r.settings.get("max_model_len")
+    if c.name == "weights":
+        return (
+            f"{ok} weights {fmt_bytes(int(c.actual))} per GPU > the "
+            f"{fmt_bytes(int(c.required))} the engine may use"
+        )
+    if c.name == "max_model_len" and c.unit == "bytes":
+        return (
+            f"{ok} one {length:,}-token request needs {fmt_bytes(int(c.required))} of KV, "
+            f"{fmt_bytes(max(int(c.actual), 0))} available"
+        )
+    if c.name == "max_model_len":
+        return f"{ok} {c.actual:.2f} requests of {length:,} tokens fit (at least 1)"
+    if c.name == "min_concurrency":
+        sign = "≥" if c.passed else "<"
+        return f"{ok} concurrency {c.actual:.2f}x {sign} {c.required:g}x required"
+    if c.name == "min_kv_tokens":
+        sign = "≥" if c.passed else "<"
+        return f"{ok} KV cache {int(c.actual):,} tokens {sign} {int(c.required):,} required"
+    seqs = r.settings.get("max_num_seqs")
+    sign = "≤" if c.passed else ">"
+    usage = f"{c.actual:.0%}" if c.actual != float("inf") else "∞"
+    return f"{ok} KV usage at {seqs} × {length:,} tokens {usage} {sign} {c.required:.0%} allowed"
+
+
+def _limiting(r: DeploymentResult) -> Check | None:
+    return next((c for c in r.checks if c.name == r.limiting), None)
+
+
+def _summary(r: DeploymentResult) -> str:
+    """The limiting check, then any other that failed (or the error), in one line."""
+    if r.status == "error":
+        return f"error: {r.error}"
+    c = _limiting(r)
+    if c is None:
+        return ""
+    others = [x for x in r.checks if not x.passed and x is not c]
+    return "; ".join(_check_text(x, r) for x in (c, *others))
+
+
+def _margin(r: DeploymentResult) -> str:
+    if r.margin is None or r.margin == float("inf"):
+        return "—"
+    return f"{r.margin:+.0%}"
+
+
+def _where(r: DeploymentResult) -> str:
+    tp = r.settings.get("tp", 1) * r.settings.get("pp", 1)
+    gpus = f" ×{tp}" if tp > 1 else ""
+    return f"{r.gpu}{gpus}"
+
+
+def check_dict(rep: CheckReport) -> dict[str, Any]:
+    """JSON of ``kvplan check``: integer bytes, floats rounded, infinities as null."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, float):
+            return round(value, 4) if value == value and abs(value) != float("inf") else None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    return {
+        "file": rep.file,
+        "exit_code": rep.exit_code,
+        "counts": rep.counts,
+        "deployments": [clean(asdict(r)) for r in rep.results],
+        "problems": [asdict(p) for p in rep.problems],
+    }
+
+
+def check_markdown(rep: CheckReport) -> str:
+    """A job-summary / PR-comment table (GitHub-flavoured markdown)."""
+    counts = rep.counts
+    fits = counts["passed"]
+    lines = [
+        f"### kvplan check: {fits} of {counts['deployments']} deployments fit (`{rep.file}`)",
+        "",
+        "| result | deployment | model | engine | GPU | limiting | margin | numbers |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(text: Any) -> str:
+        return one_line(str(text)).replace("|", "\\|").replace("`", "'")
+
+    for r in rep.results:
+        row = [
+            _MD_STATUS[r.status],
+            f"`{cell(r.name)}`",
+            cell(r.model),
+            r.engine,
+            cell(_where(r)),
+            cell(r.limiting or "—"),
+            _margin(r),
+            cell(_summary(r)),
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    fixes = [r for r in rep.results if r.fix]
+    if fixes:
+        lines.append("")
+        for r in fixes:
+            lines.append(f"- **{cell(r.name)}** — fix: {cell(r.fix)}")
+    if rep.problems:
+        lines.append("")
+        lines.append("**Invalid plans file** (exit 2):")
+        for p in sorted(rep.problems, key=lambda p: p.line):
+            lines.append(f"- `{cell(p.file)}:{p.line}` {cell(p.where)}: {cell(p.message)}")
+    lines.append("")
+    lines.append(
+        "<sub>vLLM figures use vLLM 0.33's formulas; activation, non-torch and CUDA-graph "
+        "terms are estimates (`kvplan verify` measures them).</sub>"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def check_junit(rep: CheckReport) -> str:
+    """JUnit XML: one testcase per deployment; a failure carries the numbers and the fix, an
+    unplannable deployment or an invalid entry is an error."""
+    import xml.etree.ElementTree as ET
+
+    counts = rep.counts
+    errors = counts["errors"] + len(rep.problems)
+    attrs = {
+        "name": "kvplan check",
+        "tests": str(len(rep.results) + len(rep.problems)),
+        "failures": str(counts["failed"]),
+        "errors": str(errors),
+    }
+    root = ET.Element("testsuites", attrs)
+    suite = ET.SubElement(root, "testsuite", {**attrs, "name": rep.file, "skipped": "0"})
+    for r in rep.results:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {
+                "classname": f"kvplan.{r.engine}",
+                "name": r.name,
+                "file": rep.file,
+                "line": str(r.line),
+            },
+        )
+        if r.status == "error":
+            error = ET.SubElement(case, "error", {"type": "PlanError", "message": r.error or ""})
+            error.text = r.error
+            continue
+        body = [f"{r.model} on {_where(r)} ({r.engine})"]
+        body += [_check_text(c, r) for c in r.checks]
+        if r.figures is not None:
+            f = r.figures
+            body.append(
+                f"{f.source} figures: KV cache {fmt_bytes(max(f.available_kv_bytes, 0))}, "
+                f"{f.kv_cache_size_tokens:,} tokens, {f.max_concurrency:.2f}x concurrency "
+                f"({f.setting})"
+            )
+        if r.fix:
+            body.append(f"fix: {r.fix}")
+        if r.status == "fail":
+            message = _summary(r) + (f"; fix: {r.fix}" if r.fix else "")
+            failure = ET.SubElement(case, "failure", {"type": "DoesNotFit", "message": message})
+            failure.text = "\n".join(body)
+        else:
+            ET.SubElement(case, "system-out").text = "\n".join(body)
+    for p in sorted(rep.problems, key=lambda p: p.line):
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {"classname": "kvplan.plans", "name": p.where, "file": p.file, "line": str(p.line)},
+        )
+        ET.SubElement(case, "error", {"type": "InvalidPlan", "message": str(p)}).text = str(p)
+    for element in root.iter():  # XML 1.0 has no control characters, even escaped
+        element.attrib.update({k: one_line(v) for k, v in element.attrib.items()})
+        if element.text:
+            element.text = "\n".join(one_line(line) for line in element.text.split("\n"))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _check_table(rep: CheckReport, out: Console) -> None:
+    counts = rep.counts
+    table = Table(
+        title=f"kvplan check {_user(rep.file)}: {counts['passed']} of {counts['deployments']} "
+        "deployments fit",
+        title_justify="left",
+    )
+    for col in ("result", "deployment", "model", "engine", "GPU", "limiting", "margin"):
+        table.add_column(col, justify="right" if col == "margin" else "left", overflow="fold")
+    for r in rep.results:
+        style = {"pass": "green", "fail": "red", "error": "yellow"}[r.status]
+        table.add_row(
+            f"[{style}]{_STATUS[r.status]}[/]",
+            _user(r.name),
+            _user(r.model),
+            r.engine,
+            _user(_where(r)),
+            r.limiting or "—",
+            _margin(r),
+        )
+    out.print(table)
+    for r in rep.results:
+        out.print(
+            f"[bold]{_user(r.name)}[/]: {_user(_summary(r))}", soft_wrap=True, highlight=False
+        )
+        if r.fix:
+            out.print(f"  fix: {r.fix}", soft_wrap=True, highlight=False, markup=False)
+    out.print(
+        "[dim]vLLM figures use vLLM 0.33's formulas; SGLang/TRT-LLM rows use those engines' "
+        "budgets. --format json gives every figure.[/]"
+    )
+
+
+def check(rep: CheckReport, *, fmt: str = "table", output: str | None = None) -> None:
+    """Print (or write with ``-o``) a :class:`CheckReport`; invalid entries also
+    go to stderr as ``Error:`` lines, whatever the format."""
+    import io
+
+    if fmt == "json":
+        text = to_json(check_dict(rep))
+    elif fmt == "markdown":
+        text = check_markdown(rep)
+    elif fmt == "junit":
+        text = check_junit(rep)
+    elif not rep.results:  # every entry is invalid: the Error lines say it all
+        text = ""
+    elif output is None:
+        _check_table(rep, console())
+        text = ""
+    else:
+        buf = io.StringIO()
+        _check_table(rep, Console(file=buf, width=120, no_color=True, highlight=False))
+        text = buf.getvalue()
+    if output is not None:
+        from planner.files import write_atomic
+
+        write_atomic(output, text, flag="-o")
+    elif text:
+        console().file.write(text)
+    err = err_console()
+    for problem in sorted(rep.problems, key=lambda p: p.line):
+        err.print(f"Error: {one_line(str(problem))}", markup=False, soft_wrap=True)

@@ -1,0 +1,197 @@
+"""``kvplan diagnose``: the log beside the plan, term by term, and the findings."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
+from planner.render._output import _user, console, to_json
+from planner.units import GIB, fmt_bytes
+
+if TYPE_CHECKING:
+    from planner.diagnose import Diagnosis, Finding
+
+
+def _size(n: float | None, unit: str) -> str:
+    if n is None:
+        return "—"
+    if unit == "bytes":
+        return f"{n / GIB:,.2f} GiB"
+    if unit == "x":
+        return f"{n:.2f}x"
+    return f"{int(n):,}"
+
+
+def _signed(n: float | None, unit: str) -> str:
+    if n is None:
+        return ""
+    if unit == "bytes":
+        return "0.00 GiB" if abs(n) < GIB / 200 else f"{n / GIB:+,.2f} GiB"
+    if unit == "x":
+        return f"{n:+.2f}x"
+    return f"{int(n):+,}"
+
+
+def finding_text(f: Finding) -> str:
+    """One finding as a sentence with its numbers."""
+    d = f.data
+    if f.kind in ("budget", "matches"):
+        source = "blocks × the plan's block size" if d["available_implied_by_blocks"] else "log"
+        head = (
+            f"Available KV cache: {source} {_size(d['log_available_bytes'], 'bytes')}, plan "
+            f"{_size(d['plan_available_bytes'], 'bytes')} "
+            f"({_signed(d['difference_bytes'], 'bytes')})"
+        )
+        if f.kind == "matches":
+            return head + ": the plan matches the log within its 0.01 GiB rounding."
+        if d["term_log_bytes"] is None:
+            why = (
+                f"The log does not state {d['term']}; together they account for "
+                f"{_signed(d['share_bytes'], 'bytes')} (DEBUG logging prints the breakdown)"
+            )
+        else:
+            term = d["term"][:1].upper() + d["term"][1:]
+            why = (
+                f"{term} explains it: log {_size(d['term_log_bytes'], 'bytes')} vs plan "
+                f"{_size(d['term_plan_bytes'], 'bytes')} gives {_signed(d['share_bytes'], 'bytes')}"
+                " of KV cache"
+            )
+        return f"{head}. {why}."
+    if f.kind == "layout-matches":
+        return (
+            f"Layout matches: with the log's KV memory the plan's blocks hold "
+            f"{d['expected_tokens_low']:,}–{d['expected_tokens_high']:,} tokens; the log has "
+            f"{d['log_tokens']:,}."
+        )
+    if f.kind == "layout":
+        return (
+            f"Layout differs: the log stores {d['log_tokens']:,} tokens in its KV memory, "
+            f"{d['log_bytes_per_token']:,.0f} B/token; the plan's layout needs "
+            f"{d['plan_bytes_per_token']:,.0f} B/token (×{d['ratio']}; plan has "
+            f"{d['kv_heads_per_rank']} KV heads per rank) and would hold "
+            f"{d['expected_tokens_low']:,}–{d['expected_tokens_high']:,}."
+        )
+    if f.kind == "startup-max-len":
+        need = _size(d["needed_bytes"], "bytes")
+        have = _size(d["available_bytes"], "bytes")
+        plan_est = d["plan_estimated_max_model_len"]
+        return (
+            f"vLLM refused max_model_len {d['max_model_len'] or '?'}: one request needs {need} "
+            f"of KV, {have} available; vLLM's estimated maximum model length is "
+            f"{d['estimated_max_model_len'] or '?'}"
+            + (f" (the plan's: {plan_est:,})" if plan_est else "")
+            + "."
+        )
+    if f.kind == "startup-no-memory":
+        return "vLLM found no memory for KV blocks: weights and activations fill the budget."
+    if f.kind in ("oom", "oom-fragmentation"):
+        spare = ", ".join(
+            f"{_size(d[k], 'bytes')} {label}"
+            for k, label in (
+                ("free_bytes", "free"),
+                ("reserved_unallocated_bytes", "reserved but unallocated"),
+            )
+            if d[k] is not None
+        )
+        head = f"CUDA OOM allocating {_size(d['tried_bytes'], 'bytes')}" + (
+            f" while {spare}" if spare else ""
+        )
+        if f.kind == "oom-fragmentation":
+            return head + ": memory looks free, so fragmentation or a wrong KV-head count."
+        return head + ": the budget is too tight."
+    if f.kind == "kv-pinned":
+        peak = d["peak_pct"]
+        return (
+            f"KV usage pinned near 100 %: {d['high_samples']} of {d['samples']} stat lines "
+            f"≥ 95 %"
+            + (f", peak {peak:.1f} %" if peak is not None else "")
+            + f", {d['preemptions']:,} preemptions, up to {d['max_waiting']} requests waiting: "
+            + ("requests queue and are preempted." if d["preemptions"] else "requests queue.")
+        )
+    if f.kind == "kv-low":
+        return (
+            f"KV usage never above {d['peak_pct']:.1f} % in {d['samples']} stat lines: the cache "
+            "is larger than the load needs."
+        )
+    if f.kind == "prefix-off":
+        return (
+            "Prefix caching is off: requests that share a system prompt recompute it, which "
+            "shows as high TTFT."
+        )
+    if f.kind == "prefix-low-hit":
+        return (
+            f"Prefix cache hit rate {d['mean_hit_pct']:.1f} % over {d['samples']} stat lines: "
+            "requests share little; with a shared system prompt, high TTFT follows."
+        )
+    return str(d.get("message", f.kind))
+
+
+def diagnose_dict(dg: Diagnosis) -> dict[str, Any]:
+    """JSON of ``kvplan diagnose``; runtime samples are summarised, not listed."""
+    data = asdict(dg)
+    log = data["log"]
+    for key in ("kv_usage_pct", "prefix_hit_pct"):
+        samples = log.pop(key)
+        log[key.removesuffix("_pct") + "_samples"] = len(samples)
+        log[key.removesuffix("_pct") + "_peak_pct"] = max(samples) if samples else None
+    for term, t in zip(data["terms"], dg.terms, strict=True):
+        term["diff"] = t.diff
+    for finding, f in zip(data["findings"], dg.findings, strict=True):
+        finding["text"] = finding_text(f)
+    return data
+
+
+def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
+    """Print ``kvplan diagnose``: what the log says, the plan beside it, the findings."""
+    if as_json:
+        console().file.write(to_json(diagnose_dict(dg)))
+        return
+    out = console()
+    log = dg.log
+    kind = (
+        f"vLLM {log.engine}" + (f" (v{log.version})" if log.version else "")
+        if log.engine
+        else "vLLM"
+    )
+    runtime = (
+        f", {len(log.kv_usage_pct)} runtime stat lines, {log.preemptions:,} preemptions"
+        if log.kv_usage_pct or log.preemptions
+        else ""
+    )
+    out.print(f"[bold]{_user(dg.file)}[/]: {kind} log, {log.recognised} lines recognised{runtime}")
+    if dg.settings:
+        parts = []
+        for key, value in dg.settings.items():
+            where = dg.sources.get(key, "")
+            shown = fmt_bytes(value) if key == "gpu_memory_bytes" else value
+            parts.append(f"{key} {shown}" + (f" ({where})" if where else ""))
+        out.print("Plan settings: " + " · ".join(parts), soft_wrap=True, markup=False)
+    if dg.terms:
+        table = Table(title="Log vs plan, per GPU rank", title_justify="left")
+        table.add_column("term")
+        for col in ("log", "plan", "log − plan"):
+            table.add_column(col, justify="right")
+        table.add_column("note")
+        for t in dg.terms:
+            table.add_row(
+                t.name, _size(t.log, t.unit), _size(t.plan, t.unit), _signed(t.diff, t.unit), t.note
+            )
+        out.print(table)
+    for note in dg.notes:
+        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
+    if dg.findings:
+        out.print("[bold]Findings:[/]")
+    mark = {"info": "·", "warning": "!", "error": "✗"}
+    for f in dg.findings:
+        where = f" (line {', '.join(str(n) for n in f.lines if n)})" if any(f.lines) else ""
+        out.print(f"  {mark[f.severity]} {finding_text(f)}{where}", soft_wrap=True, markup=False)
+        for fix in f.fix:
+            out.print(f"      → {fix}", soft_wrap=True, markup=False)
+    if not dg.findings and not dg.terms:
+        out.print("Nothing to compare: the log has no startup figures and no runtime problems.")
+    out.print(
+        "[dim]Logged sizes are GiB rounded to 0.01; plan terms for activation, non-torch and "
+        "CUDA graphs are estimates.[/]"
+    )

@@ -1,0 +1,363 @@
+"""``kvplan estimate``: the KV estimate, then the plan on a GPU (memory bar, what vLLM would
+log, the grid) or the table of common GPUs."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.render._output import BAR_CHARS, _bar, _user, console, to_json, warnings_
+from planner.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from planner.memory import KVEstimate
+    from planner.recommend import Plan, Report
+
+
+def estimate_dict(est: KVEstimate) -> dict[str, Any]:
+    data = asdict(est)
+    data["pp_layers"] = list(est.pp_layers)
+    data["mha_savings"] = round(est.mha_savings, 4)
+    return data
+
+
+def estimate(est: KVEstimate, *, as_json: bool = False) -> None:
+    """Print an estimate: header, per-kind table, totals, vLLM layout, batch examples."""
+    warnings_(est.warnings)
+    if as_json:
+        console().file.write(to_json(estimate_dict(est)))
+        return
+    out = console()
+    out.print(f"[bold]{_user(est.model)}[/]  ({_user(est.source)})")
+    heads = (
+        f"{est.num_attention_heads} heads / {est.num_kv_heads} KV heads"
+        if est.num_attention_heads
+        else "no attention"
+    )
+    out.print(
+        f"{_user(est.model_type)} · {est.attention_type} · {est.num_layers} layers · {heads} · "
+        f"head {est.head_dim} · weights {est.model_dtype}"
+    )
+    pp = (
+        f" · PP {est.pipeline_parallel_size} (stage {est.pp_stage}: layers "
+        f"{est.pp_layers[0]}–{est.pp_layers[1] - 1})"
+        if est.pipeline_parallel_size > 1
+        else ""
+    )
+    out.print(
+        f"engine {est.engine} · TP {est.tensor_parallel_size}{pp} · KV dtype "
+        f"{est.kv_cache_dtype} ({est.kv_dtype_bytes} B) · block {est.block_size} · "
+        f"max_model_len {est.max_model_len:,}"
+    )
+
+    table = Table(title="Cache per GPU rank, by layer kind", title_justify="left")
+    table.add_column("kind")
+    table.add_column("layers", justify="right")
+    table.add_column("window", justify="right")
+    table.add_column("B/token/layer", justify="right")
+    table.add_column("state/layer", justify="right")
+    table.add_column("B/token", justify="right")
+    for g in est.layer_groups:
+        table.add_row(
+            g.kind,
+            str(g.num_layers),
+            f"{g.window:,}" if g.window else "—",
+            f"{g.bytes_per_token:,}" if g.bytes_per_token else "—",
+            fmt_bytes(g.state_bytes_per_sequence) if g.state_bytes_per_sequence else "—",
+            f"{g.bytes_per_token * g.num_layers:,}" if g.bytes_per_token else "—",
+        )
+    out.print(table)
+
+    out.print(
+        f"KV bytes per token:  {est.kv_bytes_per_token:,} B ({fmt_bytes(est.kv_bytes_per_token)})"
+        + _savings(est)
+    )
+    if est.state_bytes_per_sequence:
+        out.print(
+            f"State per sequence:  {est.state_bytes_per_sequence:,} B "
+            f"({fmt_bytes(est.state_bytes_per_sequence)}), independent of length"
+        )
+    out.print(
+        f"KV per sequence at {est.max_model_len:,} tokens: {est.kv_bytes_per_sequence:,} B "
+        f"({fmt_bytes(est.kv_bytes_per_sequence)}) with window caps and block rounding"
+    )
+    if est.request_bytes != est.kv_bytes_per_sequence:
+        out.print(
+            f"One request in all (KV + state pages): {est.request_bytes:,} B "
+            f"({fmt_bytes(est.request_bytes)})"
+        )
+    if est.vllm is not None:
+        _vllm_layout(out, est)
+
+    examples = Table(title=f"KV for {est.max_model_len:,} tokens × batch", title_justify="left")
+    examples.add_column("batch", justify="right")
+    examples.add_column("tokens", justify="right")
+    examples.add_column("KV + state (per rank)", justify="right")
+    examples.add_column("bytes", justify="right")
+    for ex in est.examples:
+        examples.add_row(
+            str(ex.batch), f"{ex.tokens:,}", fmt_bytes(ex.total_bytes), f"{ex.total_bytes:,}"
+        )
+    if est.examples:
+        out.print(examples)
+    for note in est.notes:
+        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
+    out.print("[dim]Sizes in binary units (1 GiB = 2^30 bytes). --json gives every figure.[/]")
+
+
+def _savings(est: KVEstimate) -> str:
+    if not est.mha_bytes_per_token or est.mha_bytes_per_token == est.kv_bytes_per_token:
+        return ""
+    return (
+        f"; {est.mha_savings:.1f}× smaller than MHA of the same width "
+        f"({fmt_bytes(est.mha_bytes_per_token)}/token)"
+    )
+
+
+def _vllm_layout(out: Console, est: KVEstimate) -> None:
+    layout = est.vllm
+    assert layout is not None
+    table = Table(title="vLLM KV-cache groups (one block table each)", title_justify="left")
+    table.add_column("group", justify="right")
+    table.add_column("kind")
+    table.add_column("layers", justify="right")
+    table.add_column("block", justify="right")
+    table.add_column("page/layer", justify="right")
+    table.add_column("blocks/request", justify="right")
+    for i, g in enumerate(layout.groups):
+        table.add_row(
+            str(i),
+            g.kind + (f" (W={g.window:,})" if g.window else ""),
+            str(g.num_layers),
+            str(g.block_size),
+            fmt_bytes(g.page_size_bytes),
+            f"{g.blocks_per_request:,}",
+        )
+    out.print(table)
+    per_block = f"{fmt_bytes(layout.bytes_per_block)} per block ({layout.bytes_per_block:,} B)"
+    out.print(
+        f"vLLM: {per_block}, "
+        f"{layout.blocks_per_request:,} blocks per {est.max_model_len:,}-token request; "
+        f"max_num_batched_tokens {layout.max_num_batched_tokens:,} "
+        f"({layout.max_in_flight_tokens:,} tokens in flight)"
+    )
+
+
+def report_dict(rep: Report) -> dict[str, Any]:
+    """The JSON of ``kvplan estimate``: the estimate's keys, plus the plan's when a GPU is set."""
+    data = estimate_dict(rep.estimate)
+    if rep.gpu_table:
+        data["gpus"] = [asdict(r) for r in rep.gpu_table]
+    p = rep.plan
+    if p is None:
+        return data
+    cap = p.vllm
+    data.update(
+        gpu={"name": p.gpu.name, "memory_bytes": p.gpu.memory_bytes, "source": p.gpu.source},
+        gpu_memory_utilization=cap.gpu_memory_utilization,
+        requested_bytes=cap.requested_bytes,
+        weights_bytes=p.weights.bytes_per_rank,
+        weights_total_bytes=p.weights.total_bytes,
+        weights_source=p.weights.source,
+        parameter_count=p.weights.parameter_count,
+        activation_peak_bytes=cap.activation_peak_bytes,
+        non_torch_bytes=cap.non_torch_bytes,
+        cuda_graph_bytes=cap.cuda_graph_bytes,
+        headroom_bytes=cap.headroom_bytes,
+        available_kv_bytes=cap.available_kv_bytes,
+        num_gpu_blocks=cap.num_gpu_blocks,
+        kv_cache_size_tokens=cap.kv_cache_size_tokens,
+        max_concurrency=round(cap.max_concurrency, 4),
+        estimated_max_model_len=cap.estimated_max_model_len,
+        fits=cap.fits,
+        error=cap.error,
+        mamba_max_num_seqs=cap.mamba_max_num_seqs,
+        vllm_log=cap.log_lines,
+        recommended=asdict(p.recommended) if p.recommended else None,
+        grid=[asdict(c) for c in p.grid],
+        alternatives=[asdict(a) for a in p.alternatives],
+        engines=[asdict(e) for e in p.engines],
+        block_sizes=[asdict(b) for b in p.block_sizes],
+        prefix_sharing=asdict(p.prefix_sharing) if p.prefix_sharing else None,
+        naive_vs_paged=asdict(p.naive_vs_paged),
+        commands=p.commands,
+        plan_notes=p.notes,
+        estimates_note=(
+            "weights are exact only from safetensors headers; activation, non-torch and "
+            "CUDA-graph terms are estimates calibrated on measured vLLM startups — "
+            "`kvplan verify --gpu` measures them"
+        ),
+    )
+    return data
+
+
+def report(rep: Report, *, as_json: bool = False, show_grid: bool = False) -> None:
+    """Print ``kvplan estimate``: the KV estimate, then the plan or the GPU table."""
+    if as_json:
+        warnings_(rep.estimate.warnings)
+        console().file.write(to_json(report_dict(rep)))
+        return
+    estimate(rep.estimate)
+    if rep.gpu_table:
+        _gpu_table(rep)
+    if rep.plan is not None:
+        _plan(rep.plan, show_grid)
+
+
+def _gpu_table(rep: Report) -> None:
+    est = rep.estimate
+    out = console()
+    table = Table(
+        title=f"vLLM on common GPUs (TP {est.tensor_parallel_size}, gpu_memory_utilization "
+        f"default, max_model_len {est.max_model_len:,}) — name one with --gpu",
+        title_justify="left",
+    )
+    for col in ("GPU", "memory", "weights", "KV available", "KV tokens", "concurrency"):
+        table.add_column(col, justify="left" if col == "GPU" else "right", no_wrap=True)
+    for r in rep.gpu_table:
+        table.add_row(
+            r.name,
+            fmt_bytes(r.memory_bytes),
+            fmt_bytes(r.weights_bytes),
+            fmt_bytes(r.available_kv_bytes) if r.available_kv_bytes > 0 else "none",
+            f"{r.kv_cache_size_tokens:,}" if r.fits else "does not fit",
+            f"{r.max_concurrency:.2f}x" if r.fits else "—",
+        )
+    out.print(table)
+
+
+def _plan(p: Plan, show_grid: bool) -> None:
+    out = console()
+    cap = p.vllm
+    out.print()
+    if p.gpu.memory_bytes:
+        out.print(
+            f"[bold]vLLM on {p.gpu.name}[/] — {fmt_bytes(p.gpu.memory_bytes)} as the driver "
+            f"reports it; gpu_memory_utilization {cap.gpu_memory_utilization} → "
+            f"{fmt_bytes(cap.requested_bytes)} requested"
+        )
+        free = p.gpu.memory_bytes - cap.requested_bytes
+        parts = [
+            ("weights", cap.weights_bytes),
+            ("activation", cap.activation_peak_bytes),
+            ("overhead", cap.non_torch_bytes + cap.cuda_graph_bytes + cap.headroom_bytes),
+            ("KV cache", max(cap.available_kv_bytes, 0)),
+            ("not requested", free),
+        ]
+        out.print("  [" + _bar(parts, p.gpu.memory_bytes) + "]", markup=False)
+        out.print("   " + "  ".join(f"{c} {label}" for label, c in BAR_CHARS.items()), markup=False)
+        legend = Table(box=None, show_header=False, pad_edge=False)
+        legend.add_column()
+        legend.add_column(justify="right")
+        legend.add_column()
+        rows = [
+            ("weights", cap.weights_bytes, f"{p.weights.source}: {p.weights.detail}"),
+            (
+                "activation peak",
+                cap.activation_peak_bytes,
+                f"estimate, profile run of {cap.max_num_batched_tokens:,} tokens",
+            ),
+            ("non-torch", cap.non_torch_bytes, "estimate (cuBLAS/NCCL)"),
+            (
+                "CUDA graphs",
+                cap.cuda_graph_bytes,
+                "estimate (--cuda-graph-memory, --enforce-eager)",
+            ),
+        ]
+        if cap.headroom_bytes:
+            rows.append(("headroom", cap.headroom_bytes, "--headroom"))
+        rows.append(("KV cache", cap.available_kv_bytes, "what is left for blocks"))
+        for label, size, why in rows:
+            legend.add_row(f"  {label}", fmt_bytes(size), f"[dim]{_user(why)}[/]")
+        out.print(legend)
+    else:
+        out.print(f"[bold]vLLM with --kv-cache-memory {fmt_bytes(cap.available_kv_bytes)}[/]")
+    out.print("[bold]vLLM would log:[/]")
+    for line in cap.log_lines:
+        out.print(f"  {line}", soft_wrap=True, markup=False)
+    out.print(
+        f"  ({cap.num_gpu_blocks:,} blocks of {fmt_bytes(cap.bytes_per_block)}; "
+        f"{cap.blocks_per_request:,} blocks per request)"
+    )
+    if cap.mamba_max_num_seqs is not None:
+        out.print(
+            f"  Mamba layers: max_num_seqs may not exceed {cap.mamba_max_num_seqs:,} "
+            "(one state block per decoding sequence)"
+        )
+    if show_grid:
+        _grid(p)
+    rec = p.recommended
+    if rec:
+        out.print(
+            f"[bold]Recommended:[/] max_model_len {rec.max_model_len:,}, max_num_seqs "
+            f"{rec.max_num_seqs} — {rec.reason}"
+        )
+    for alt in p.alternatives:
+        verdict = f"{alt.max_concurrency:.2f}x concurrency" if alt.fits else "still does not fit"
+        out.print(f"  with {alt.change}: {verdict} ({alt.num_gpu_blocks:,} blocks)")
+    if p.engines:
+        table = Table(title="Other engines on this GPU", title_justify="left")
+        for col in ("engine", "setting", "KV memory", "KV tokens", "requests at max length"):
+            table.add_column(col, justify="left" if col in ("engine", "setting") else "right")
+        for e in p.engines:
+            table.add_row(
+                e.engine,
+                e.setting,
+                fmt_bytes(max(e.available_kv_bytes, 0)),
+                f"{e.max_total_tokens:,}",
+                f"{e.max_concurrency:.2f}",
+            )
+        out.print(table)
+    nv = p.naive_vs_paged
+    out.print(
+        f"Naive contiguous cache for {nv.sequences} sequences: {fmt_bytes(nv.naive_bytes)}; "
+        f"paged at {nv.avg_tokens:,} tokens each: {fmt_bytes(nv.paged_bytes)} "
+        f"({nv.waste_pct:.0f}% of the naive cache would be empty)"
+    )
+    bs = ", ".join(
+        f"{b.block_size}: {b.fragmentation_pct:.2f}% waste, {b.block_table_entries:,} table entries"
+        for b in p.block_sizes
+    )
+    out.print(f"Block size trade-off (at {nv.avg_tokens:,} tokens/request): {bs}")
+    if p.prefix_sharing:
+        ps = p.prefix_sharing
+        out.print(
+            f"Prefix sharing: {ps.requests} requests × {ps.shared_prefix_tokens:,}-token "
+            f"prefix → {ps.blocks_saved:,} blocks ({fmt_bytes(ps.bytes_saved)}) saved"
+        )
+    out.print("[bold]Commands:[/]")
+    for name, command in p.commands.items():
+        out.print(f"  {name:7} {command}", soft_wrap=True, markup=False)
+    for note in p.notes:
+        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
+    out.print(
+        "[dim]Weights are exact only from safetensors headers; activation, non-torch and "
+        "CUDA-graph figures are estimates — `kvplan verify --gpu` measures them.[/]"
+    )
+
+
+def _grid(p: Plan) -> None:
+    seqs = sorted({c.max_num_seqs for c in p.grid})
+    table = Table(
+        title="max_model_len × max_num_seqs: KV usage at full concurrency (✗ = does not fit)",
+        title_justify="left",
+    )
+    table.add_column("max_model_len", justify="right")
+    for s in seqs:
+        table.add_column(f"{s} seqs", justify="right")
+    for length in sorted({c.max_model_len for c in p.grid}):
+        row = [f"{length:,}"]
+        for s in seqs:
+            cell = next(c for c in p.grid if c.max_model_len == length and c.max_num_seqs == s)
+            row.append(
+                f"{cell.kv_usage:.0%}"
+                if cell.fits
+                else f"✗ {cell.kv_usage:.0%}"
+                if cell.kv_usage != float("inf")
+                else "✗"
+            )
+        table.add_row(*row)
+    console().print(table)

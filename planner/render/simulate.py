@@ -1,0 +1,216 @@
+"""``kvplan simulate``: one run in detail or several side by side, and the ``--plot`` image."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.render._output import _user, console, to_json, warnings_
+from planner.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from planner.simulate import SettingRun, SimReport
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(timeline: list[tuple[float, float]], width: int = 48) -> str:
+    """Usage (0..1) over time as ``width`` block characters, each the peak of its time slice."""
+    if not timeline:
+        return ""
+    end = timeline[-1][0] or 1.0
+    cells: list[float | None] = [None] * width
+    for t, u in timeline:
+        i = min(width - 1, int(t / end * width))
+        current = cells[i]
+        cells[i] = u if current is None else max(current, u)
+    out, last = [], 0.0
+    for c in cells:
+        last = last if c is None else c
+        out.append(SPARK[min(len(SPARK) - 1, int(last * len(SPARK)))])
+    return "".join(out)
+
+
+def _ms(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:,.1f} ms"
+    return f"{seconds:,.2f} s" if seconds < 10 else f"{seconds:,.0f} s"
+
+
+def simulate_dict(report: SimReport) -> dict[str, Any]:
+    """The report as JSON-ready data (integer bytes; per-request finish steps left out)."""
+    data = asdict(report)
+    for run in data["runs"]:
+        run["result"].pop("finish_steps", None)
+        run["result"]["timeline"] = [list(p) for p in run["result"]["timeline"]]
+    data["best_label"] = report.runs[report.best].label if report.best is not None else None
+    return data
+
+
+def simulate(report: SimReport, *, as_json: bool = False) -> None:
+    """Print a simulation: one run in detail, or several side by side with the best marked."""
+    warnings_(report.warnings)
+    if as_json:
+        console().file.write(to_json(simulate_dict(report)))
+        return
+    out = console()
+    seed = f", seed {report.seed}" if report.seed is not None else ""
+    out.print(
+        f"[bold]{_user(report.model)}[/] on {report.gpu} (TP {report.tensor_parallel_size}) · "
+        f"workload {_user(report.workload)} ({_user(report.workload_source)}: "
+        f"{report.requests:,} requests{seed})",
+        soft_wrap=True,
+    )
+    out.print(f"KV pool: {_user(report.pool)}", soft_wrap=True)
+    roof = report.roofline
+    out.print(
+        f"Times are a roofline model, not a measurement: {report.gpu} "
+        f"{roof.bandwidth_bytes_per_s / 1e9:,.0f} GB/s, "
+        f"{roof.flops_per_s / 1e12:,.0f} TFLOPS bf16; "
+        f"{fmt_bytes(roof.weight_bytes)} of weights read per step "
+        f"(~{report.params.active / 1e9:.1f} B active params).",
+        soft_wrap=True,
+    )
+    if len(report.runs) == 1:
+        _simulate_one(out, report.runs[0])
+    else:
+        _simulate_table(out, report)
+    for note in report.notes:
+        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
+
+
+def _simulate_one(out: Console, run: SettingRun) -> None:
+    r = run.result
+    out.print(
+        f"KV cache      {run.num_gpu_blocks:,} blocks × {run.block_size} tokens "
+        f"({fmt_bytes(run.bytes_per_block)} each) = {fmt_bytes(run.kv_cache_bytes)} · dtype "
+        f"{run.kv_cache_dtype} · max_num_seqs {run.max_num_seqs:,} · max_num_batched_tokens "
+        f"{run.max_num_batched_tokens:,} · prefix caching {'on' if run.prefix_caching else 'off'}",
+        soft_wrap=True,
+    )
+    out.print(
+        f"KV usage      p50 {r.usage_p50:.0%} · p90 {r.usage_p90:.0%} · max {r.usage_max:.0%} "
+        f"({r.peak_blocks:,} of {r.usable_blocks:,} usable blocks)",
+        soft_wrap=True,
+    )
+    out.print(f"over time     {sparkline(r.timeline)}  0 – {r.duration_s:,.1f} s")
+    out.print(
+        f"requests      {r.completed:,} completed · {r.rejected_too_long:,} rejected (too long) · "
+        f"{r.preemptions:,} preemptions ({r.preempted_requests:,} requests, "
+        f"{r.recomputed_tokens:,} tokens recomputed)",
+        soft_wrap=True,
+    )
+    out.print(f"concurrency   mean {r.mean_concurrency:,.1f} · max {r.max_concurrency:,}")
+    out.print(
+        f"throughput    {r.output_tokens_per_s:,.0f} output tok/s · {r.total_tokens_per_s:,.0f} "
+        f"total tok/s over {r.duration_s:,.1f} s ({r.steps:,} steps)"
+    )
+    out.print(
+        f"TTFT          p50 {_ms(r.ttft_s.p50)} · p90 {_ms(r.ttft_s.p90)} · p99 {_ms(r.ttft_s.p99)}"
+    )
+    out.print(
+        f"TPOT          p50 {_ms(r.tpot_s.p50)} · p90 {_ms(r.tpot_s.p90)} · p99 {_ms(r.tpot_s.p99)}"
+    )
+    out.print(f"fragmentation {r.fragmentation:.1%} of allocated token slots unused")
+    if run.prefix_caching:
+        out.print(
+            f"prefix cache  {r.prefix_hit_rate:.1%} hit rate ({r.prefix_hit_tokens:,} of "
+            f"{r.prefix_query_tokens:,} prompt tokens) · {r.prefix_blocks_saved:,} blocks reused",
+            soft_wrap=True,
+        )
+
+
+def _simulate_table(out: Console, report: SimReport) -> None:
+    """Metrics down, settings across: fits a terminal for the usual two to four settings."""
+    single_axis = len(report.axes) == 1
+    table = Table(title="Settings compared (times from the roofline model)", title_justify="left")
+    table.add_column(report.axes[0] if single_axis else "setting", no_wrap=True)
+    for i, run in enumerate(report.runs):
+        name = run.values[report.axes[0]] if single_axis else run.label
+        table.add_column(name + (" ★" if i == report.best else ""), justify="right")
+    runs = [run.result for run in report.runs]
+
+    def row(label: str, cells: list[str]) -> None:
+        table.add_row(label, *cells)
+
+    row("KV blocks", [f"{run.num_gpu_blocks:,}" for run in report.runs])
+    row("KV usage p50", [f"{r.usage_p50:.0%}" for r in runs])
+    row("KV usage p90", [f"{r.usage_p90:.0%}" for r in runs])
+    row("KV usage max", [f"{r.usage_max:.0%}" for r in runs])
+    row("peak blocks", [f"{r.peak_blocks:,}" for r in runs])
+    row("usage over time", [sparkline(r.timeline, 16) for r in runs])
+    row("preemptions", [f"{r.preemptions:,}" for r in runs])
+    row("concurrency mean", [f"{r.mean_concurrency:,.1f}" for r in runs])
+    row("completed", [f"{r.completed:,}" for r in runs])
+    row("output tok/s", [f"{r.output_tokens_per_s:,.0f}" for r in runs])
+    row("TTFT p50 / p90", [f"{_ms(r.ttft_s.p50)} / {_ms(r.ttft_s.p90)}" for r in runs])
+    row("TPOT p50 / p90", [f"{_ms(r.tpot_s.p50)} / {_ms(r.tpot_s.p90)}" for r in runs])
+    row("fragmentation", [f"{r.fragmentation:.1%}" for r in runs])
+    row(
+        "prefix hit rate",
+        [
+            f"{run.result.prefix_hit_rate:.1%}" if run.prefix_caching else "off"
+            for run in report.runs
+        ],
+    )
+    row("blocks reused", [f"{r.prefix_blocks_saved:,}" for r in runs])
+    out.print(table)
+    if report.best is not None:
+        out.print(f"[bold]★ {_user(report.best_reason)}[/]", soft_wrap=True)
+
+
+def simulate_plot(report: SimReport, path: str) -> bytes:
+    """Usage over time for every run, and the runs' throughput and preemptions, as the bytes of
+    an image in the format ``path``'s suffix names (PNG by default)."""
+    import io
+
+    from planner.errors import UsageError
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'kvplan[plot]'") from None
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    for run in report.runs:
+        tl = run.result.timeline
+        ax1.step(
+            [0.0] + [t for t, _ in tl],
+            [0.0] + [u * 100 for _, u in tl],
+            where="pre",
+            label=run.label,
+        )
+    ax1.set_xlabel("time (s, roofline model)")
+    ax1.set_ylabel("KV cache usage (%)")
+    ax1.set_ylim(0, 105)
+    ax1.set_title(f"{report.model} · {report.workload} · {report.gpu}")
+    if len(report.runs) > 1:
+        ax1.legend(fontsize="small")
+    labels = [run.label for run in report.runs]
+    ax2.bar(range(len(labels)), [run.result.output_tokens_per_s for run in report.runs])
+    ax2.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize="small")
+    ax2.set_ylabel("output tokens/s (roofline)")
+    for i, run in enumerate(report.runs):
+        ax2.annotate(
+            f"{run.result.preemptions:,} preempt.",
+            (i, run.result.output_tokens_per_s),
+            ha="center",
+            va="bottom",
+            fontsize="x-small",
+        )
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fmt = path.rsplit(".", 1)[-1].lower() if "." in path else "png"
+    try:
+        fig.savefig(buf, format=fmt, dpi=110)
+    except ValueError as exc:
+        raise UsageError(f"--plot {path}: {exc}") from None
+    finally:
+        plt.close(fig)
+    return buf.getvalue()

@@ -26,12 +26,10 @@ from planner.errors import (
     UsageError,
 )
 from planner.gpus import get_gpu
-from planner.hf_config import load_model_spec, parse_config
-from planner.memory import KVEstimate, estimate, get_pp_indices
+from planner.kv_layout import KVEstimate, estimate, get_pp_indices
+from planner.model.config import load_model_spec, parse_config
 from planner.model.load import LoadedModel, load_model
-from planner.models import ModelRow, list_models
-from planner.recommend import Plan, PlanOptions, Report, plan, report
-from planner.specs import (
+from planner.model.specs import (
     MLA,
     ChunkedLocal,
     Engine,
@@ -46,6 +44,8 @@ from planner.specs import (
     StateSpec,
     cdiv,
 )
+from planner.model_list import ModelRow, list_models
+from planner.recommend import Plan, PlanOptions, Report, plan, report
 from planner.weights import Weights
 from planner.weights import per_rank as weights_per_rank
 

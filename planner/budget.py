@@ -29,8 +29,8 @@ from planner.deployment import (
     Deployment,
     check_gmu,
 )
-from planner.memory import KVEstimate, estimate
-from planner.specs import ModelSpec
+from planner.kv_layout import KVEstimate, estimate
+from planner.model.specs import ModelSpec
 from planner.weights import Weights
 
 GIB = 1 << 30

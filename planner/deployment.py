@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from planner.errors import UsageError
-from planner.specs import Engine, KVDtype
+from planner.model.specs import Engine, KVDtype
 
 if TYPE_CHECKING:
     from planner.model_load import LoadedModel

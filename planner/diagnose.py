@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import InputFileError, KvplanError
 from planner.files import read_text_file
-from planner.specs import KVDtype
+from planner.model.specs import KVDtype
 
 if TYPE_CHECKING:
     from planner.deployment import Gpu

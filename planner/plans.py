@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from planner import files
 from planner.errors import InputFileError, KvplanError, UsageError
 from planner.files import MarkedMap as _Map
-from planner.specs import Engine, KVDtype
+from planner.model.specs import Engine, KVDtype
 
 if TYPE_CHECKING:
     from planner.budget import EngineCapacity
     from planner.deployment import Deployment as Planned
-    from planner.memory import KVEstimate
+    from planner.kv_layout import KVEstimate
     from planner.model.load import LoadedModel
     from planner.recommend import Plan
     from planner.weights import Weights
@@ -761,7 +761,7 @@ def _check_other(
 ) -> DeploymentResult:
     """SGLang / TRT-LLM: their budget models from :mod:`planner.budget` (the figures are the
     engine's, not vLLM's)."""
-    from planner.memory import estimate
+    from planner.kv_layout import estimate
 
     spec = planned.spec
     est = estimate(spec, planned.settings, planned.gpu, batch_sizes=())
@@ -813,7 +813,7 @@ def engine_capacity(
     """SGLang or TRT-LLM capacity with the deployment's fraction (engine default when unset);
     headroom is memory the KV cache may not use, so it is counted with the weights."""
     from planner.budget import activation_peak_bytes, sglang_capacity, trtllm_capacity
-    from planner.memory import estimate
+    from planner.kv_layout import estimate
 
     taken = weights.bytes_per_rank + dep.headroom_bytes
     if dep.engine is Engine.SGLANG:

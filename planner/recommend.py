@@ -30,8 +30,8 @@ from planner.deployment import (
     render_changes,
 )
 from planner.errors import DoesNotFitError, UsageError
-from planner.memory import KVEstimate, estimate
-from planner.specs import Engine, KVDtype, cdiv
+from planner.kv_layout import KVEstimate, estimate
+from planner.model.specs import Engine, KVDtype, cdiv
 from planner.weights import Weights, per_rank
 
 TARGET_KV_USAGE = 0.9

@@ -40,8 +40,8 @@ from typing import Any
 from planner.budget import vllm_budget
 from planner.deployment import Deployment, Gpu, ServeSettings, kv_dtype_for, positive_count
 from planner.errors import DoesNotFitError, UsageError
-from planner.memory import KVEstimate, estimate
-from planner.specs import Engine, KVDtype, ModelSpec, cdiv
+from planner.kv_layout import KVEstimate, estimate
+from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
 from planner.weights import Weights, from_config, per_rank
 from planner.workload import Request, Workload
 

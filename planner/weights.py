@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import ConfigError
-from planner.hf_config import MAX_CONFIG_INT
-from planner.memory import get_pp_indices
-from planner.specs import (
+from planner.kv_layout import get_pp_indices
+from planner.model.config import MAX_CONFIG_INT
+from planner.model.specs import (
     MLA,
     GatedDeltaNetState,
     Mamba1State,

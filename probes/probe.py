@@ -38,8 +38,8 @@ import torch
 
 import planner
 from planner.errors import DoesNotFitError, UsageError
-from planner.memory import KVEstimate
-from planner.specs import KVDtype, ModelSpec
+from planner.kv_layout import KVEstimate
+from planner.model.specs import KVDtype, ModelSpec
 from probes.alloc import CudaMemory, DeviceMemory, open_device, require_cuda
 from probes.attention import DEFAULT_CHUNK_BYTES
 from probes.frontier import FrontierSearch, Trial, find_frontier, oom_trial

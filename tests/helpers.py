@@ -9,8 +9,8 @@ from typing import Any
 from planner.deployment import Deployment, Gpu, ServeSettings
 from planner.gpus import get_gpu
 from planner.model.load import LoadedModel, load_model, with_headers
+from planner.model.specs import ModelSpec
 from planner.recommend import Plan, PlanOptions, plan
-from planner.specs import ModelSpec
 
 _OPTIONS = {f.name for f in fields(PlanOptions)}
 

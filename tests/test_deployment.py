@@ -23,7 +23,7 @@ from planner.deployment import (
 )
 from planner.errors import UsageError
 from planner.gpus import get_gpu, resolve_gpu
-from planner.specs import Engine, KVDtype
+from planner.model.specs import Engine, KVDtype
 
 GIB = 1 << 30
 runner = CliRunner()

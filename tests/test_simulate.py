@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import planner
 import planner.weights
 from planner.errors import DoesNotFitError, UsageError
+from planner.model.specs import KVDtype
 from planner.simulate import (
     BlockLayout,
     Roofline,
@@ -23,7 +24,6 @@ from planner.simulate import (
     simulate,
     simulate_model,
 )
-from planner.specs import KVDtype
 from planner.workload import Request, Workload
 from tests.helpers import deployment, plan_for
 from tests.sim_reference import run_reference

@@ -163,7 +163,7 @@ def _serve_settings(
     """The serve flags every command shares, parsed once into :class:`ServeSettings`
     (``--max-model-len -1`` is vLLM's auto-fit)."""
     from planner.deployment import ServeSettings, kv_dtype_for
-    from planner.specs import Engine
+    from planner.model.specs import Engine
     from planner.units import parse_size
 
     graphs = (

@@ -92,8 +92,8 @@ def diagnose(
       kvplan diagnose server.log --gpu h100 --json
     """
     from planner.diagnose import diagnose_file
+    from planner.model.specs import KVDtype
     from planner.render import diagnose as render
-    from planner.specs import KVDtype
 
     with user_errors():
         result = diagnose_file(

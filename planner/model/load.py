@@ -2,7 +2,7 @@
 offline flag.
 
 :func:`load_model` resolves the model argument (catalog, local dir / config.json, Hub id),
-parses config.json into a :class:`~planner.specs.ModelSpec`, and reads the safetensors
+parses config.json into a :class:`~planner.model.specs.ModelSpec`, and reads the safetensors
 headers where they are reachable: the ``*.safetensors`` files beside a local config, or the
 Hub's headers at the same ``revision`` (never when offline). Weights, budgets and plans are
 then pure functions of the :class:`LoadedModel` it returns.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.specs import ModelSpec
+from planner.model.specs import ModelSpec
 
 Tensors = tuple[tuple[str, Mapping[str, Any]], ...]
 
@@ -52,7 +52,7 @@ def load_model(
     Returns:
         The :class:`LoadedModel`.
     """
-    from planner.hf_config import load_model_spec
+    from planner.model.config import load_model_spec
 
     spec = load_model_spec(model, revision=revision, offline=offline)
     return with_headers(spec, revision=revision, offline=offline)
@@ -69,7 +69,7 @@ def with_headers(
         if tensors is not None:
             return LoadedModel(spec, tensors, str(folder), revision)
     if source.startswith("hub:"):
-        from planner.hub import offline_env
+        from planner.model.hub import offline_env
 
         local_only = offline_env() if offline is None else offline
         if not local_only:

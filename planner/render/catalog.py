@@ -12,7 +12,7 @@ from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
     from planner.deployment import Gpu
-    from planner.models import ModelRow
+    from planner.model_list import ModelRow
 
 
 def models(rows: list[ModelRow], *, as_json: bool = False) -> None:

@@ -13,7 +13,7 @@ from planner.render._output import BAR_CHARS, _bar, _user, console, to_json, war
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
-    from planner.memory import KVEstimate
+    from planner.kv_layout import KVEstimate
     from planner.recommend import Plan, Report
 
 

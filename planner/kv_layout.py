@@ -15,7 +15,7 @@ from typing import Any
 
 from planner.deployment import Gpu, ServeSettings, positive_count
 from planner.errors import UsageError
-from planner.specs import (
+from planner.model.specs import (
     MLA,
     STATE_KINDS,
     CacheContext,

@@ -31,10 +31,8 @@ from planner.deployment import (
 )
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import ModelSpec
+from planner.units import GIB, MIB
 from planner.weights import Weights
-
-GIB = 1 << 30
-MIB = 1 << 20
 
 # Activation peak of vLLM's profile run at T = max_num_batched_tokens: the fp32 logits of the
 # dummy sampler run dominate (T x vocab x 4 B) plus residual-stream buffers (T x hidden). The

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from planner.errors import UsageError
 from planner.model.specs import Engine, KVDtype
+from planner.units import GIB
 
 if TYPE_CHECKING:
     from planner.model_load import LoadedModel
 
-GIB = 1 << 30
 # Token counts, lengths, sequences and parallel sizes above 2^40 describe no deployment; the
 # bound keeps every byte product exact in a float for the renderers.
 MAX_COUNT = 1 << 40

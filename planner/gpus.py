@@ -17,9 +17,7 @@ from pathlib import Path
 
 from planner.deployment import Gpu, custom_gpu
 from planner.errors import UsageError
-
-GIB = 1 << 30
-MIB = 1 << 20
+from planner.units import GIB, MIB
 
 
 def _row(

@@ -8,7 +8,6 @@ for vLLM, its KV-cache groups, bytes per block and blocks per request exactly as
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -499,8 +498,3 @@ def _vllm_layout(
         padding_layers=padding,
     )
     return block_size, layout, stage
-
-
-def gib(n: int) -> float:
-    """Bytes to GiB (for tests and examples; rendering has its own formatter)."""
-    return n / math.pow(2, 30)

@@ -32,6 +32,7 @@ from planner.deployment import (
 from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype, cdiv
+from planner.units import GIB
 from planner.weights import Weights, per_rank
 
 TARGET_KV_USAGE = 0.9
@@ -321,11 +322,10 @@ def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
         else render_changes(c, "cli")
         for c in changes
     ]
-    gib = 1 << 30
     raise DoesNotFitError(
-        f"{spec.name} weights need {weights.bytes_per_rank / gib:.2f} GiB per GPU but vLLM may "
-        f"use {requested / gib:.2f} GiB of {gpu.name} (gpu_memory_utilization {gmu}): "
-        f"{short / gib:.2f} GiB short" + (f"; try {', or '.join(hints)}" if hints else ""),
+        f"{spec.name} weights need {weights.bytes_per_rank / GIB:.2f} GiB per GPU but vLLM may "
+        f"use {requested / GIB:.2f} GiB of {gpu.name} (gpu_memory_utilization {gmu}): "
+        f"{short / GIB:.2f} GiB short" + (f"; try {', or '.join(hints)}" if hints else ""),
         changes=changes,
     )
 

@@ -15,13 +15,11 @@ import statistics
 import time
 
 import planner
-from planner.gpus import get_gpu
-from planner.recommend import load_weights
 from planner.simulate import (
     BlockLayout,
     SimConfig,
-    _pool_for_gpu,
     estimate_params,
+    pool_for_gpu,
     roofline_for,
     simulate,
 )
@@ -37,12 +35,16 @@ def main() -> None:
     parser.add_argument("--gpu", default="h100")
     args = parser.parse_args()
 
-    spec = planner.load_model_spec(args.model)
-    gpu = get_gpu(args.gpu)
-    est = planner.estimate(spec, max_model_len=16384, gpu_memory_bytes=gpu.memory_bytes)
+    dep = planner.Deployment(
+        model=planner.load_model(args.model),
+        gpu=planner.get_gpu(args.gpu),
+        settings=planner.ServeSettings(max_model_len=16384),
+    )
+    spec, gpu = dep.spec, dep.gpu
+    est = planner.estimate(spec, dep.settings, gpu)
     assert est.vllm is not None
     params = estimate_params(spec)
-    blocks, _ = _pool_for_gpu(spec, est, gpu, 0.92, load_weights(spec, tp=1, pp=1))
+    blocks, _ = pool_for_gpu(dep, est, planner.weights_per_rank(dep.model, tp=1, pp=1))
     layout, _ = BlockLayout.from_estimate(est)
     config = SimConfig(
         num_gpu_blocks=blocks,

@@ -20,14 +20,19 @@ row 1): requested 71.26 GiB - weights 14.96 - activation 4.76 - non-torch 0.13 =
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
-from planner.errors import UsageError
-from planner.memory import KVEstimate
-from planner.specs import ModelSpec
-
-GIB = 1 << 30
-MIB = 1 << 20
+from planner.deployment import (
+    CUDA_GRAPH_DEFAULT_BYTES,
+    VLLM_DEFAULT_GMU,
+    Deployment,
+    check_gmu,
+)
+from planner.kv_layout import KVEstimate, estimate
+from planner.model.specs import ModelSpec
+from planner.units import GIB, MIB
+from planner.weights import Weights
 
 # Activation peak of vLLM's profile run at T = max_num_batched_tokens: the fp32 logits of the
 # dummy sampler run dominate (T x vocab x 4 B) plus residual-stream buffers (T x hidden). The
@@ -40,11 +45,6 @@ ACT_CONST_BYTES = 27_100_000
 # measured 0.13 GiB at TP 1 and 0.55 GiB at TP 2 (CALIBRATION.md).
 NON_TORCH_TP1_BYTES = round(0.13 * GIB)
 NON_TORCH_TPN_BYTES = round(0.55 * GIB)
-# vLLM >= 0.21 subtracts its profiled CUDA-graph estimate; measured graph memory ranged from
-# -0.88 to +1.03 GiB in CALIBRATION.md. kvplan assumes 0.5 GiB unless told (--cuda-graph-memory,
-# --enforce-eager).
-CUDA_GRAPH_DEFAULT_BYTES = GIB // 2
-VLLM_DEFAULT_GMU = 0.92
 
 
 def activation_peak_bytes(spec: ModelSpec, max_num_batched_tokens: int) -> int:
@@ -57,11 +57,6 @@ def activation_peak_bytes(spec: ModelSpec, max_num_batched_tokens: int) -> int:
 def non_torch_bytes(tp: int, pp: int = 1) -> int:
     """cuBLAS/NCCL memory outside torch: larger once ranks talk to each other."""
     return NON_TORCH_TP1_BYTES if tp * pp == 1 else NON_TORCH_TPN_BYTES
-
-
-def check_gmu(gmu: float) -> None:
-    if not (isinstance(gmu, int | float) and math.isfinite(gmu) and 0 < gmu <= 1):
-        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {gmu!r}")
 
 
 @dataclass(frozen=True)
@@ -113,7 +108,7 @@ def _gib(n: int) -> str:
 def vllm_capacity(
     est: KVEstimate,
     *,
-    estimate_at: object,
+    estimate_at: Callable[[int], KVEstimate],
     gpu_memory_bytes: int,
     weights_bytes: int,
     activation_bytes: int,
@@ -188,7 +183,7 @@ def vllm_capacity(
             + " Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
             "initializing the engine."
         )
-    has_state = any(g.kind in ("mamba", "linear") for g in layout.groups)
+    has_state = any(g.is_state for g in layout.groups)
     return VllmCapacity(
         gpu_memory_bytes=gpu_memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization,
@@ -215,10 +210,9 @@ def vllm_capacity(
     )
 
 
-def _max_len_that_fits(estimate_at: object, max_len: int, budget: int) -> int:
+def _max_len_that_fits(estimate_at: Callable[[int], KVEstimate], max_len: int, budget: int) -> int:
     """vLLM ``_estimate_max_model_len_from_groups``: binary search over [1, max_len] for the
     longest request whose blocks fit ``budget`` bytes (0 when not even one token fits)."""
-    assert callable(estimate_at)
 
     def needed(length: int) -> int:
         e = estimate_at(length)
@@ -235,6 +229,41 @@ def _max_len_that_fits(estimate_at: object, max_len: int, budget: int) -> int:
     return best
 
 
+def estimate_at_length(dep: Deployment) -> Callable[[int], KVEstimate]:
+    """``length -> KVEstimate`` for ``dep`` at another ``max_model_len`` (vLLM's search for the
+    longest request that fits)."""
+    settings = replace(dep.settings, max_model_len=None, auto_fit_max_model_len=False)
+
+    def at(length: int) -> KVEstimate:
+        return estimate(dep.spec, replace(settings, max_model_len=length), dep.gpu, batch_sizes=())
+
+    return at
+
+
+def vllm_budget(
+    dep: Deployment,
+    est: KVEstimate,
+    weights: Weights,
+    estimate_at: Callable[[int], KVEstimate] | None = None,
+) -> VllmCapacity:
+    """:func:`vllm_capacity` for one deployment: its GPU's total, its settings' utilisation,
+    KV pool override, CUDA-graph and headroom bytes, and the activation peak at the token
+    budget ``est`` resolved. The one place every command sizes vLLM's pool."""
+    assert est.vllm is not None
+    s = dep.settings
+    return vllm_capacity(
+        est,
+        estimate_at=estimate_at or estimate_at_length(dep),
+        gpu_memory_bytes=dep.gpu.memory_bytes if dep.gpu else 0,
+        weights_bytes=weights.bytes_per_rank,
+        activation_bytes=activation_peak_bytes(dep.spec, est.vllm.max_num_batched_tokens),
+        gpu_memory_utilization=s.gmu,
+        kv_cache_memory_bytes=s.kv_cache_memory_bytes,
+        cuda_graph_bytes=s.graph_bytes,
+        headroom_bytes=s.headroom_bytes,
+    )
+
+
 # --------------------------------------------------------------------------- other engines
 
 
@@ -244,6 +273,7 @@ class EngineCapacity:
 
     engine: str
     setting: str  # e.g. "mem_fraction_static=0.83"
+    fraction: float | None  # the number in ``setting`` (None: transformers has no knob)
     available_kv_bytes: int
     max_total_tokens: int
     max_running_requests: int
@@ -303,6 +333,7 @@ def sglang_capacity(
     return EngineCapacity(
         engine="sglang",
         setting=f"mem_fraction_static={mfs}",
+        fraction=mfs,
         available_kv_bytes=available,
         max_total_tokens=tokens,
         max_running_requests=running,
@@ -334,6 +365,7 @@ def trtllm_capacity(
     return EngineCapacity(
         engine="trtllm",
         setting=f"free_gpu_memory_fraction={free_gpu_memory_fraction}",
+        fraction=free_gpu_memory_fraction,
         available_kv_bytes=available,
         max_total_tokens=blocks * est.block_size,
         max_running_requests=blocks // per_seq,
@@ -352,6 +384,7 @@ def hf_capacity(
     return EngineCapacity(
         engine="hf",
         setting="contiguous cache, max_cache_len = max_model_len",
+        fraction=None,
         available_kv_bytes=available,
         max_total_tokens=batch * est.max_model_len,
         max_running_requests=batch,

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import InputFileError, KvplanError
 from planner.files import read_text_file
-from planner.specs import KVDtype
+from planner.model.specs import KVDtype
 
 if TYPE_CHECKING:
-    from planner.recommend import GpuInfo, Plan
+    from planner.deployment import Gpu
+    from planner.recommend import Plan
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -545,8 +546,7 @@ def diagnose_file(
     path: str | Path,
     *,
     model: str | None = None,
-    gpu: GpuInfo | None = None,
-    gpu_is_a100: bool = False,
+    gpu: Gpu | None = None,
     tp: int | None = None,
     pp: int | None = None,
     max_model_len: int | None = None,
@@ -565,7 +565,6 @@ def diagnose_file(
         path: the vLLM log.
         model: the model (default: the one the log names).
         gpu: the GPU (default: the total the log reports, if it does).
-        gpu_is_a100: vLLM's batch defaults treat A100s apart.
         tp, pp, max_model_len, gpu_memory_utilization, kv_cache_dtype, max_num_batched_tokens,
             max_num_seqs, enforce_eager: as ``vllm serve`` takes them.
         offline: only the catalog and the local HF cache for the model.
@@ -605,9 +604,7 @@ def diagnose_file(
     findings: list[Finding] = []
     if settings.get("model") and gpu is not None:
         strict = any(value is not None for value in given.values()) or gpu.source != "log"
-        the_plan = _plan_for(
-            log, settings, gpu, gpu_is_a100, offline, findings, notes, strict, sources
-        )
+        the_plan = _plan_for(log, settings, gpu, offline, findings, notes, strict, sources)
     elif not settings.get("model"):
         notes.append("no model: pass --model (the log names none) to compare with the plan")
     else:
@@ -638,7 +635,7 @@ def _settings(
                 continue
             settings[key], sources[key] = log.settings[key], where
     if "gpu_memory_utilization" not in settings:
-        from planner.budget import VLLM_DEFAULT_GMU
+        from planner.deployment import VLLM_DEFAULT_GMU
 
         # NOTE: V0 engines defaulted to 0.9; V1 (0.33) to 0.92.
         settings["gpu_memory_utilization"] = 0.9 if log.engine == "V0" else VLLM_DEFAULT_GMU
@@ -662,7 +659,7 @@ _LOG_PLAN_KEYS = (
 
 def _usable_log_setting(key: str, value: Any) -> bool:
     """Whether a setting read from the log is one vLLM could have run with."""
-    from planner.memory import MAX_COUNT
+    from planner.deployment import MAX_COUNT
 
     if key == "gpu_memory_utilization":
         return (
@@ -683,14 +680,14 @@ def _usable_log_setting(key: str, value: Any) -> bool:
     return number is not None and 1 <= number <= MAX_COUNT
 
 
-def _gpu_from_log(log: BootLog, settings: dict[str, Any]) -> GpuInfo | None:
-    from planner.recommend import GpuInfo
+def _gpu_from_log(log: BootLog, settings: dict[str, Any]) -> Gpu | None:
+    from planner.deployment import Gpu
 
     total = log.total_gpu_bytes
     gmu = settings.get("gpu_memory_utilization")
     if total is None and log.requested_bytes and gmu:
         total = round(log.requested_bytes / float(gmu))
-    return GpuInfo("from the log", total, "log") if total else None
+    return Gpu(name="from the log", memory_bytes=total, source="log") if total else None
 
 
 def _as_int(value: Any) -> int | None:
@@ -706,8 +703,7 @@ def _as_int(value: Any) -> int | None:
 def _plan_for(
     log: BootLog,
     s: dict[str, Any],
-    gpu: GpuInfo,
-    a100: bool,
+    gpu: Gpu,
     offline: bool | None,
     findings: list[Finding],
     notes: list[str],
@@ -719,27 +715,25 @@ def _plan_for(
     ``strict``: the user named settings, so their mistakes are errors; settings that only the
     log states become a note instead.
     """
-    import planner
-    from planner.budget import CUDA_GRAPH_DEFAULT_BYTES
+    from planner.deployment import Deployment, ServeSettings
     from planner.errors import DoesNotFitError, UsageError
-    from planner.recommend import plan
+    from planner.model.load import load_model
+    from planner.recommend import PlanOptions, plan
 
     try:
-        spec = planner.load_model_spec(s["model"], offline=offline)
+        loaded = load_model(s["model"], offline=offline)
     except KvplanError as exc:
         if not sources.get("model", "").startswith("log"):
             raise
         notes.append(f"cannot load {s['model']!r} named in the log ({exc}); pass --model")
         return None
+    spec = loaded.spec
     dtype = s.get("kv_cache_dtype") or "auto"
     eager = s.get("enforce_eager") in (True, "True", "true")
     # NOTE: V0 captured CUDA graphs after sizing the KV cache, so they never reduced it.
-    graphs = 0 if eager or log.engine == "V0" else CUDA_GRAPH_DEFAULT_BYTES
+    graphs = 0 if eager or log.engine == "V0" else None
     try:
-        return plan(
-            spec,
-            gpu=gpu,
-            gpu_is_a100=a100,
+        settings = ServeSettings(
             tp=_as_int(s.get("tp")) or 1,
             pp=_as_int(s.get("pp")) or 1,
             kv_cache_dtype=KVDtype.parse(str(dtype)),
@@ -749,10 +743,12 @@ def _plan_for(
             max_num_seqs=_as_int(s.get("max_num_seqs")),
             gpu_memory_utilization=float(s["gpu_memory_utilization"]),
             cuda_graph_bytes=graphs,
-            prefix_caching=s.get("enable_prefix_caching") not in (False, "False", "false"),
-            batch_sizes=(),
-            grid_lens=[_as_int(s.get("max_model_len")) or spec.max_model_len],
+            enable_prefix_caching=s.get("enable_prefix_caching") not in (False, "False", "false"),
         )
+        options = PlanOptions(
+            batch_sizes=(), grid_lens=[_as_int(s.get("max_model_len")) or spec.max_model_len]
+        )
+        return plan(Deployment(model=loaded, gpu=gpu, settings=settings), options)
     except DoesNotFitError as exc:
         findings.append(Finding("plan-does-not-fit", "error", {"message": str(exc)}))
         return None
@@ -767,7 +763,7 @@ def _plan_for(
         for key in from_log:
             del s[key], sources[key]
         notes[-1] += f"; planned with vLLM's defaults for {', '.join(from_log)}"
-        return _plan_for(log, s, gpu, a100, offline, findings, notes, strict, sources)
+        return _plan_for(log, s, gpu, offline, findings, notes, strict, sources)
 
 
 def _terms(log: BootLog, p: Plan | None) -> list[Term]:

@@ -31,7 +31,19 @@ class ModelNotFoundError(KvplanError):
 
 
 class DoesNotFitError(KvplanError):
-    """A plan that cannot hold even one request."""
+    """A plan that cannot hold even one request.
+
+    ``changes`` are the suggested fixes as data, one per alternative: a ``{setting: value}``
+    (``{"tp": 2}``, ``{"gpu": "h200"}``), or a sentence for a fix that is no setting ("an fp8
+    checkpoint"). Callers spell them their own way: a plans file says ``tp: 2`` where the
+    message says ``--tensor-parallel-size 2`` (:func:`planner.deployment.render_changes`).
+    """
+
+    def __init__(
+        self, message: str, *, changes: list[dict[str, object] | str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.changes = changes or []
 
 
 class WorkloadError(KvplanError):

@@ -13,30 +13,31 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from pathlib import Path
 
+from planner.deployment import Gpu, custom_gpu
 from planner.errors import UsageError
-
-GIB = 1 << 30
-MIB = 1 << 20
+from planner.units import GIB, MIB
 
 
-@dataclass(frozen=True)
-class GPU:
-    """One GPU model as software sees it."""
-
-    name: str
-    memory_bytes: int
-    bandwidth_bytes_per_s: int
-    bf16_flops: int
-    compute_capability: str
-    aliases: tuple[str, ...] = ()
-    source: str = ""
-
-    @property
-    def is_a100(self) -> bool:
-        """vLLM's batch defaults treat A100 apart from other >= 70 GiB GPUs."""
-        return self.name.startswith("a100")
+def _row(
+    name: str,
+    memory_bytes: int,
+    bandwidth_bytes_per_s: int,
+    bf16_flops: int,
+    compute_capability: str,
+    aliases: tuple[str, ...] = (),
+    source: str = "",
+) -> Gpu:
+    return Gpu(
+        name=name,
+        memory_bytes=memory_bytes,
+        bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+        bf16_flops=bf16_flops,
+        compute_capability=compute_capability,
+        aliases=aliases,
+        source=source,
+    )
 
 
 def _gib(x: float) -> int:
@@ -47,8 +48,8 @@ def _tb(x: float) -> int:
     return round(x * 10**12)
 
 
-GPUS: tuple[GPU, ...] = (
-    GPU(
+GPUS: tuple[Gpu, ...] = (
+    _row(
         "h200",
         143156 * MIB,
         _tb(4.8),
@@ -57,7 +58,7 @@ GPUS: tuple[GPU, ...] = (
         ("h200-sxm", "h200-141gb"),
         "cudaDeviceProp 143156 MiB; vLLM log total_gpu_memory 139.81 GiB",
     ),
-    GPU(
+    _row(
         "h100",
         _gib(79.18),
         _tb(3.35),
@@ -66,8 +67,8 @@ GPUS: tuple[GPU, ...] = (
         ("h100-sxm", "h100-80gb", "h100-sxm5"),
         "vLLM log 79.18 GiB (CALIBRATION.md); deviceQuery 81079-81106 MiB",
     ),
-    GPU("h100-pcie", 81008 * MIB, _tb(2.0), _tb(756), "9.0", (), "cudaDeviceProp 81008 MiB"),
-    GPU(
+    _row("h100-pcie", 81008 * MIB, _tb(2.0), _tb(756), "9.0", (), "cudaDeviceProp 81008 MiB"),
+    _row(
         "h100-nvl",
         _gib(93.10),
         _tb(3.9),
@@ -76,8 +77,8 @@ GPUS: tuple[GPU, ...] = (
         ("h100-94gb",),
         "PyTorch OOM: total capacity 93.09-93.11 GiB",
     ),
-    GPU("h20", 97285 * MIB, _tb(4.0), _tb(148), "9.0", (), "cudaDeviceProp 97285 MiB"),
-    GPU(
+    _row("h20", 97285 * MIB, _tb(4.0), _tb(148), "9.0", (), "cudaDeviceProp 97285 MiB"),
+    _row(
         "a100-40gb",
         _gib(39.38),
         _tb(1.555),
@@ -86,7 +87,7 @@ GPUS: tuple[GPU, ...] = (
         ("a100", "a100-40g"),
         "vLLM log 39.38 GiB (CALIBRATION.md); deviceQuery 40339 MiB",
     ),
-    GPU(
+    _row(
         "a100-80gb",
         81051 * MIB,
         _tb(2.039),
@@ -95,11 +96,11 @@ GPUS: tuple[GPU, ...] = (
         ("a100-80g",),
         "deviceQuery 81051 MiB (84,987,740,160 B)",
     ),
-    GPU("l40s", 45589 * MIB, _tb(0.864), _tb(362), "8.9", (), "cudaDeviceProp 45589 MiB (ECC on)"),
-    GPU(
+    _row("l40s", 45589 * MIB, _tb(0.864), _tb(362), "8.9", (), "cudaDeviceProp 45589 MiB (ECC on)"),
+    _row(
         "l4", 22518 * MIB, _tb(0.3), _tb(121), "8.9", (), "deviceQuery 22518 MiB (23,612,293,120 B)"
     ),
-    GPU(
+    _row(
         "a10",
         22516 * MIB,
         _tb(0.6),
@@ -108,8 +109,8 @@ GPUS: tuple[GPU, ...] = (
         (),
         "deviceQuery 22516 MiB (23,609,475,072 B)",
     ),
-    GPU("a10g", 22587 * MIB, _tb(0.6), _tb(70), "8.6", (), "cudaDeviceProp 22587 MiB"),
-    GPU(
+    _row("a10g", 22587 * MIB, _tb(0.6), _tb(70), "8.6", (), "cudaDeviceProp 22587 MiB"),
+    _row(
         "rtx-3090",
         _gib(23.58),
         _tb(0.936),
@@ -118,7 +119,7 @@ GPUS: tuple[GPU, ...] = (
         ("3090",),
         "vLLM log 23.58 GiB (CALIBRATION.md); cudaDeviceProp 24238-24268 MiB",
     ),
-    GPU(
+    _row(
         "rtx-4090",
         24207 * MIB,
         _tb(1.008),
@@ -127,7 +128,7 @@ GPUS: tuple[GPU, ...] = (
         ("4090",),
         "trtexec 24207 MiB; PyTorch OOM 23.64 GiB (Linux)",
     ),
-    GPU(
+    _row(
         "rtx-5090",
         32109 * MIB,
         _tb(1.792),
@@ -136,7 +137,7 @@ GPUS: tuple[GPU, ...] = (
         ("5090",),
         "deviceQuery 32109 MiB (33,668,857,856 B)",
     ),
-    GPU(
+    _row(
         "rtx-6000-ada",
         48622 * MIB,
         _tb(0.96),
@@ -145,7 +146,7 @@ GPUS: tuple[GPU, ...] = (
         ("rtx6000-ada", "6000-ada"),
         "cudaDeviceProp 48622 MiB (ECC off; about 44.4 GiB with ECC on)",
     ),
-    GPU(
+    _row(
         "a6000",
         48676 * MIB,
         _tb(0.768),
@@ -154,8 +155,8 @@ GPUS: tuple[GPU, ...] = (
         ("rtx-a6000",),
         "cudaDeviceProp 48676 MiB",
     ),
-    GPU("t4", 15109 * MIB, _tb(0.32), _tb(65), "7.5", (), "cudaDeviceProp 15109 MiB (ECC on)"),
-    GPU(
+    _row("t4", 15109 * MIB, _tb(0.32), _tb(65), "7.5", (), "cudaDeviceProp 15109 MiB (ECC on)"),
+    _row(
         "v100-16gb",
         16160 * MIB,
         _tb(0.9),
@@ -164,7 +165,7 @@ GPUS: tuple[GPU, ...] = (
         ("v100",),
         "deviceQuery 16160 MiB (16,945,512,448 B)",
     ),
-    GPU(
+    _row(
         "v100-32gb",
         32510 * MIB,
         _tb(0.9),
@@ -173,8 +174,8 @@ GPUS: tuple[GPU, ...] = (
         (),
         "deviceQuery 32510 MiB (34,089,730,048 B)",
     ),
-    GPU("b200", 182631 * MIB, _tb(8.0), _tb(2250), "10.0", (), "cudaDeviceProp 182631 MiB"),
-    GPU(
+    _row("b200", 182631 * MIB, _tb(8.0), _tb(2250), "10.0", (), "cudaDeviceProp 182631 MiB"),
+    _row(
         "mi300x",
         196592 * MIB,
         _tb(5.3),
@@ -192,7 +193,7 @@ def _key(name: str) -> str:
     return re.sub(r"^(nvidia|amd|geforce|instinct)-", "", key)
 
 
-def get_gpu(name: str) -> GPU:
+def get_gpu(name: str) -> Gpu:
     """The catalog GPU called ``name`` (case- and dash-insensitive), else a UsageError listing
     close matches."""
     key = _key(name)
@@ -210,3 +211,48 @@ def get_gpu(name: str) -> GPU:
         f"unknown GPU {name!r}{hint} Use --gpu-memory 24GiB for a GPU not in the catalog "
         "(`kvplan gpus` lists it)"
     )
+
+
+def resolve_gpu(
+    name: str | None, memory_bytes: int | None, *, source: str = "--gpu-memory"
+) -> Gpu | None:
+    """The GPU the user named: a catalog GPU, a total memory (``--gpu-memory``), or both (the
+    catalog GPU with that total: an A100 stays an A100). None when neither is given."""
+    gpu = get_gpu(name) if name else None
+    if memory_bytes is None:
+        return gpu
+    if gpu is not None:
+        return gpu.with_memory(memory_bytes, source)
+    return custom_gpu(memory_bytes, source=source)
+
+
+def detect_gpu() -> Gpu | None:
+    """The local GPU through NVML (nvidia-ml-py), else torch when a CUDA driver is present."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        reserved = int(getattr(info, "reserved", 0) or 0)
+        return Gpu(
+            name=str(name), memory_bytes=int(info.total) - reserved, source="detected via NVML"
+        )
+    except Exception:  # no NVML, no driver, no GPU
+        pass
+    if not Path("/proc/driver/nvidia/gpus").exists():
+        return None
+    try:
+        import torch  # type: ignore[import-not-found,unused-ignore]  # slow: only with a driver
+
+        if torch.cuda.is_available():
+            _free, total = torch.cuda.mem_get_info()
+            return Gpu(
+                name=torch.cuda.get_device_name(0),
+                memory_bytes=int(total),
+                source="detected via torch.cuda.mem_get_info",
+            )
+    except Exception:
+        return None
+    return None

@@ -32,20 +32,21 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from planner import files
 from planner.errors import InputFileError, KvplanError, UsageError
 from planner.files import MarkedMap as _Map
-from planner.specs import Engine, KVDtype
+from planner.model.specs import Engine, KVDtype
 
 if TYPE_CHECKING:
     from planner.budget import EngineCapacity
-    from planner.memory import KVEstimate
-    from planner.recommend import GpuInfo, Plan
-    from planner.specs import ModelSpec
+    from planner.deployment import Deployment as Planned
+    from planner.kv_layout import KVEstimate
+    from planner.model.load import LoadedModel
+    from planner.recommend import Plan
     from planner.weights import Weights
 
 T = TypeVar("T")
@@ -90,7 +91,6 @@ class Deployment:
     engine: Engine
     gpu_name: str
     gpu_memory_bytes: int
-    gpu_is_a100: bool
     gpu_source: str
     tp: int = 1
     pp: int = 1
@@ -187,7 +187,7 @@ def _check_str(v: Any) -> str:
 
 
 def _check_int(v: Any) -> int:
-    from planner.memory import MAX_COUNT
+    from planner.deployment import MAX_COUNT
 
     if isinstance(v, bool) or not isinstance(v, int):
         raise _Bad("must be a whole number")
@@ -376,11 +376,11 @@ def _deployment(e: _Entry, base_dir: Path) -> Deployment | None:
                 e.fail(key, f"is a vLLM setting; engine {engine.value} has no such knob")
         if "max_kv_usage" in e.data and "max_num_seqs" not in e.data:
             e.fail("max_kv_usage", f"needs max_num_seqs with engine {engine.value}")
-    gpu_name, memory, a100, source = "", 0, False, ""
+    gpu_name, memory, source = "", 0, ""
     if values["gpu"] is not None:
         try:
             g = get_gpu(values["gpu"])
-            gpu_name, memory, a100, source = g.name, g.memory_bytes, g.is_a100, g.source
+            gpu_name, memory, source = g.name, g.memory_bytes, g.source
         except UsageError as exc:
             e.fail("gpu", str(exc).replace("Use --gpu-memory 24GiB", "Use gpu_memory: 24GiB"))
     if values["gpu_memory"] is not None:
@@ -405,7 +405,6 @@ def _deployment(e: _Entry, base_dir: Path) -> Deployment | None:
         engine=engine,
         gpu_name=gpu_name,
         gpu_memory_bytes=memory,
-        gpu_is_a100=a100,
         gpu_source=source,
         tp=values["tp"] or 1,
         pp=values["pp"] or 1,
@@ -514,33 +513,24 @@ class CheckReport:
 
 
 class _Cache:
-    """Model specs and weights shared by the deployments of one run."""
+    """Models shared by the deployments of one run (fetched once each)."""
 
     def __init__(self, offline: bool | None) -> None:
         self.offline = offline
-        self.specs: dict[str, ModelSpec | KvplanError] = {}
-        self.weights: dict[tuple[str, int, int], Weights] = {}
+        self.models: dict[str, LoadedModel | KvplanError] = {}
 
-    def spec(self, model: str) -> ModelSpec:
-        import planner
+    def model(self, model: str) -> LoadedModel:
+        from planner.model.load import load_model
 
-        if model not in self.specs:
+        if model not in self.models:
             try:
-                self.specs[model] = planner.load_model_spec(model, offline=self.offline)
+                self.models[model] = load_model(model, offline=self.offline)
             except KvplanError as exc:
-                self.specs[model] = exc
-        found = self.specs[model]
+                self.models[model] = exc
+        found = self.models[model]
         if isinstance(found, KvplanError):
             raise found
         return found
-
-    def weights_of(self, model: str, spec: ModelSpec, tp: int, pp: int) -> Weights:
-        from planner.recommend import load_weights
-
-        key = (model, tp, pp)
-        if key not in self.weights:
-            self.weights[key] = load_weights(spec, tp=tp, pp=pp, allow_hub=not self.offline)
-        return self.weights[key]
 
 
 def check_file(path: str | Path, *, offline: bool | None = None) -> CheckReport:
@@ -564,10 +554,12 @@ def check_file(path: str | Path, *, offline: bool | None = None) -> CheckReport:
 
 def check_deployment(dep: Deployment, *, cache: _Cache | None = None) -> DeploymentResult:
     """Plan one deployment with its engine's formulas and judge it against its requirements."""
-    from planner.recommend import GpuInfo
+    from planner.deployment import Deployment as Planned
+    from planner.deployment import Gpu, ServeSettings
+    from planner.weights import per_rank
 
     cache = cache or _Cache(None)
-    gpu = GpuInfo(dep.gpu_name, dep.gpu_memory_bytes, dep.gpu_source)
+    gpu = Gpu(name=dep.gpu_name, memory_bytes=dep.gpu_memory_bytes, source=dep.gpu_source)
     settings: dict[str, Any] = {
         "tp": dep.tp,
         "pp": dep.pp,
@@ -577,11 +569,26 @@ def check_deployment(dep: Deployment, *, cache: _Cache | None = None) -> Deploym
         "kv_cache_dtype": dep.kv_cache_dtype.value,
     }
     try:
-        spec = cache.spec(dep.model)
-        weights = cache.weights_of(dep.model, spec, dep.tp, dep.pp)
+        loaded = cache.model(dep.model)
+        serve = ServeSettings(
+            engine=dep.engine,
+            tp=dep.tp,
+            pp=dep.pp,
+            kv_cache_dtype=dep.kv_cache_dtype,
+            block_size=dep.block_size,
+            max_model_len=dep.max_model_len,
+            max_num_batched_tokens=dep.max_num_batched_tokens,
+            max_num_seqs=dep.max_num_seqs,
+            enable_prefix_caching=dep.enable_prefix_caching,
+            gpu_memory_utilization=dep.gpu_memory_utilization,
+            cuda_graph_bytes=0 if dep.enforce_eager else None,
+            headroom_bytes=dep.headroom_bytes,
+        )
+        planned = Planned(model=loaded, gpu=gpu, settings=serve)
+        weights = per_rank(loaded, tp=dep.tp, pp=dep.pp)
         if dep.engine is Engine.VLLM:
-            return _check_vllm(dep, spec, weights, gpu, settings)
-        return _check_other(dep, spec, weights, settings)
+            return _check_vllm(dep, planned, weights, settings)
+        return _check_other(dep, planned, weights, settings)
     except KvplanError as exc:
         return _result(dep, "error", settings, [], None, None, error=str(exc))
 
@@ -640,42 +647,23 @@ def _requirements(dep: Deployment, concurrency: float, tokens: int, usage: float
 
 
 def _check_vllm(
-    dep: Deployment, spec: ModelSpec, weights: Weights, gpu: GpuInfo, settings: dict[str, Any]
+    dep: Deployment, planned: Planned, weights: Weights, settings: dict[str, Any]
 ) -> DeploymentResult:
     """vLLM: the same :func:`planner.recommend.plan` as ``kvplan estimate --gpu``."""
-    from planner.budget import CUDA_GRAPH_DEFAULT_BYTES, VLLM_DEFAULT_GMU
     from planner.errors import DoesNotFitError
-    from planner.recommend import plan
+    from planner.recommend import PlanOptions, plan
 
-    gmu = dep.gpu_memory_utilization or VLLM_DEFAULT_GMU
+    spec, gmu = planned.spec, planned.settings.gmu
     settings["gpu_memory_utilization"] = gmu
-    length = dep.max_model_len or spec.max_model_len
     try:
-        p = plan(
-            spec,
-            gpu=gpu,
-            gpu_is_a100=dep.gpu_is_a100,
-            tp=dep.tp,
-            pp=dep.pp,
-            kv_cache_dtype=dep.kv_cache_dtype,
-            block_size=dep.block_size,
-            max_model_len=length,
-            max_num_batched_tokens=dep.max_num_batched_tokens,
-            max_num_seqs=dep.max_num_seqs,
-            gpu_memory_utilization=gmu,
-            cuda_graph_bytes=0 if dep.enforce_eager else CUDA_GRAPH_DEFAULT_BYTES,
-            headroom_bytes=dep.headroom_bytes,
-            prefix_caching=dep.enable_prefix_caching,
-            weights=weights,
-            grid_lens=(),  # no max_model_len x max_num_seqs grid: the check needs one cell
-            batch_sizes=(),
-        )
+        # no max_model_len x max_num_seqs grid: the check needs one cell
+        p = plan(planned, PlanOptions(grid_lens=(), batch_sizes=()))
     except DoesNotFitError as exc:
-        requested = math.ceil(gpu.memory_bytes * gmu)
+        memory = planned.gpu.memory_bytes if planned.gpu else 0
+        requested = math.ceil(memory * gmu)
         check = _at_most("weights", "weights", "bytes", requested, weights.bytes_per_rank)
-        fix = str(exc).split("; try ", 1)[1] if "; try " in str(exc) else None
-        if fix:  # the planner's hints name CLI flags; a plans file spells them as keys
-            fix = fix.replace("--tp ", "tp: ").replace("--gpu ", "gpu: ")
+        # the planner's suggestions are data; a plans file spells them as its keys
+        fix = ", or ".join(_yaml_fix(change) for change in exc.changes) or None
         return _result(dep, "fail", settings, [check], None, fix, model=spec.name)
     cap = p.vllm
     est = p.estimate
@@ -716,6 +704,14 @@ def _check_vllm(
     return _result(dep, "pass" if ok else "fail", settings, checks, figures, fix, model=spec.name)
 
 
+def _yaml_fix(change: dict[str, object] | str) -> str:
+    """One of the planner's suggestions as a plans file spells it."""
+    from planner.deployment import render_changes
+
+    text = render_changes(change, "yaml")
+    return f"a bigger GPU ({text})" if isinstance(change, dict) and "gpu" in change else text
+
+
 def _vllm_fix(dep: Deployment, p: Plan, checks: list[Check]) -> str:
     """What to change, from the planner's own numbers: vLLM's estimated maximum length, the
     max_num_seqs that meets max_kv_usage, and the fp8 / TP alternatives that pass every check
@@ -727,6 +723,8 @@ def _vllm_fix(dep: Deployment, p: Plan, checks: list[Check]) -> str:
     def seqs_within(blocks: int) -> int:
         """Most full-length sequences whose blocks stay within max_kv_usage of the pool."""
         return int((dep.max_kv_usage or 0) * max(blocks - 1, 0) // per_request)
+
+    from planner.deployment import as_yaml
 
     fixes: list[str] = []
     if "max_model_len" in failed:
@@ -743,8 +741,7 @@ def _vllm_fix(dep: Deployment, p: Plan, checks: list[Check]) -> str:
             continue
         if tokens < (dep.min_kv_tokens or 0):
             continue
-        knob = alt.change.replace("--kv-cache-dtype ", "kv_cache_dtype: ")
-        knob = knob.replace("--tensor-parallel-size ", "tp: ")
+        knob = as_yaml(alt.changes)
         text = f"{knob} ({alt.max_concurrency:.2f}x, {tokens:,} tokens)"
         usable = max(alt.num_gpu_blocks - 1, 0)
         if dep.max_kv_usage is not None and cap.max_num_seqs * per_request > (
@@ -760,19 +757,20 @@ def _vllm_fix(dep: Deployment, p: Plan, checks: list[Check]) -> str:
 
 
 def _check_other(
-    dep: Deployment, spec: ModelSpec, weights: Weights, settings: dict[str, Any]
+    dep: Deployment, planned: Planned, weights: Weights, settings: dict[str, Any]
 ) -> DeploymentResult:
     """SGLang / TRT-LLM: their budget models from :mod:`planner.budget` (the figures are the
     engine's, not vLLM's)."""
-    est = _estimate(
-        dep, spec, dep.engine, block_size=dep.block_size, max_model_len=dep.max_model_len
-    )
-    cap = engine_capacity(dep, spec, est, weights)
+    from planner.kv_layout import estimate
+
+    spec = planned.spec
+    est = estimate(spec, planned.settings, planned.gpu, batch_sizes=())
+    cap = engine_capacity(dep, planned, est, weights)
     settings.update(
         max_model_len=est.max_model_len,
         kv_cache_dtype=est.kv_cache_dtype,
         block_size=est.block_size,
-        gpu_memory_utilization=float(cap.setting.split("=")[1]),
+        gpu_memory_utilization=cap.fraction,
     )
     seqs = dep.max_num_seqs  # the engines' own defaults admit until the pool is full
     usage = (seqs / cap.max_concurrency if cap.max_concurrency else math.inf) if seqs else math.nan
@@ -809,27 +807,13 @@ def _check_other(
     return _result(dep, "pass" if ok else "fail", settings, checks, figures, fix, model=spec.name)
 
 
-def _estimate(dep: Deployment, spec: ModelSpec, engine: Engine, **settings: Any) -> KVEstimate:
-    """The deployment's KV layout under ``engine`` (no worked examples)."""
-    from planner.memory import estimate
-
-    return estimate(
-        spec,
-        engine=engine,
-        tp=dep.tp,
-        pp=dep.pp,
-        kv_cache_dtype=dep.kv_cache_dtype,
-        batch_sizes=(),
-        **settings,
-    )
-
-
 def engine_capacity(
-    dep: Deployment, spec: ModelSpec, est: KVEstimate, weights: Weights
+    dep: Deployment, planned: Planned, est: KVEstimate, weights: Weights
 ) -> EngineCapacity:
     """SGLang or TRT-LLM capacity with the deployment's fraction (engine default when unset);
     headroom is memory the KV cache may not use, so it is counted with the weights."""
     from planner.budget import activation_peak_bytes, sglang_capacity, trtllm_capacity
+    from planner.kv_layout import estimate
 
     taken = weights.bytes_per_rank + dep.headroom_bytes
     if dep.engine is Engine.SGLANG:
@@ -841,19 +825,20 @@ def engine_capacity(
         )
     # NOTE: as in recommend.plan, TRT-LLM's activation is vLLM's profile run at vLLM's default
     # token budget for this GPU.
-    vllm = _estimate(
-        dep,
-        spec,
-        Engine.VLLM,
+    as_vllm = replace(
+        planned.settings,
+        engine=Engine.VLLM,
+        block_size=None,
         max_model_len=est.max_model_len,
-        gpu_memory_bytes=dep.gpu_memory_bytes,
-        gpu_is_a100=dep.gpu_is_a100,
-    ).vllm
+        max_num_seqs=None,
+        max_num_batched_tokens=None,
+    )
+    vllm = estimate(planned.spec, as_vllm, planned.gpu, batch_sizes=()).vllm
     assert vllm is not None
     return trtllm_capacity(
         est,
         gpu_memory_bytes=dep.gpu_memory_bytes,
         weights_bytes=taken,
-        activation_bytes=activation_peak_bytes(spec, vllm.max_num_batched_tokens),
+        activation_bytes=activation_peak_bytes(planned.spec, vllm.max_num_batched_tokens),
         free_gpu_memory_fraction=dep.gpu_memory_utilization or 0.9,
     )

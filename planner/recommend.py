@@ -8,41 +8,50 @@ naive-contiguous baseline, and ready-to-paste engine commands.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from planner.budget import (
-    CUDA_GRAPH_DEFAULT_BYTES,
-    VLLM_DEFAULT_GMU,
     EngineCapacity,
     VllmCapacity,
-    activation_peak_bytes,
-    check_gmu,
+    estimate_at_length,
     hf_capacity,
     sglang_capacity,
     trtllm_capacity,
-    vllm_capacity,
+    vllm_budget,
+)
+from planner.commands import engine_commands
+from planner.deployment import (
+    Deployment,
+    Gpu,
+    ServeSettings,
+    as_flags,
+    positive_count,
+    render_changes,
 )
 from planner.errors import DoesNotFitError, UsageError
-from planner.memory import KVEstimate, estimate, positive_count
-from planner.specs import Engine, KVDtype, ModelSpec, cdiv
-from planner.weights import Weights, from_config, from_hub, from_local_dir
+from planner.kv_layout import KVEstimate, estimate
+from planner.model.specs import Engine, KVDtype, cdiv
+from planner.units import GIB
+from planner.weights import Weights, per_rank
 
 TARGET_KV_USAGE = 0.9
 GRID_SEQS = (16, 32, 64, 128, 256)
 
 
 @dataclass(frozen=True)
-class GpuInfo:
-    name: str
-    memory_bytes: int
-    source: str
-
-
-@dataclass(frozen=True)
 class GridCell:
+    """One cell of the ``max_model_len`` x ``max_num_seqs`` grid (JSON ``grid[]``).
+
+    Attributes:
+        max_model_len, max_num_seqs: the cell's settings.
+        fits: vLLM starts and all ``max_num_seqs`` full-length requests fit at once.
+        kv_usage: blocks those requests need / usable blocks (the pool less the null block);
+            above 1 they do not all fit. Qwen2.5-7B on 24 GiB at gmu 0.92: 6,837 blocks of
+            896 KiB; 4,096 tokens = 256 blocks, so 16 sequences use 4,096 / 6,836 = 0.60.
+        num_gpu_blocks: vLLM's pool for the cell's settings.
+    """
+
     max_model_len: int
     max_num_seqs: int
     fits: bool
@@ -52,6 +61,16 @@ class GridCell:
 
 @dataclass(frozen=True)
 class Recommended:
+    """The suggested settings (JSON ``recommended``): the largest ``max_num_seqs`` whose
+    sequences at ``max_model_len`` use at most 90 % of the usable blocks, capped by vLLM's
+    ``max_num_seqs`` (and by the Mamba blocks for hybrids).
+
+    Attributes:
+        kv_usage: what those sequences use of the usable blocks (0.9 at most).
+        reason: one sentence with the numbers ("N sequences of L tokens use U % of B KV
+            blocks"), saying when vLLM's ``max_num_seqs`` capped it.
+    """
+
     max_model_len: int
     max_num_seqs: int
     gpu_memory_utilization: float
@@ -63,7 +82,11 @@ class Recommended:
 
 @dataclass(frozen=True)
 class Alternative:
+    """One change to the settings and what it buys: ``changes`` is the data (``{"tp": 2}``),
+    ``change`` the same as flags (``--tensor-parallel-size 2``)."""
+
     change: str
+    changes: dict[str, object]
     max_concurrency: float
     num_gpu_blocks: int
     fits: bool
@@ -71,6 +94,10 @@ class Alternative:
 
 @dataclass(frozen=True)
 class BlockSizeRow:
+    """Fragmentation against block-table size for one block size (JSON ``block_sizes[]``):
+    the last block of a request is on average half empty, ``(block_size - 1) / 2`` tokens;
+    at 16 tokens and 2,048-token requests that is 7.5 / 2,055.5 = 0.36 %."""
+
     block_size: int
     wasted_tokens_per_seq: float
     fragmentation_pct: float
@@ -79,6 +106,10 @@ class BlockSizeRow:
 
 @dataclass(frozen=True)
 class PrefixSharing:
+    """Blocks prefix caching saves when ``requests`` share a ``shared_prefix_tokens`` prompt
+    (JSON ``prefix_sharing``): only whole blocks are shared, so 800 tokens x 100 requests save
+    99 x 50 = 4,950 blocks of 16 tokens."""
+
     shared_prefix_tokens: int
     requests: int
     blocks_saved: int
@@ -87,6 +118,10 @@ class PrefixSharing:
 
 @dataclass(frozen=True)
 class NaiveVsPaged:
+    """Contiguous pre-allocation at ``max_model_len`` (transformers' static cache) against
+    paged blocks holding only what ``sequences`` requests of ``avg_tokens`` use (JSON
+    ``naive_vs_paged``); ``waste_pct`` is the share the naive layout reserves for nothing."""
+
     avg_tokens: int
     sequences: int
     naive_bytes: int
@@ -96,10 +131,13 @@ class NaiveVsPaged:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything ``kvplan estimate --gpu`` shows; flattened into the JSON by render.py."""
+    """Everything ``kvplan estimate --gpu`` shows for one deployment; the JSON flattens it
+    (``planner.render``): the estimate's keys, then ``gpu``, the vLLM budget terms and
+    capacity (``vllm``), the other engines, the recommendation, grid, alternatives, trade-off
+    tables, ``commands`` (ready-to-paste, by engine) and ``plan_notes``."""
 
     estimate: KVEstimate
-    gpu: GpuInfo
+    gpu: Gpu
     weights: Weights
     vllm: VllmCapacity
     engines: list[EngineCapacity]
@@ -113,126 +151,77 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
-def load_weights(
-    spec: ModelSpec, *, tp: int, pp: int, revision: str | None = None, allow_hub: bool = True
-) -> Weights:
-    """Exact weights from safetensors headers when reachable (local dir or Hub), else derived
-    from the config."""
-    num_layers = spec.num_layers
-    source = spec.source
-    if source.endswith(".json") and Path(source).parent.is_dir():
-        exact = from_local_dir(Path(source).parent, num_layers, tp=tp, pp=pp)
-        if exact is not None:
-            return exact
-    if source.startswith("hub:") and allow_hub:
-        exact = from_hub(spec.name, num_layers, revision=revision, tp=tp, pp=pp)
-        if exact is not None:
-            return exact
-    return from_config(spec, tp=tp, pp=pp)
+@dataclass(frozen=True)
+class PlanOptions:
+    """What ``kvplan estimate`` shows beyond the settings: the grid's lengths (None: the
+    default lengths; empty: no grid), the prefix-sharing example, the fragmentation example's
+    average length, and the batch sizes of the worked examples."""
+
+    grid_lens: Sequence[int] | None = None
+    shared_prefix_tokens: int | None = None
+    requests: int = 100
+    avg_tokens: int | None = None
+    batch_sizes: Sequence[int] = (1, 8, 32)
+
+    def __post_init__(self) -> None:
+        for flag, value in (
+            ("--requests", self.requests),
+            ("--shared-prefix", self.shared_prefix_tokens),
+            ("--avg-tokens", self.avg_tokens),
+        ):
+            positive_count(flag, value)
 
 
-def plan(
-    spec: ModelSpec,
-    *,
-    gpu: GpuInfo,
-    gpu_is_a100: bool = False,
-    tp: int = 1,
-    pp: int = 1,
-    kv_cache_dtype: KVDtype = KVDtype.AUTO,
-    block_size: int | None = None,
-    max_model_len: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    gpu_memory_utilization: float = VLLM_DEFAULT_GMU,
-    kv_cache_memory_bytes: int | None = None,
-    cuda_graph_bytes: int = CUDA_GRAPH_DEFAULT_BYTES,
-    headroom_bytes: int = 0,
-    prefix_caching: bool = True,
-    weights: Weights | None = None,
-    shared_prefix_tokens: int | None = None,
-    requests: int = 100,
-    avg_tokens: int | None = None,
-    grid_lens: Sequence[int] | None = None,
-    batch_sizes: Sequence[int] = (1, 8, 32),
-) -> Plan:
-    """Plan ``spec`` on ``gpu`` with vLLM's formulas, plus the other engines for comparison.
+# A plan when the user named no GPU, only a KV pool (--kv-cache-memory).
+NO_GPU = Gpu(name="unspecified", memory_bytes=0, source="--kv-cache-memory")
 
-    Args mirror ``vllm serve`` flags; ``weights`` defaults to :func:`load_weights`.
+
+def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
+    """Plan ``dep`` with vLLM's formulas, plus the other engines for comparison.
 
     Returns:
-        The :class:`Plan`.
+        The :class:`Plan`; raises :class:`DoesNotFitError` when the weights alone exceed the
+        budget.
     """
-    check_gmu(gpu_memory_utilization)
-    if gpu.memory_bytes <= 0 and kv_cache_memory_bytes is None:
+    options = options or PlanOptions()
+    s, spec = dep.settings, dep.spec
+    gpu = dep.gpu or NO_GPU
+    if gpu.memory_bytes <= 0 and s.kv_cache_memory_bytes is None:
         raise UsageError("--gpu-memory must be positive")
-    for flag, value in (
-        ("--requests", requests),
-        ("--shared-prefix", shared_prefix_tokens),
-        ("--avg-tokens", avg_tokens),
-    ):
-        positive_count(flag, value)
-    weights = weights or load_weights(spec, tp=tp, pp=pp)
-    if kv_cache_memory_bytes is None:
-        _check_weights_fit(spec, weights, gpu, gpu_memory_utilization, tp, pp)
+    weights = per_rank(dep.model, tp=s.tp, pp=s.pp)
+    if s.kv_cache_memory_bytes is None:
+        _check_weights_fit(dep, weights, gpu)
 
-    def est_at(
-        length: int | None,
-        seqs: int | None = max_num_seqs,
-        dtype: KVDtype = kv_cache_dtype,
-        tp_: int = tp,
-    ) -> KVEstimate:
-        return estimate(
-            spec,
-            engine=Engine.VLLM,
-            tp=tp_,
-            pp=pp,
-            kv_cache_dtype=dtype,
-            block_size=block_size,
-            max_model_len=length,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=seqs,
-            gpu_memory_bytes=gpu.memory_bytes or None,
-            gpu_is_a100=gpu_is_a100,
-            prefix_caching=prefix_caching,
-            batch_sizes=batch_sizes,
-        )
+    def est_at(length: int | None, settings: ServeSettings = s) -> KVEstimate:
+        at = replace(settings, max_model_len=length, auto_fit_max_model_len=False)
+        return estimate(spec, at, dep.gpu, batch_sizes=options.batch_sizes)
 
-    def capacity(
-        est: KVEstimate, w: Weights = weights, at: Callable[[int], KVEstimate] | None = None
-    ) -> VllmCapacity:
-        assert est.vllm is not None
-        return vllm_capacity(
-            est,
-            estimate_at=at or (lambda n: est_at(n)),
-            gpu_memory_bytes=gpu.memory_bytes,
-            weights_bytes=w.bytes_per_rank,
-            activation_bytes=activation_peak_bytes(spec, est.vllm.max_num_batched_tokens),
-            gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_memory_bytes=kv_cache_memory_bytes,
-            cuda_graph_bytes=cuda_graph_bytes,
-            headroom_bytes=headroom_bytes,
-        )
+    def capacity(d: Deployment, est: KVEstimate, w: Weights = weights) -> VllmCapacity:
+        return vllm_budget(d, est, w, estimate_at_length(d))
 
     notes: list[str] = []
-    if max_model_len == -1:  # vLLM's auto-fit
+    if s.auto_fit_max_model_len:  # vLLM's --max-model-len -1
         full = est_at(None)
-        fitted = capacity(full).estimated_max_model_len
-        length = full.max_model_len if capacity(full).fits else (fitted or 1)
+        fitted = capacity(dep, full)
+        length = full.max_model_len if fitted.fits else (fitted.estimated_max_model_len or 1)
         notes.append(f"Auto-fit max_model_len: {full.max_model_len:,} -> {length:,}")
     else:
-        length = max_model_len or spec.max_model_len
+        length = s.max_model_len or spec.max_model_len
+    at_length = dep.with_settings(max_model_len=length, auto_fit_max_model_len=False)
     est = est_at(length)
-    cap = capacity(est)
+    cap = capacity(at_length, est)
     act = cap.activation_peak_bytes
 
     def other(engine: Engine) -> KVEstimate:
         return estimate(
             spec,
-            engine=engine,
-            tp=tp,
-            pp=pp,
-            kv_cache_dtype=kv_cache_dtype,
-            max_model_len=length,
+            ServeSettings(
+                engine=engine,
+                tp=s.tp,
+                pp=s.pp,
+                kv_cache_dtype=s.kv_cache_dtype,
+                max_model_len=length,
+            ),
             batch_sizes=(),
         )
 
@@ -258,28 +247,29 @@ def plan(
             ),
         ]
     )
-    grid = _grid(spec, est_at, capacity, grid_lens, length)
-    recommended = _recommend(est, cap, gpu_memory_utilization, max_num_seqs)
-    alternatives = _alternatives(spec, est, cap, est_at, capacity, kv_cache_dtype, tp, pp, weights)
+    grid = _grid(at_length, capacity, options.grid_lens, length)
+    recommended = _recommend(est, cap, s.gmu, s.max_num_seqs)
+    alternatives = _alternatives(at_length, est, capacity)
     assert est.vllm is not None
-    bs_rows = _block_sizes(length, avg_tokens or max(1, length // 2))
+    avg = options.avg_tokens or max(1, length // 2)
+    bs_rows = _block_sizes(length, avg)
     sharing = None
-    if shared_prefix_tokens:
-        saved = (requests - 1) * (shared_prefix_tokens // est.block_size) if requests > 1 else 0
-        sharing = PrefixSharing(
-            shared_prefix_tokens, requests, saved, saved * est.vllm.bytes_per_block
-        )
-    naive = _naive(est, avg_tokens or max(1, length // 2), recommended)
+    if options.shared_prefix_tokens:
+        requests, shared = options.requests, options.shared_prefix_tokens
+        saved = (requests - 1) * (shared // est.block_size) if requests > 1 else 0
+        sharing = PrefixSharing(shared, requests, saved, saved * est.vllm.bytes_per_block)
+    naive = _naive(est, avg, recommended)
     target = recommended or Recommended(
-        length, 1, gpu_memory_utilization, est.block_size, est.kv_cache_dtype, 0.0, ""
+        length, 1, s.gmu, est.block_size, est.kv_cache_dtype, 0.0, ""
     )
+    fraction = engines[0].fraction if engines else None
     commands = engine_commands(
         spec.name,
         target,
-        tp=tp,
-        pp=pp,
-        kv_cache_dtype=kv_cache_dtype.value,
-        mem_fraction=engines[0].setting.split("=")[1] if engines else "0.9",
+        tp=s.tp,
+        pp=s.pp,
+        kv_cache_dtype=s.kv_cache_dtype.value,
+        mem_fraction=str(fraction) if fraction is not None else "0.9",
     )
     if not weights.source == "safetensors":
         notes.append(
@@ -302,53 +292,60 @@ def plan(
     )
 
 
-def _check_weights_fit(
-    spec: ModelSpec, weights: Weights, gpu: GpuInfo, gmu: float, tp: int, pp: int
-) -> None:
-    """Refuse a plan whose weights alone exceed vLLM's budget, naming what would fit."""
+def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
+    """Refuse a plan whose weights alone exceed vLLM's budget, naming what would fit; the
+    suggestions travel as data on the error (``DoesNotFitError.changes``)."""
     from planner.gpus import GPUS
 
+    spec, s, gmu = dep.spec, dep.settings, dep.settings.gmu
     requested = -(-int(gpu.memory_bytes * gmu * 1000) // 1000)
     if weights.bytes_per_rank < requested:
         return
     short = weights.bytes_per_rank - requested
-    hints = []
+    changes: list[dict[str, object] | str] = []
     for more in (2, 4, 8, 16):
         try:
-            estimate(spec, tp=tp * more, pp=pp, batch_sizes=())
+            estimate(spec, ServeSettings(tp=s.tp * more, pp=s.pp), batch_sizes=())
         except UsageError:
             continue
         if -(-weights.bytes_per_rank // more) < requested * 0.8:
-            hints.append(f"--tp {tp * more}")
+            changes.append({"tp": s.tp * more})
             break
     if weights.quantization is None and spec.dtype_bytes >= 2:
-        hints.append("an fp8 checkpoint (about half the weight bytes)")
-    bigger = [g.name for g in GPUS if g.memory_bytes * gmu > weights.bytes_per_rank * 1.2]
+        changes.append("an fp8 checkpoint (about half the weight bytes)")
+    bigger = [g for g in GPUS if g.memory_bytes * gmu > weights.bytes_per_rank * 1.2]
     if bigger:
-        best = min(bigger, key=lambda n: next(g.memory_bytes for g in GPUS if g.name == n))
-        hints.append(f"a bigger GPU (--gpu {best})")
-    gib = 1 << 30
+        changes.append({"gpu": min(bigger, key=lambda g: g.memory_bytes).name})
+    hints = [
+        f"a bigger GPU ({as_flags(c)})"
+        if isinstance(c, dict) and "gpu" in c
+        else render_changes(c, "cli")
+        for c in changes
+    ]
     raise DoesNotFitError(
-        f"{spec.name} weights need {weights.bytes_per_rank / gib:.2f} GiB per GPU but vLLM may "
-        f"use {requested / gib:.2f} GiB of {gpu.name} (gpu_memory_utilization {gmu}): "
-        f"{short / gib:.2f} GiB short" + (f"; try {', or '.join(hints)}" if hints else "")
+        f"{spec.name} weights need {weights.bytes_per_rank / GIB:.2f} GiB per GPU but vLLM may "
+        f"use {requested / GIB:.2f} GiB of {gpu.name} (gpu_memory_utilization {gmu}): "
+        f"{short / GIB:.2f} GiB short" + (f"; try {', or '.join(hints)}" if hints else ""),
+        changes=changes,
     )
 
 
 def _grid(
-    spec: ModelSpec,
-    est_at: Callable[..., KVEstimate],
-    capacity: Callable[..., VllmCapacity],
+    dep: Deployment,
+    capacity: Callable[[Deployment, KVEstimate], VllmCapacity],
     grid_lens: Sequence[int] | None,
     length: int,
 ) -> list[GridCell]:
     # NOTE: an empty grid_lens means no grid (kvplan check needs none); None means the default.
-    lens = list(grid_lens) if grid_lens is not None else _default_lens(spec.max_model_len, length)
+    lens = (
+        list(grid_lens) if grid_lens is not None else _default_lens(dep.spec.max_model_len, length)
+    )
     cells = []
     for n in lens:
         for seqs in GRID_SEQS:
-            e = est_at(n, seqs)
-            cap = capacity(e, at=lambda m, s=seqs: est_at(m, s))
+            cell = dep.with_settings(max_model_len=n, max_num_seqs=seqs)
+            e = estimate(cell.spec, cell.settings, cell.gpu, batch_sizes=())
+            cap = capacity(cell, e)
             assert e.vllm is not None
             need = seqs * e.vllm.blocks_per_request
             usable = max(cap.num_gpu_blocks - 1, 0)  # one null block is never handed out
@@ -390,43 +387,31 @@ def _recommend(
 
 
 def _alternatives(
-    spec: ModelSpec,
+    dep: Deployment,
     est: KVEstimate,
-    cap: VllmCapacity,
-    est_at: Callable[..., KVEstimate],
-    capacity: Callable[..., VllmCapacity],
-    dtype: KVDtype,
-    tp: int,
-    pp: int,
-    weights: Weights,
+    capacity: Callable[[Deployment, KVEstimate, Weights], VllmCapacity],
 ) -> list[Alternative]:
-    out = []
+    """fp8 KV (when the cache is wider than a byte) and twice the TP (when the model splits),
+    each planned as its own deployment."""
+    s = dep.settings
+    changes: list[dict[str, object]] = []
     if est.kv_dtype_bytes > 1:
-        e = est_at(est.max_model_len, dtype=KVDtype.FP8)
-        c = capacity(e, at=lambda n: est_at(n, dtype=KVDtype.FP8))
+        changes.append({"kv_cache_dtype": KVDtype.FP8})
+    changes.append({"tp": s.tp * 2})
+    out = []
+    for change in changes:
+        alt = dep.with_settings(**change)
+        try:
+            e = estimate(alt.spec, alt.settings, alt.gpu, batch_sizes=())
+        except UsageError:  # the model does not split over that many ranks
+            continue
+        c = capacity(alt, e, per_rank(alt.model, tp=alt.settings.tp, pp=alt.settings.pp))
+        shown = {k: (v.value if isinstance(v, KVDtype) else v) for k, v in change.items()}
         out.append(
             Alternative(
-                "--kv-cache-dtype fp8", round(c.max_concurrency, 2), c.num_gpu_blocks, c.fits
+                as_flags(change), shown, round(c.max_concurrency, 2), c.num_gpu_blocks, c.fits
             )
         )
-    try:
-        e = est_at(est.max_model_len, tp_=tp * 2)
-    except UsageError:
-        return out
-    w = (
-        load_weights(spec, tp=tp * 2, pp=pp, allow_hub=False)
-        if weights.source == "config"
-        else replace(weights, bytes_per_rank=-(-weights.bytes_per_rank // 2))
-    )
-    c = capacity(e, w, at=lambda n: est_at(n, tp_=tp * 2))
-    out.append(
-        Alternative(
-            f"--tensor-parallel-size {tp * 2}",
-            round(c.max_concurrency, 2),
-            c.num_gpu_blocks,
-            c.fits,
-        )
-    )
     return out
 
 
@@ -457,82 +442,6 @@ def _naive(est: KVEstimate, avg_tokens: int, rec: Recommended | None) -> NaiveVs
     return NaiveVsPaged(used, seqs, naive, paged, round(waste, 2))
 
 
-# --------------------------------------------------------------------------- commands
-
-_SGLANG_KV = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
-
-
-def engine_commands(
-    model: str, rec: Recommended, *, tp: int, pp: int, kv_cache_dtype: str, mem_fraction: str
-) -> dict[str, str]:
-    """Ready-to-paste launch commands, flags spelled as each engine accepts them."""
-    vllm = ["vllm", "serve", model, "--tensor-parallel-size", str(tp)]
-    if pp > 1:
-        vllm += ["--pipeline-parallel-size", str(pp)]
-    vllm += [
-        "--max-model-len",
-        str(rec.max_model_len),
-        "--max-num-seqs",
-        str(rec.max_num_seqs),
-        "--gpu-memory-utilization",
-        str(rec.gpu_memory_utilization),
-        "--block-size",
-        str(rec.block_size),
-    ]
-    if kv_cache_dtype != "auto":
-        vllm += ["--kv-cache-dtype", kv_cache_dtype]
-    sglang = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(tp)]
-    if pp > 1:
-        sglang += ["--pp", str(pp)]
-    sglang += [
-        "--context-length",
-        str(rec.max_model_len),
-        "--max-running-requests",
-        str(rec.max_num_seqs),
-        "--mem-fraction-static",
-        mem_fraction,
-    ]
-    if kv_cache_dtype in _SGLANG_KV:
-        sglang += ["--kv-cache-dtype", _SGLANG_KV[kv_cache_dtype]]
-    trt = ["trtllm-serve", model, "--tp_size", str(tp)]
-    if pp > 1:
-        trt += ["--pp_size", str(pp)]
-    trt += [
-        "--max_seq_len",
-        str(rec.max_model_len),
-        "--max_batch_size",
-        str(rec.max_num_seqs),
-        "--kv_cache_free_gpu_memory_fraction",
-        "0.9",
-    ]
-    return {
-        name: shlex.join(args)
-        for name, args in (("vllm", vllm), ("sglang", sglang), ("trtllm", trt))
-    }
-
-
-def parse_command(command: str) -> dict[str, str]:
-    """Parse an engine command back into {flag: value} (used to check the emitted commands)."""
-    words = shlex.split(command)
-    out: dict[str, str] = {}
-    if words[:2] == ["vllm", "serve"]:
-        out["model"], rest = words[2], words[3:]
-    elif words[:3] == ["python", "-m", "sglang.launch_server"]:
-        rest = words[3:]
-    elif words[:1] == ["trtllm-serve"]:
-        out["model"], rest = words[1], words[2:]
-    else:
-        raise ValueError(f"not an engine command: {command}")
-    it = iter(rest)
-    for flag in it:
-        if not flag.startswith("--"):
-            raise ValueError(f"unexpected argument {flag!r}")
-        out[flag[2:]] = next(it)
-    if "model-path" in out:
-        out["model"] = out.pop("model-path")
-    return out
-
-
 # --------------------------------------------------------------------------- entry point
 
 COMMON_GPUS = ("l4", "a10g", "rtx-4090", "l40s", "a100-80gb", "h100", "h200", "b200")
@@ -540,7 +449,8 @@ COMMON_GPUS = ("l4", "a10g", "rtx-4090", "l40s", "a100-80gb", "h100", "h200", "b
 
 @dataclass(frozen=True)
 class GpuRow:
-    """One GPU of the comparison table shown when no GPU is named."""
+    """One GPU of the comparison table shown when no GPU is named (JSON ``gpus[]``): vLLM's
+    budget for the same settings on each common GPU, with that GPU's batch defaults."""
 
     name: str
     memory_bytes: int
@@ -562,129 +472,29 @@ class Report:
     gpu_table: list[GpuRow]
 
 
-def detect_gpu() -> GpuInfo | None:
-    """The local GPU through NVML (nvidia-ml-py), else torch when a CUDA driver is present."""
-    try:
-        import pynvml  # type: ignore[import-not-found]
+def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool = True) -> Report:
+    """``kvplan estimate``: the estimate, plus a plan for ``dep.gpu`` (or the detected one),
+    or a capacity table across common GPUs when there is none."""
+    from planner.gpus import detect_gpu, get_gpu
 
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(handle)
-        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        reserved = int(getattr(info, "reserved", 0) or 0)
-        return GpuInfo(str(name), int(info.total) - reserved, "detected via NVML")
-    except Exception:  # no NVML, no driver, no GPU
-        pass
-    if not Path("/proc/driver/nvidia/gpus").exists():
-        return None
-    try:
-        import torch  # type: ignore[import-not-found,unused-ignore]  # slow: only with a driver
-
-        if torch.cuda.is_available():
-            _free, total = torch.cuda.mem_get_info()
-            return GpuInfo(
-                torch.cuda.get_device_name(0), int(total), "detected via torch.cuda.mem_get_info"
-            )
-    except Exception:
-        return None
-    return None
-
-
-def report(
-    spec: ModelSpec,
-    *,
-    engine: Engine = Engine.VLLM,
-    gpu: GpuInfo | None = None,
-    gpu_is_a100: bool = False,
-    detect: bool = True,
-    tp: int = 1,
-    pp: int = 1,
-    kv_cache_dtype: KVDtype = KVDtype.AUTO,
-    block_size: int | None = None,
-    max_model_len: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    prefix_caching: bool = True,
-    batch_sizes: Sequence[int] = (1, 8, 32),
-    gpu_memory_utilization: float = VLLM_DEFAULT_GMU,
-    kv_cache_memory_bytes: int | None = None,
-    cuda_graph_bytes: int = CUDA_GRAPH_DEFAULT_BYTES,
-    headroom_bytes: int = 0,
-    shared_prefix_tokens: int | None = None,
-    requests: int = 100,
-    avg_tokens: int | None = None,
-) -> Report:
-    """``kvplan estimate``: the estimate, plus a plan for ``gpu`` (or the detected one), or a
-    capacity table across common GPUs when there is none.
-
-    Args mirror :func:`planner.estimate` and :func:`plan`; ``max_model_len=-1`` auto-fits.
-    """
-    from planner.gpus import get_gpu
-
-    check_gmu(gpu_memory_utilization)
-    if gpu is None and detect and kv_cache_memory_bytes is None:
-        gpu = detect_gpu()
-
-    def est_on(memory: int | None, a100: bool, length: int | None) -> KVEstimate:
-        return estimate(
-            spec,
-            engine=engine,
-            tp=tp,
-            pp=pp,
-            kv_cache_dtype=kv_cache_dtype,
-            block_size=block_size,
-            max_model_len=length,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            gpu_memory_bytes=memory,
-            gpu_is_a100=a100,
-            prefix_caching=prefix_caching,
-            batch_sizes=batch_sizes,
-        )
-
-    length = None if max_model_len == -1 else max_model_len
-    base = est_on(gpu.memory_bytes if gpu else None, gpu_is_a100, length)  # validates the flags
-    if engine is not Engine.VLLM:
+    options = options or PlanOptions()
+    s, spec = dep.settings, dep.spec
+    if dep.gpu is None and detect and s.kv_cache_memory_bytes is None:
+        dep = dep.on(detect_gpu())
+    base = estimate(spec, s, dep.gpu, batch_sizes=options.batch_sizes)  # validates the flags
+    if s.engine is not Engine.VLLM:
         return Report(base, None, [])
-    if gpu is not None or kv_cache_memory_bytes is not None:
-        the_plan = plan(
-            spec,
-            gpu=gpu or GpuInfo("unspecified", 0, "--kv-cache-memory"),
-            gpu_is_a100=gpu_is_a100,
-            tp=tp,
-            pp=pp,
-            kv_cache_dtype=kv_cache_dtype,
-            block_size=block_size,
-            max_model_len=max_model_len,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_memory_bytes=kv_cache_memory_bytes,
-            cuda_graph_bytes=cuda_graph_bytes,
-            headroom_bytes=headroom_bytes,
-            prefix_caching=prefix_caching,
-            shared_prefix_tokens=shared_prefix_tokens,
-            requests=requests,
-            avg_tokens=avg_tokens,
-            batch_sizes=batch_sizes,
-        )
+    if dep.gpu is not None or s.kv_cache_memory_bytes is not None:
+        the_plan = plan(dep, options)
         return Report(the_plan.estimate, the_plan, [])
-    weights = load_weights(spec, tp=tp, pp=pp, allow_hub=False)
+    weights = per_rank(dep.model, tp=s.tp, pp=s.pp)
     rows = []
     for name in COMMON_GPUS:
-        g = get_gpu(name)
-        e = est_on(g.memory_bytes, g.is_a100, length)
-        assert e.vllm is not None
-        cap = vllm_capacity(
-            e,
-            estimate_at=lambda n, g=g: est_on(g.memory_bytes, g.is_a100, n),
-            gpu_memory_bytes=g.memory_bytes,
-            weights_bytes=weights.bytes_per_rank,
-            activation_bytes=activation_peak_bytes(spec, e.vllm.max_num_batched_tokens),
-            gpu_memory_utilization=gpu_memory_utilization,
-            cuda_graph_bytes=cuda_graph_bytes,
-            headroom_bytes=headroom_bytes,
-        )
+        on_gpu = dep.on(get_gpu(name))
+        e = estimate(spec, s, on_gpu.gpu, batch_sizes=())
+        cap = vllm_budget(on_gpu, e, weights)
+        g = on_gpu.gpu
+        assert g is not None
         rows.append(
             GpuRow(
                 g.name,

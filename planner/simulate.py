@@ -34,22 +34,20 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from planner.budget import activation_peak_bytes, vllm_capacity
+from planner.budget import vllm_budget
+from planner.deployment import Deployment, Gpu, ServeSettings, kv_dtype_for, positive_count
 from planner.errors import DoesNotFitError, UsageError
-from planner.gpus import GPU
-from planner.memory import KVEstimate, estimate, positive_count
-from planner.recommend import load_weights
-from planner.specs import KVDtype, ModelSpec, cdiv
-from planner.weights import Weights, from_config
+from planner.kv_layout import KVEstimate, estimate
+from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
+from planner.weights import Weights, from_config, per_rank
 from planner.workload import Request, Workload
 
 USAGE_BINS = 1000
 TIMELINE_POINTS = 240
 GOALS = ("throughput", "ttft", "tpot", "preemptions")
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 CacheConfig
 MAX_SETTINGS = 64
 TIE = 0.01  # settings closer than this on the goal are called a tie
 
@@ -91,7 +89,7 @@ class BlockLayout:
         full, caps, state = 0, [], 0
         notes: list[str] = []
         for g in est.vllm.groups:
-            if g.kind in ("mamba", "linear"):
+            if g.is_state:
                 state += g.blocks_per_request
             elif g.window:
                 caps.append(cdiv(g.window - 1, bs) + 1)
@@ -111,7 +109,7 @@ class BlockLayout:
                 f"approximation: Mamba / linear-attention state is {state} page(s) per request "
                 "from admission to finish and is not shared by prefix caching"
             )
-        if any(g.block_size != bs and g.kind not in ("mamba", "linear") for g in est.vllm.groups):
+        if any(g.block_size != bs and not g.is_state for g in est.vllm.groups):
             notes.append(f"approximation: every attention group is paged in {bs}-token blocks")
         return cls(bs, full, tuple(caps), state), notes
 
@@ -1051,27 +1049,25 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
 AXES = ("block-size", "kv-cache-dtype", "prefix-caching", "max-num-seqs", "max-num-batched-tokens")
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One point of a comparison: the serving flags that change between runs."""
+# Compared axis (as the user spells it) -> the ServeSettings field it varies.
+AXIS_FIELDS = {
+    "block-size": "block_size",
+    "kv-cache-dtype": "kv_cache_dtype",
+    "prefix-caching": "enable_prefix_caching",
+    "max-num-seqs": "max_num_seqs",
+    "max-num-batched-tokens": "max_num_batched_tokens",
+}
 
-    block_size: int | None = None
-    kv_cache_dtype: KVDtype = KVDtype.AUTO
-    prefix_caching: bool = True
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
 
-    def value(self, axis: str) -> str:
-        """This setting's value on ``axis`` as the user spells it."""
-        return {
-            "block-size": str(self.block_size) if self.block_size else "default",
-            "kv-cache-dtype": self.kv_cache_dtype.value,
-            "prefix-caching": "on" if self.prefix_caching else "off",
-            "max-num-seqs": str(self.max_num_seqs) if self.max_num_seqs else "default",
-            "max-num-batched-tokens": str(self.max_num_batched_tokens)
-            if self.max_num_batched_tokens
-            else "default",
-        }[axis]
+def axis_value(settings: ServeSettings, axis: str) -> str:
+    """``settings``' value on a compared ``axis`` as the user spells it (``default`` when the
+    engine's default is used)."""
+    value = getattr(settings, AXIS_FIELDS[axis])
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, KVDtype):
+        return value.value
+    return "default" if value is None else str(value)
 
 
 @dataclass(frozen=True)
@@ -1139,7 +1135,7 @@ def estimate_params(spec: ModelSpec, weights: Weights | None = None) -> ModelPar
     )
 
 
-def roofline_for(spec: ModelSpec, est: KVEstimate, gpu: GPU, params: ModelParams) -> Roofline:
+def roofline_for(spec: ModelSpec, est: KVEstimate, gpu: Gpu, params: ModelParams) -> Roofline:
     """The roofline of ``spec`` on one ``gpu`` rank at ``est``'s tensor-parallel size."""
     tp = est.tensor_parallel_size
     n_attn = len(spec.attention_layers)
@@ -1154,26 +1150,17 @@ def roofline_for(spec: ModelSpec, est: KVEstimate, gpu: GPU, params: ModelParams
     )
 
 
-def _pool_for_gpu(
-    spec: ModelSpec, est: KVEstimate, gpu: GPU, gpu_memory_utilization: float, weights: Weights
-) -> tuple[int, int]:
-    """vLLM's KV pool on ``gpu`` from the planner's budget (:func:`planner.budget.vllm_capacity`:
-    requested memory minus weights, activation peak, non-torch and CUDA-graph estimates).
-    Returns (num_gpu_blocks, KV bytes)."""
-    assert est.vllm is not None
-    cap = vllm_capacity(
-        est,
-        estimate_at=lambda n: est,  # the simulator shortens max_model_len itself
-        gpu_memory_bytes=gpu.memory_bytes,
-        weights_bytes=weights.bytes_per_rank,
-        activation_bytes=activation_peak_bytes(spec, est.vllm.max_num_batched_tokens),
-        gpu_memory_utilization=gpu_memory_utilization,
-    )
+def pool_for_gpu(dep: Deployment, est: KVEstimate, weights: Weights) -> tuple[int, int]:
+    """vLLM's KV pool for ``dep`` from the planner's budget (:func:`planner.budget.vllm_budget`:
+    requested memory minus weights, activation peak, non-torch and CUDA-graph estimates), as
+    ``kvplan estimate --gpu`` computes it. Returns (num_gpu_blocks, KV bytes)."""
+    assert dep.gpu is not None
+    cap = vllm_budget(dep, est, weights, estimate_at=lambda n: est)  # the simulator shortens
     if cap.available_kv_bytes <= 0:
         raise DoesNotFitError(
             f"{est.model}: weights ({weights.bytes_per_rank:,} B per rank at TP "
             f"{est.tensor_parallel_size}) and vLLM's other memory leave no KV cache on "
-            f"{gpu.name} at --gpu-memory-utilization {gpu_memory_utilization}; use a larger GPU "
+            f"{dep.gpu.name} at --gpu-memory-utilization {dep.settings.gmu}; use a larger GPU "
             "or --tp"
         )
     return cap.num_gpu_blocks, cap.available_kv_bytes
@@ -1230,34 +1217,28 @@ def _pick_best(runs: list[SettingRun], goal: str) -> tuple[int | None, str]:
 
 
 def simulate_model(
-    spec: ModelSpec,
+    dep: Deployment,
     workload: Workload,
     *,
-    settings: Sequence[Setting] = (Setting(),),
+    variants: Sequence[ServeSettings] | None = None,
     axes: Sequence[str] = (),
-    gpu: GPU | None = None,
-    tp: int = 1,
     num_gpu_blocks: int | None = None,
-    kv_cache_memory_bytes: int | None = None,
-    gpu_memory_utilization: float | None = None,
-    max_model_len: int | None = None,
     goal: str = "throughput",
 ) -> SimReport:
-    """Replay ``workload`` on ``spec`` served by vLLM once per setting and compare.
+    """Replay ``workload`` on ``dep`` served by vLLM once per variant of its settings, and
+    compare.
 
     Args:
-        spec: the model.
+        dep: the model, the GPU (sizes the pool when no explicit pool is given, and sets the
+            roofline; H100 when None) and the base settings (``kv_cache_memory_bytes`` is an
+            explicit pool; ``max_model_len`` the longest request, else the model's shortened to
+            what fits).
         workload: the requests.
-        settings: the flag combinations to compare (one run each).
-        axes: which flags vary between settings (for labels).
-        gpu: the GPU; sizes the pool when no explicit pool is given, and sets the roofline
-            (H100 if none).
-        tp: tensor-parallel size.
-        num_gpu_blocks: explicit pool in blocks of the first setting; other settings get the
+        variants: the settings to compare, one run each (default: ``dep.settings``); see
+            :func:`build_settings`.
+        axes: which settings vary between variants (for labels).
+        num_gpu_blocks: explicit pool in blocks of the first variant; the others get the
             same bytes.
-        kv_cache_memory_bytes: explicit KV memory per rank (vLLM ``--kv-cache-memory-bytes``).
-        gpu_memory_utilization: fraction of the GPU vLLM may use (default 0.92).
-        max_model_len: longest request; default the model's, shortened to what fits.
         goal: what "best" means: throughput, ttft, tpot or preemptions.
 
     Returns:
@@ -1265,36 +1246,40 @@ def simulate_model(
     """
     from planner.gpus import get_gpu
 
+    base, gpu, model = dep.settings, dep.gpu, dep.model
+    settings = list(variants) if variants is not None else [base]
+    kv_cache_memory_bytes = base.kv_cache_memory_bytes
+    max_model_len = base.max_model_len
+    tp = base.tp
     if num_gpu_blocks is not None and kv_cache_memory_bytes is not None:
         raise UsageError("give --num-gpu-blocks or --kv-cache-memory, not both")
     if goal not in GOALS:
         raise UsageError(f"unknown --goal {goal!r}; use one of: {', '.join(GOALS)}")
     if not settings:
         raise UsageError("nothing to simulate: no settings")
+    if base.engine is not Engine.VLLM:
+        raise UsageError("kvplan simulate replays vLLM's scheduler; --engine must be vllm")
     if len(settings) > MAX_SETTINGS:
         raise UsageError(f"{len(settings)} settings to compare; at most {MAX_SETTINGS}")
     if num_gpu_blocks is not None and num_gpu_blocks < 0:
         raise UsageError(f"--num-gpu-blocks must not be negative, got {num_gpu_blocks}")
     if num_gpu_blocks:
         positive_count("--num-gpu-blocks", num_gpu_blocks)
-    gmu = (
-        DEFAULT_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None else gpu_memory_utilization
-    )
-    if not 0 < gmu <= 1:
-        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {gmu}")
+    spec = model.spec
+    gmu = base.gmu
     notes: list[str] = []
     warnings: list[str] = []
     roof_gpu = gpu or get_gpu("h100")
     if gpu is None:
         notes.append("no --gpu: step times use the H100 roofline")
     explicit_pool = num_gpu_blocks is not None or kv_cache_memory_bytes is not None
-    if explicit_pool and gpu_memory_utilization is not None:
+    if explicit_pool and base.gpu_memory_utilization is not None:
         warnings.append("--gpu-memory-utilization is ignored with an explicit KV pool")
     if not explicit_pool and gpu is None:
         raise UsageError(
             "size the KV pool: --gpu NAME, --kv-cache-memory 20GiB or --num-gpu-blocks N"
         )
-    weights = load_weights(spec, tp=tp, pp=1)  # first: it refuses malformed optional sizes
+    weights = per_rank(model, tp=tp, pp=1)
     params = estimate_params(spec, weights if weights.source == "config" else None)
     if num_gpu_blocks is not None:
         pool = f"--num-gpu-blocks {num_gpu_blocks:,}"
@@ -1312,18 +1297,11 @@ def simulate_model(
     roofline: Roofline | None = None
     seen_notes: set[str] = set()
     shortened: list[tuple[str, int, int, int, int]] = []
-    for setting in settings:
-        est = estimate(
-            spec,
-            tp=tp,
-            kv_cache_dtype=setting.kv_cache_dtype,
-            block_size=setting.block_size,
-            max_model_len=max_model_len,
-            max_num_batched_tokens=setting.max_num_batched_tokens,
-            max_num_seqs=setting.max_num_seqs,
-            gpu_memory_bytes=roof_gpu.memory_bytes,
-            prefix_caching=setting.prefix_caching,
-        )
+    for serve in settings:
+        # the batch defaults are the named GPU's (an A100 gets 2,048 / 256), or vLLM's
+        # no-GPU ones with an explicit pool: never the roofline's stand-in H100
+        run_dep = Deployment(model=model, gpu=gpu, settings=serve)
+        est = estimate(spec, serve, gpu)
         assert est.vllm is not None
         for warning in est.warnings:
             if warning not in warnings:
@@ -1343,8 +1321,8 @@ def simulate_model(
             blocks, kv_bytes = kv_cache_memory_bytes // bpb, kv_cache_memory_bytes
         else:
             assert gpu is not None
-            blocks, kv_bytes = _pool_for_gpu(spec, est, gpu, gmu, weights)
-        label = ", ".join(f"{a}={setting.value(a)}" for a in axes) or "as given"
+            blocks, kv_bytes = pool_for_gpu(run_dep, est, weights)
+        label = ", ".join(f"{a}={axis_value(serve, a)}" for a in axes) or "as given"
         if blocks < 2:
             raise DoesNotFitError(
                 f"{label}: {kv_bytes:,} B of KV memory holds {blocks} block(s) of "
@@ -1371,16 +1349,16 @@ def simulate_model(
             max_num_batched_tokens=est.vllm.max_num_batched_tokens,
             max_model_len=length,
             roofline=roofline,
-            prefix_caching=setting.prefix_caching,
+            prefix_caching=serve.enable_prefix_caching,
         )
         result = simulate(workload, config)
         runs.append(
             SettingRun(
                 label=label,
-                values={a: setting.value(a) for a in axes},
+                values={a: axis_value(serve, a) for a in axes},
                 block_size=est.block_size,
                 kv_cache_dtype=est.kv_cache_dtype,
-                prefix_caching=setting.prefix_caching,
+                prefix_caching=serve.enable_prefix_caching,
                 max_num_seqs=config.max_num_seqs,
                 max_num_batched_tokens=config.max_num_batched_tokens,
                 max_model_len=length,
@@ -1437,16 +1415,21 @@ def simulate_model(
     )
 
 
-def build_settings(values: dict[str, list[str]]) -> tuple[list[Setting], list[str]]:
-    """Every combination of the given flag values (parsed once, here) and the axes that vary.
+def build_settings(
+    values: dict[str, list[str]], base: ServeSettings | None = None
+) -> tuple[list[ServeSettings], list[str]]:
+    """Every combination of the given flag values (parsed once, here) over ``base``, and the
+    axes that vary.
 
     Args:
         values: axis (``block-size``, ``kv-cache-dtype``, ``prefix-caching``,
             ``max-num-seqs``, ``max-num-batched-tokens``) -> the user's strings.
+        base: the settings the axes vary (default: vLLM's defaults).
 
     Returns:
         The settings (cartesian product, first axis slowest) and the axes with several values.
     """
+    base = base or ServeSettings()
     parsed: dict[str, list[Any]] = {}
     for axis, raw in values.items():
         if axis not in AXES:
@@ -1456,19 +1439,13 @@ def build_settings(values: dict[str, list[str]]) -> tuple[list[Setting], list[st
         if len(set(raw)) != len(raw):
             raise UsageError(f"--{axis}: a value is repeated in {','.join(raw)}")
         parsed[axis] = [_parse_axis_value(axis, v) for v in raw]
-    names = {
-        "block-size": "block_size",
-        "kv-cache-dtype": "kv_cache_dtype",
-        "prefix-caching": "prefix_caching",
-        "max-num-seqs": "max_num_seqs",
-        "max-num-batched-tokens": "max_num_batched_tokens",
-    }
     axes = [a for a in AXES if a in parsed]
     combos = list(itertools.product(*(parsed[a] for a in axes)))
     if len(combos) > MAX_SETTINGS:
         raise UsageError(f"{len(combos)} settings to compare; at most {MAX_SETTINGS}")
     settings = [
-        Setting(**{names[a]: v for a, v in zip(axes, combo, strict=True)}) for combo in combos
+        replace(base, **{AXIS_FIELDS[a]: v for a, v in zip(axes, combo, strict=True)})
+        for combo in combos
     ]
     return settings, [a for a in axes if len(parsed[a]) > 1]
 
@@ -1476,10 +1453,7 @@ def build_settings(values: dict[str, list[str]]) -> tuple[list[Setting], list[st
 def _parse_axis_value(axis: str, text: str) -> Any:
     text = text.strip()
     if axis == "kv-cache-dtype":
-        dtype = KVDtype.parse(text)
-        if dtype is KVDtype.FP32:
-            raise UsageError("--kv-cache-dtype fp32 is only meaningful with --engine hf")
-        return dtype
+        return kv_dtype_for(text, Engine.VLLM)
     if axis == "prefix-caching":
         key = text.lower()
         if key in ("on", "true", "yes", "1", "enabled"):

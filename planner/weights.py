@@ -19,18 +19,21 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.errors import ConfigError
-from planner.hf_config import MAX_CONFIG_INT
-from planner.memory import get_pp_indices
-from planner.specs import (
+from planner.kv_layout import get_pp_indices
+from planner.model.config import MAX_CONFIG_INT
+from planner.model.specs import (
     MLA,
     GatedDeltaNetState,
     Mamba1State,
     Mamba2State,
     ModelSpec,
 )
+
+if TYPE_CHECKING:
+    from planner.model.load import LoadedModel
 
 SAFETENSORS_DTYPE_BITS = {
     "F64": 64,
@@ -458,38 +461,13 @@ def from_tensors(
     )
 
 
-def from_local_dir(model_dir: Path, num_layers: int, *, tp: int = 1, pp: int = 1) -> Weights | None:
-    """Exact weights from a local model folder's ``*.safetensors`` headers (None if none)."""
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        return None
-    tensors: list[tuple[str, Mapping[str, Any]]] = []
-    for path in files:
-        tensors.extend(read_safetensors_header(path).items())
-    return from_tensors(tensors, num_layers, tp=tp, pp=pp, where=str(model_dir))
-
-
-def from_hub(
-    repo: str, num_layers: int, *, revision: str | None = None, tp: int = 1, pp: int = 1
-) -> Weights | None:
-    """Exact weights from the Hub's safetensors headers (None when unavailable or offline)."""
-    try:
-        from huggingface_hub import get_safetensors_metadata
-
-        meta = get_safetensors_metadata(repo, revision=revision)
-    except Exception:  # offline, no safetensors, gated: fall back to the config
-        return None
-    tensors: list[tuple[str, Mapping[str, Any]]] = []
-    for file_meta in meta.files_metadata.values():
-        for name, info in file_meta.tensors.items():
-            tensors.append(
-                (
-                    name,
-                    {
-                        "dtype": info.dtype,
-                        "shape": info.shape,
-                        "data_offsets": list(info.data_offsets),
-                    },
-                )
-            )
-    return from_tensors(tensors, num_layers, tp=tp, pp=pp)
+def per_rank(model: LoadedModel, *, tp: int = 1, pp: int = 1) -> Weights:
+    """Weight bytes on the most-loaded rank: exact from the fetched safetensors headers, else
+    derived from the config. Pure: :func:`planner.model.load.load_model` did the fetching."""
+    spec = model.spec
+    if model.tensors is not None:
+        # the folder names a local file's errors; the Hub's headers were parsed by the client
+        local = model.tensors_where and not model.tensors_where.startswith("hub:")
+        where = model.tensors_where if local else "safetensors header"
+        return from_tensors(model.tensors, spec.num_layers, tp=tp, pp=pp, where=where)
+    return from_config(spec, tp=tp, pp=pp)

@@ -49,8 +49,8 @@ from typing import Any
 import torch
 
 import planner
-from planner.hf_config import text_config_of
-from planner.specs import Engine
+from planner.model.config import text_config_of
+from planner.model.specs import Engine
 from probes.plan import CacheCheck, Measurement
 
 _TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

@@ -488,7 +488,7 @@ def weights_total(weights: dict[str, Weight]) -> int:
 
 def model_windows(layout_specs: dict[int, object]) -> dict[int, tuple[int | None, int | None]]:
     """(window, chunk) of each attention layer from its cache spec."""
-    from planner.specs import ChunkedLocal, SlidingWindow
+    from planner.model.specs import ChunkedLocal, SlidingWindow
 
     out: dict[int, tuple[int | None, int | None]] = {}
     for index, spec in layout_specs.items():

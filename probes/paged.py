@@ -1,7 +1,7 @@
 """vLLM's paged KV pool on one GPU rank: raw tensors, per-layer views, blocks and block tables.
 
 The layout follows vLLM 0.33's ``KVCacheConfig``: the layers of a model are split into
-KV-cache groups (one block table each; :attr:`planner.memory.VllmLayout.groups`), and all groups
+KV-cache groups (one block table each; :attr:`planner.kv_layout.VllmLayout.groups`), and all groups
 draw block ids from **one** pool. vLLM allocates ``kv_cache_tensors``: tensor ``j`` holds the
 ``j``-th layer of *every* group, ``num_blocks * page`` bytes, so block ``b`` of group 0's layer
 ``j`` and block ``b`` of group 1's layer ``j`` are the same bytes -- which is why a block costs
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from planner.memory import KVEstimate
-from planner.specs import (
+from planner.kv_layout import KVEstimate
+from planner.model.specs import (
     MLA,
     CacheContext,
     Engine,

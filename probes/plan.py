@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import ConfigError, DoesNotFitError, KvplanError, UsageError
-from planner.specs import KVDtype
+from planner.model.specs import KVDtype
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 CacheConfig
 MAX_DECODE_STEPS = 1024  # the planned run proves the pool; more steps only take longer
@@ -78,10 +78,13 @@ def planner_num_gpu_blocks(
     and CUDA-graph estimates from :mod:`planner.budget`). Used on CUDA, where the claim can be
     tested against the real allocator."""
     from planner.budget import activation_peak_bytes, vllm_capacity
-    from planner.recommend import load_weights
+    from planner.model.load import with_headers
+    from planner.weights import per_rank
 
-    weights = load_weights(
-        spec, tp=est.tensor_parallel_size, pp=est.pipeline_parallel_size, allow_hub=False
+    weights = per_rank(
+        with_headers(spec, offline=True),
+        tp=est.tensor_parallel_size,
+        pp=est.pipeline_parallel_size,
     )
     cap = vllm_capacity(
         est,

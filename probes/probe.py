@@ -38,8 +38,8 @@ import torch
 
 import planner
 from planner.errors import DoesNotFitError, UsageError
-from planner.memory import KVEstimate
-from planner.specs import Engine, ModelSpec
+from planner.kv_layout import KVEstimate
+from planner.model.specs import ModelSpec
 from probes.alloc import CudaMemory, DeviceMemory, open_device, require_cuda
 from probes.frontier import FrontierSearch, find_frontier, oom_trial
 from probes.model import ProbeModel, allocate_weights, model_windows
@@ -72,18 +72,19 @@ MIN_CHUNK_BYTES = 64 << 10
 
 def estimate_for(spec: ModelSpec, req: VerifyRequest, gpu_memory_bytes: int | None) -> KVEstimate:
     """The vLLM estimate the probe verifies (the one ``kvplan estimate`` prints)."""
-    return planner.estimate(
-        spec,
-        engine=Engine.VLLM,
+    from planner.deployment import ServeSettings, custom_gpu
+
+    settings = ServeSettings(
         tp=req.tp,
         kv_cache_dtype=req.kv_cache_dtype,
         block_size=req.block_size,
         max_model_len=req.max_model_len,
         max_num_batched_tokens=req.max_num_batched_tokens,
         max_num_seqs=req.max_num_seqs,
-        gpu_memory_bytes=gpu_memory_bytes,
-        prefix_caching=req.prefix_caching,
+        enable_prefix_caching=req.prefix_caching,
     )
+    gpu = custom_gpu(gpu_memory_bytes) if gpu_memory_bytes else None
+    return planner.estimate(spec, settings, gpu)
 
 
 def _gpu_total_bytes(device: str) -> int | None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.errors import ConfigError
-from planner.specs import (
+from planner.model.specs import (
     MLA,
     Engine,
     FullAttention,

@@ -1,8 +1,9 @@
 """Golden ``--json`` outputs: every command on representative models (dense, sliding window,
 MLA, hybrid Mamba, hybrid linear attention, MoE), recorded before the Deployment redesign.
 
-Each case is (file stem, argv, exit code); ``--json`` is added where missing. ``tools/refresh_golden.py`` writes
-``tests/golden/<stem>.json``; ``tests/test_golden.py`` checks that the output is unchanged.
+Each case is (file stem, argv, exit code); ``--json`` is added where missing.
+``tools/refresh_golden.py`` writes ``tests/golden/<stem>.json``; ``tests/test_golden.py``
+checks that the output is unchanged.
 A change to a golden file is a deliberate fix, explained in the commit that makes it.
 Paths are relative to the repository root (the tests run from there).
 """

@@ -14,11 +14,12 @@ from planner.budget import (
     sglang_mem_fraction_static,
     vllm_capacity,
 )
+from planner.deployment import Gpu
 from planner.gpus import get_gpu
-from planner.recommend import GpuInfo, plan
 from planner.units import parse_size
 from planner.weights import from_config
 from tests.conftest import fixture_config
+from tests.helpers import plan_for
 
 GIB = 1 << 30
 
@@ -68,7 +69,7 @@ def capacity_for(
     h100 = get_gpu("h100")
 
     def at(n: int) -> planner.KVEstimate:
-        return planner.estimate(spec, tp=tp, max_model_len=n, gpu_memory_bytes=h100.memory_bytes)
+        return planner.estimate(spec, gpu=h100, tp=tp, max_model_len=n)
 
     est = at(max_model_len)
     assert est.vllm is not None and est.vllm.max_num_batched_tokens == 8192
@@ -138,9 +139,8 @@ def test_requested_is_ceil_of_total_times_gmu() -> None:
 
 
 def kv_plan(name: str, kv_bytes: int, max_model_len: int) -> VllmCapacity:
-    gpu = GpuInfo("unspecified", 0, "test")
-    return plan(
-        spec_of(name), gpu=gpu, kv_cache_memory_bytes=kv_bytes, max_model_len=max_model_len
+    return plan_for(
+        spec_of(name), None, kv_cache_memory_bytes=kv_bytes, max_model_len=max_model_len
     ).vllm
 
 
@@ -194,9 +194,9 @@ def test_admission_error_and_estimated_max_model_len() -> None:
 
 def test_auto_fit_max_model_len() -> None:
     # vLLM's --max-model-len -1 picks the estimated maximum (8,176 for 1 GiB, as above).
-    p = plan(
+    p = plan_for(
         spec_of("llama-3.1-8b"),
-        gpu=GpuInfo("x", 0, "test"),
+        Gpu(name="x", memory_bytes=0, source="test"),
         kv_cache_memory_bytes=GIB,
         max_model_len=-1,
     )
@@ -214,9 +214,9 @@ def test_sglang_mem_fraction_static_h100_example() -> None:
 
 
 def test_trtllm_fraction_applies_after_weights_and_activations() -> None:
-    p = plan(
+    p = plan_for(
         spec_of("llama-3.1-8b"),
-        gpu=GpuInfo("h100", get_gpu("h100").memory_bytes, "t"),
+        "h100",
         max_model_len=8192,
     )
     trt = next(e for e in p.engines if e.engine == "trtllm")

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import planner
 from planner.cli import app
+from planner.deployment import Gpu
 from planner.diagnose import (
     GIB,
     LogFileError,
@@ -21,7 +22,7 @@ from planner.diagnose import (
     parse_log,
 )
 from planner.gpus import get_gpu
-from planner.recommend import GpuInfo, plan
+from tests.helpers import plan_for
 
 runner = CliRunner()
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -36,9 +37,8 @@ def gib(x: float) -> int:
     return round(x * GIB)
 
 
-def gpu(name: str) -> GpuInfo:
-    g = get_gpu(name)
-    return GpuInfo(g.name, g.memory_bytes, g.source)
+def gpu(name: str) -> Gpu:
+    return get_gpu(name)
 
 
 def by_kind(findings: list[planner.diagnose.Finding]) -> dict[str, planner.diagnose.Finding]:
@@ -100,9 +100,9 @@ def test_unknown_lines_and_colour_codes_are_ignored() -> None:
 
 def test_v1_difference_is_explained_by_cuda_graphs() -> None:
     dg = diagnose_file(V1_H100, model="llama-3.1-8b", gpu=gpu("h100"))
-    p = plan(
+    p = plan_for(
         planner.load_model_spec("llama-3.1-8b"),
-        gpu=gpu("h100"),
+        gpu("h100"),
         max_model_len=16_000,
         gpu_memory_utilization=0.9,
     )
@@ -170,10 +170,9 @@ def test_v0_runtime_rules_pinned_and_prefix_off() -> None:
         "preemptions": 51,
         "max_waiting": 23,
     }
-    p = plan(
+    p = plan_for(
         planner.load_model_spec("qwen2.5-7b"),
-        gpu=gpu("a100-40gb"),
-        gpu_is_a100=True,
+        gpu("a100-40gb"),
         max_model_len=8192,
         gpu_memory_utilization=0.9,
         cuda_graph_bytes=0,
@@ -193,9 +192,9 @@ def test_startup_error_gives_vllms_and_the_plans_max_len() -> None:
     assert error.data["estimated_max_model_len"] == 37_744
     assert error.data["max_model_len"] == 131_072
     assert error.data["needed_bytes"] == gib(16.00)
-    p = plan(
+    p = plan_for(
         planner.load_model_spec("llama-3.1-8b"),
-        gpu=gpu("rtx-3090"),
+        gpu("rtx-3090"),
         max_model_len=131_072,
         gpu_memory_utilization=0.9,
     )

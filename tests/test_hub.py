@@ -391,3 +391,58 @@ def test_catalog_name_with_revision_goes_to_its_hub_id(fake_download: Installer)
     spec = planner.load_model_spec("llama-3.1-8b", revision="v2")
     assert spec.source == "hub:meta-llama/Llama-3.1-8B@v2"
     assert recorder.calls[0]["repo_id"] == "meta-llama/Llama-3.1-8B"
+
+
+# --------------------------------------------------------------------------- the fetch stage
+
+
+class FakeHeaders:
+    """Stands in for ``huggingface_hub.get_safetensors_metadata``: records (repo, revision)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str | None]] = []
+
+    def __call__(self, repo: str, *, revision: str | None = None, **kwargs: Any) -> Any:
+        import types
+
+        self.calls.append((repo, revision))
+        bf16 = types.SimpleNamespace(dtype="BF16", shape=[4096, 4096], data_offsets=(0, 1 << 25))
+        tensors = {"model.layers.0.self_attn.q_proj.weight": bf16}
+        return types.SimpleNamespace(
+            files_metadata={"model.safetensors": types.SimpleNamespace(tensors=tensors)}
+        )
+
+
+@pytest.mark.parametrize(
+    ("env_offline", "flag", "fetched"),
+    [(None, False, True), (None, True, False), ("1", False, False)],
+    ids=["online", "--offline", "HF_HUB_OFFLINE=1"],
+)
+def test_revision_and_offline_reach_the_safetensors_header_fetch(
+    monkeypatch: pytest.MonkeyPatch,
+    fake_download: Installer,
+    env_offline: str | None,
+    flag: bool,
+    fetched: bool,
+) -> None:
+    # config.json and the headers are read at the same revision, and --offline (or the
+    # environment) stops the header fetch as it stops the config's.
+    if env_offline is None:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", env_offline)
+    fake_download(QWEN3_8B)
+    headers = FakeHeaders()
+    monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", headers)
+    args = ["estimate", REPO, "--revision", "v2", "--gpu", "h100", "--json"]
+    result = run_cli(*args, *(["--offline"] if flag else []))
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    if fetched:
+        assert headers.calls == [(REPO, "v2")]
+        assert data["weights_source"] == "safetensors"
+        # one 4,096 x 4,096 bf16 tensor in layer 0: 32 MiB of weights
+        assert data["weights_total_bytes"] == 4096 * 4096 * 2
+    else:
+        assert headers.calls == []
+        assert data["weights_source"] == "config"

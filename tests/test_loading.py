@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import planner
-from planner import catalog
+from planner.model import catalog
 from tests.conftest import all_fixture_folders, fixture_config
 
 FOLDERS = all_fixture_folders()

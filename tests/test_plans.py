@@ -20,7 +20,7 @@ from planner.cli import app
 from planner.gpus import get_gpu
 from planner.plans import PlansFileError, check_file
 from tests.conftest import fixture_config
-from tests.test_recommend import on
+from tests.helpers import plan_for as on
 
 runner = CliRunner()
 GIB = 1 << 30
@@ -519,7 +519,7 @@ def test_sglang_fraction_comes_from_gpu_memory_utilization(tmp_path: Path) -> No
     text = entry("engine: sglang", "max_model_len: 8192", "gpu_memory_utilization: 0.8")
     row = check_file(write(tmp_path, text)).results[0]
     assert row.figures is not None and row.figures.setting == "mem_fraction_static=0.8"
-    weights = planner.recommend.load_weights(planner.load_model_spec("llama-3.1-8b"), tp=1, pp=1)
+    weights = planner.weights.per_rank(planner.load_model("llama-3.1-8b"), tp=1, pp=1)
     # SGLang: (total - 0.5 GiB before weights) x 0.8 - weights
     expected = int((get_gpu("h100").memory_bytes - GIB // 2) * 0.8) - weights.bytes_per_rank
     assert row.figures.available_kv_bytes == expected
@@ -537,13 +537,13 @@ def test_relative_model_paths_start_at_the_plans_file(tmp_path: Path) -> None:
 
 def test_many_plans_share_one_model_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    real = planner.load_model_spec
+    real = planner.model.load.load_model
 
-    def counting(model: str, **kwargs: object) -> planner.ModelSpec:
+    def counting(model: str, **kwargs: object) -> planner.LoadedModel:
         calls.append(model)
         return real(model, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(planner, "load_model_spec", counting)
+    monkeypatch.setattr(planner.model.load, "load_model", counting)
     rows = "".join(
         f"  - {{name: d{i}, model: {m}, gpu: {g}, max_model_len: {n}}}\n"
         for i, (m, g, n) in enumerate(

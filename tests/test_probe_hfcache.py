@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from planner.cli import app  # noqa: E402
-from planner.hf_config import text_config_of  # noqa: E402
+from planner.model.config import text_config_of  # noqa: E402
 from probes.hfcache import (  # noqa: E402
     LONG_TOKENS,
     cross_check,

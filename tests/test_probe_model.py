@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import planner  # noqa: E402
-from planner.specs import KVDtype  # noqa: E402
+from planner.model.specs import KVDtype  # noqa: E402
 from probes.alloc import BudgetedAllocator  # noqa: E402
 from probes.model import ProbeModel, allocate_weights, model_windows  # noqa: E402
 from probes.paged import PagedKVPool, pool_layout, rank_layers  # noqa: E402

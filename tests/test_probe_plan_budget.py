@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import planner
 from planner.gpus import get_gpu
-from planner.recommend import GpuInfo, plan
 from probes.plan import planner_num_gpu_blocks
+from tests.helpers import plan_for
 
 
 def test_planner_prediction_is_estimates_num_gpu_blocks() -> None:
     spec = planner.load_model_spec("qwen2.5-7b")
     gpu = get_gpu("h100")
-    est = planner.estimate(spec, max_model_len=8192, gpu_memory_bytes=gpu.memory_bytes)
+    est = planner.estimate(spec, planner.ServeSettings(max_model_len=8192), gpu)
     predicted = planner_num_gpu_blocks(
         spec, est, total_bytes=gpu.memory_bytes, gpu_memory_utilization=0.9
     )
-    p = plan(
+    p = plan_for(
         spec,
-        gpu=GpuInfo(gpu.name, gpu.memory_bytes, ""),
+        gpu,
         max_model_len=8192,
         gpu_memory_utilization=0.9,
     )

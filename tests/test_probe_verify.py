@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from planner.cli import app, main  # noqa: E402
 from planner.errors import DoesNotFitError, KvplanError, UsageError  # noqa: E402
-from planner.specs import KVDtype  # noqa: E402
+from planner.model.specs import KVDtype  # noqa: E402
 from probes.alloc import BudgetedAllocator  # noqa: E402
 from probes.plan import read_plan  # noqa: E402
 from probes.probe import VerifyRequest, verify  # noqa: E402

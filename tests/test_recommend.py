@@ -13,22 +13,16 @@ from typer.testing import CliRunner
 
 import planner
 from planner.cli import app
-from planner.gpus import GPUS, get_gpu
-from planner.recommend import GpuInfo, detect_gpu, parse_command, plan
+from planner.gpus import GPUS, detect_gpu, get_gpu
 from planner.units import parse_size
+from tests.helpers import parse_command, plan_for
 
 runner = CliRunner()
 GIB = 1 << 30
 
 
 def on(name: str, gpu: str, **kwargs: object) -> planner.recommend.Plan:
-    g = get_gpu(gpu)
-    return plan(
-        planner.load_model_spec(name),
-        gpu=GpuInfo(g.name, g.memory_bytes, g.source),
-        gpu_is_a100=g.is_a100,
-        **kwargs,
-    )  # type: ignore[arg-type]
+    return plan_for(name, gpu, **kwargs)
 
 
 MODELS = [
@@ -146,7 +140,7 @@ def test_fp8_alternative_doubles_blocks() -> None:
 
 
 def test_weights_that_do_not_fit_say_by_how_much() -> None:
-    with pytest.raises(planner.DoesNotFitError, match=r"GiB short; try --tp 4"):
+    with pytest.raises(planner.DoesNotFitError, match=r"GiB short; try --tensor-parallel-size 4"):
         on("llama-3.1-70b", "h100")
 
 

@@ -150,7 +150,7 @@ def test_trust_remote_code_is_never_true(tmp_path: Path, monkeypatch: pytest.Mon
 
             monkeypatch.setattr(cls, method, watch)
     monkeypatch.delenv("KVPLAN_NO_TRANSFORMERS", raising=False)
-    planner.hf_config._transformers_defaults.cache_clear()
+    planner.model.config._transformers_defaults.cache_clear()
     model = evil_repo(tmp_path / "repo", tmp_path / "PWNED")
     planner.load_model_spec(str(model))
     assert ("for_model", None) in calls  # it did ask transformers, for the built-in class

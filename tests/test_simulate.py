@@ -12,21 +12,20 @@ from hypothesis import strategies as st
 import planner
 import planner.weights
 from planner.errors import DoesNotFitError, UsageError
-from planner.gpus import get_gpu
+from planner.model.specs import KVDtype
 from planner.simulate import (
     BlockLayout,
     Roofline,
-    Setting,
     SimConfig,
-    _pool_for_gpu,
     _unused_slots,
     build_settings,
     estimate_params,
+    pool_for_gpu,
     simulate,
     simulate_model,
 )
-from planner.specs import KVDtype
 from planner.workload import Request, Workload
+from tests.helpers import deployment, plan_for
 from tests.sim_reference import run_reference
 
 
@@ -337,14 +336,11 @@ def test_moe_active_parameters() -> None:
 
 def test_pool_for_gpu_is_the_planners_vllm_budget() -> None:
     # The simulator's pool is exactly what `kvplan estimate --gpu h100` reports.
-    from planner.recommend import GpuInfo, plan
-
-    spec = planner.load_model_spec("llama-3.1-8b")
-    gpu = get_gpu("h100")
-    est = planner.estimate(spec, max_model_len=8192, gpu_memory_bytes=gpu.memory_bytes)
-    weights = planner.weights.from_config(spec)
-    blocks, available = _pool_for_gpu(spec, est, gpu, 0.92, weights)
-    p = plan(spec, gpu=GpuInfo(gpu.name, gpu.memory_bytes, ""), max_model_len=8192)
+    dep = deployment("llama-3.1-8b", "h100", max_model_len=8192)
+    est = planner.estimate(dep.spec, dep.settings, dep.gpu)
+    weights = planner.weights.from_config(dep.spec)
+    blocks, available = pool_for_gpu(dep, est, weights)
+    p = plan_for("llama-3.1-8b", "h100", max_model_len=8192)
     assert (blocks, available) == (p.vllm.num_gpu_blocks, p.vllm.available_kv_bytes)
     assert blocks == available // (2 << 20)  # 2 MiB blocks: 32 layers x 16 x 8 x 256 x 2 B
 
@@ -367,16 +363,10 @@ def test_settings_grid_is_the_cartesian_product() -> None:
 
 
 def test_fp8_doubles_the_pool_in_blocks() -> None:
-    spec = planner.load_model_spec("qwen2.5-7b")
+    dep = deployment("qwen2.5-7b", kv_cache_memory_bytes=1 << 30, max_model_len=4096)
     w = workload(*(Request(500, 100, prefix_id="s", prefix_tokens=300) for _ in range(50)))
-    report = simulate_model(
-        spec,
-        w,
-        settings=[Setting(kv_cache_dtype=KVDtype.AUTO), Setting(kv_cache_dtype=KVDtype.FP8)],
-        axes=["kv-cache-dtype"],
-        kv_cache_memory_bytes=1 << 30,
-        max_model_len=4096,
-    )
+    variants = [dep.settings.but(kv_cache_dtype=d) for d in (KVDtype.AUTO, KVDtype.FP8)]
+    report = simulate_model(dep, w, variants=variants, axes=["kv-cache-dtype"])
     # Qwen2.5-7B bf16: 28 layers x 16 tokens x 4 KV heads x 256 x 2 B = 917,504 B per block
     assert [r.bytes_per_block for r in report.runs] == [917_504, 458_752]
     assert [r.num_gpu_blocks for r in report.runs] == [(1 << 30) // 917_504, (1 << 30) // 458_752]
@@ -385,10 +375,10 @@ def test_fp8_doubles_the_pool_in_blocks() -> None:
 
 
 def test_explicit_max_model_len_that_does_not_fit_is_refused() -> None:
-    spec = planner.load_model_spec("llama-3.1-8b")
+    dep = deployment("llama-3.1-8b", max_model_len=4096)
     with pytest.raises(DoesNotFitError, match=r"Try --max-model-len 2032"):
         # 128 blocks - 1 null = 127 usable x 16 = 2,032 tokens
-        simulate_model(spec, workload(Request(10, 2)), num_gpu_blocks=128, max_model_len=4096)
+        simulate_model(dep, workload(Request(10, 2)), num_gpu_blocks=128)
 
 
 def test_results_are_plain_data() -> None:
@@ -399,16 +389,10 @@ def test_results_are_plain_data() -> None:
 
 def test_identical_results_are_called_a_tie() -> None:
     # no shared prefixes and no preemption: prefix caching changes nothing, so neither wins
-    spec = planner.load_model_spec("llama-3.1-8b")
+    dep = deployment("llama-3.1-8b", kv_cache_memory_bytes=4 << 30, max_model_len=4096)
     w = workload(*(Request(300 + i, 50) for i in range(20)))
-    report = simulate_model(
-        spec,
-        w,
-        settings=[Setting(prefix_caching=True), Setting(prefix_caching=False)],
-        axes=["prefix-caching"],
-        kv_cache_memory_bytes=4 << 30,
-        max_model_len=4096,
-    )
+    variants = [dep.settings.but(enable_prefix_caching=on) for on in (True, False)]
+    report = simulate_model(dep, w, variants=variants, axes=["prefix-caching"])
     on, off = (r.result for r in report.runs)
     assert on.preemptions == off.preemptions == 0 and on.prefix_hit_tokens == 0
     assert report.best_reason.startswith(

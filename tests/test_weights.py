@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import planner
-from planner.recommend import load_weights
-from planner.weights import from_config, from_local_dir, read_safetensors_header
+from planner.model.load import load_model, local_headers, with_headers
+from planner.weights import from_config, from_tensors, per_rank, read_safetensors_header
 from tests.conftest import fixture_config
 
 
@@ -65,8 +65,7 @@ def tiny_model(tmp_path: Path) -> Path:
 
 
 def test_local_safetensors_headers_give_exact_bytes(tmp_path: Path) -> None:
-    spec = planner.load_model_spec(str(tiny_model(tmp_path)))
-    w = load_weights(spec, tp=1, pp=1)
+    w = per_rank(load_model(str(tiny_model(tmp_path))), tp=1, pp=1)
     # embed 1,600 + layer0 (128 + 256) + layer1 (128 + 128 fp8) + norm 32 + lm_head 1,600
     assert w.source == "safetensors"
     assert w.total_bytes == 1600 + 384 + 256 + 32 + 1600
@@ -75,8 +74,7 @@ def test_local_safetensors_headers_give_exact_bytes(tmp_path: Path) -> None:
 
 
 def test_safetensors_split_over_pipeline_stages(tmp_path: Path) -> None:
-    spec = planner.load_model_spec(str(tiny_model(tmp_path)))
-    w = load_weights(spec, tp=1, pp=2)
+    w = per_rank(load_model(str(tiny_model(tmp_path))), tp=1, pp=2)
     # stage 0: embed + layer 0 = 1,984; stage 1: layer 1 + norm + lm_head = 1,888
     assert w.bytes_per_rank == 1600 + 384
 
@@ -119,7 +117,7 @@ def test_hub_safetensors_metadata(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     spec = planner.parse_config(
         json.loads((tmp_path / "c.json").read_text()), name="acme/tiny", source="hub:acme/tiny"
     )
-    w = load_weights(spec, tp=2, pp=1, revision="v1")
+    w = per_rank(with_headers(spec, revision="v1", offline=False), tp=2, pp=1)
     assert calls == [("acme/tiny", "v1")]
     assert w.source == "safetensors" and w.total_bytes == 2112
     assert w.bytes_per_rank == 2112 // 2
@@ -135,7 +133,7 @@ def test_hub_metadata_unavailable_falls_back_to_config(monkeypatch: pytest.Monke
     spec = planner.parse_config(
         json.loads(fixture_config("Qwen--Qwen3-8B").read_text()), name="acme/q", source="hub:acme/q"
     )
-    assert load_weights(spec, tp=1, pp=1).source == "config"
+    assert per_rank(with_headers(spec, offline=False), tp=1, pp=1).source == "config"
 
 
 @pytest.mark.parametrize(
@@ -253,4 +251,4 @@ def test_malformed_safetensors_entries_are_config_errors(
     raw = json.dumps(header).encode()
     (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw)
     with pytest.raises(planner.ConfigError, match=fragment):
-        from_local_dir(tmp_path, 2)
+        from_tensors(local_headers(tmp_path) or (), 2, where=str(tmp_path))

@@ -6,14 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from planner.errors import KvplanError, UsageError, one_line
 
 if TYPE_CHECKING:
-    from planner.recommend import GpuInfo
+    from planner.deployment import Gpu, ServeSettings
 
 
 ModelArg = Annotated[
@@ -139,19 +139,51 @@ def _size(text: str | None, flag: str) -> int | None:
     return parse_size(text, flag=flag) if text else None
 
 
-def _gpu_arg(gpu: str | None, gpu_memory: str | None) -> tuple[GpuInfo | None, bool]:
-    """--gpu / --gpu-memory as a GpuInfo (memory overrides the catalog's), and the A100 flag."""
-    from planner.gpus import get_gpu
-    from planner.recommend import GpuInfo
+def _gpu_arg(gpu: str | None, gpu_memory: str | None) -> Gpu | None:
+    """--gpu / --gpu-memory as a Gpu (memory overrides the catalog's; an A100 stays one)."""
+    from planner.gpus import resolve_gpu
     from planner.units import parse_size
 
-    info, a100 = None, False
-    if gpu:
-        found = get_gpu(gpu)
-        info, a100 = GpuInfo(found.name, found.memory_bytes, found.source), found.is_a100
-    if gpu_memory:
-        memory = parse_size(gpu_memory, flag="--gpu-memory")
-        if memory <= 0:
-            raise UsageError("--gpu-memory must be positive")
-        info = GpuInfo(info.name if info else "custom", memory, "--gpu-memory")
-    return info, a100
+    memory = parse_size(gpu_memory, flag="--gpu-memory") if gpu_memory else None
+    return resolve_gpu(gpu, memory)
+
+
+def _serve_settings(
+    *,
+    engine: str = "vllm",
+    kv_cache_dtype: str = "auto",
+    max_model_len: int | None = None,
+    gpu_memory_utilization: float | None = None,
+    kv_cache_memory: str | None = None,
+    headroom: str | None = None,
+    cuda_graph_memory: str | None = None,
+    enforce_eager: bool = False,
+    **counts: Any,
+) -> ServeSettings:
+    """The serve flags every command shares, parsed once into :class:`ServeSettings`
+    (``--max-model-len -1`` is vLLM's auto-fit)."""
+    from planner.deployment import ServeSettings, kv_dtype_for
+    from planner.model.specs import Engine
+    from planner.units import parse_size
+
+    graphs = (
+        0
+        if enforce_eager
+        else parse_size(cuda_graph_memory, flag="--cuda-graph-memory")
+        if cuda_graph_memory
+        else None
+    )
+    engine_ = Engine.parse(engine)
+    return ServeSettings(
+        engine=engine_,
+        kv_cache_dtype=kv_dtype_for(kv_cache_dtype, engine_),
+        max_model_len=None if max_model_len == -1 else max_model_len,
+        auto_fit_max_model_len=max_model_len == -1,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_memory_bytes=parse_size(kv_cache_memory, flag="--kv-cache-memory")
+        if kv_cache_memory
+        else None,
+        headroom_bytes=parse_size(headroom, flag="--headroom") if headroom else 0,
+        cuda_graph_bytes=graphs,
+        **counts,
+    )

@@ -92,16 +92,14 @@ def diagnose(
       kvplan diagnose server.log --gpu h100 --json
     """
     from planner.diagnose import diagnose_file
+    from planner.model.specs import KVDtype
     from planner.render import diagnose as render
-    from planner.specs import KVDtype
 
     with user_errors():
-        gpu_info, a100 = _gpu_arg(gpu, gpu_memory)
         result = diagnose_file(
             log,
             model=model,
-            gpu=gpu_info,
-            gpu_is_a100=a100,
+            gpu=_gpu_arg(gpu, gpu_memory),
             tp=tp,
             pp=pp,
             max_model_len=max_model_len,

@@ -25,12 +25,18 @@ from planner.cli._options import (
     RevisionOpt,
     TpOpt,
     _batch_sizes,
+    _gpu_arg,
+    _serve_settings,
     user_errors,
 )
-from planner.errors import UsageError
 
 GmuOpt = Annotated[
-    float, typer.Option("--gpu-memory-utilization", help="vLLM's fraction of GPU memory.")
+    float | None,
+    typer.Option(
+        "--gpu-memory-utilization",
+        help="vLLM's fraction of GPU memory [default: 0.92].",
+        show_default=False,
+    ),
 ]
 KVMemoryOpt = Annotated[
     str | None,
@@ -88,7 +94,7 @@ def estimate(
     max_num_seqs: MaxSeqsOpt = None,
     gpu: GpuOpt = None,
     gpu_memory: GpuMemoryOpt = None,
-    gpu_memory_utilization: GmuOpt = 0.92,
+    gpu_memory_utilization: GmuOpt = None,
     kv_cache_memory: KVMemoryOpt = None,
     headroom: HeadroomOpt = "0",
     cuda_graph_memory: GraphOpt = None,
@@ -112,65 +118,35 @@ def estimate(
       kvplan estimate qwen2.5-7b --gpu rtx-4090 --grid
       kvplan estimate qwen3-14b --kv-cache-memory 6.51GiB --max-model-len 32768
     """
-    import planner
-    from planner.budget import CUDA_GRAPH_DEFAULT_BYTES
-    from planner.gpus import get_gpu
-    from planner.recommend import GpuInfo, report
+    from planner.deployment import Deployment
+    from planner.model.load import load_model
+    from planner.recommend import PlanOptions, report
     from planner.render import estimate as render
-    from planner.specs import Engine, KVDtype
-    from planner.units import parse_size
 
     with user_errors():
-        engine_ = Engine.parse(engine)
-        dtype = KVDtype.parse(kv_cache_dtype)
-        if dtype is KVDtype.FP32 and engine_ is not Engine.HF:
-            raise UsageError("--kv-cache-dtype fp32 is only meaningful with --engine hf")
-        if max_model_len == -1 and engine_ is not Engine.VLLM:
-            raise UsageError("--max-model-len -1 (auto-fit) is vLLM's; give a length")
-        sizes = _batch_sizes(batch)
-        gpu_info, a100 = None, False
-        if gpu:
-            catalog_gpu = get_gpu(gpu)
-            gpu_info = GpuInfo(catalog_gpu.name, catalog_gpu.memory_bytes, catalog_gpu.source)
-            a100 = catalog_gpu.is_a100
-        if gpu_memory:
-            memory = parse_size(gpu_memory, flag="--gpu-memory")
-            if memory <= 0:
-                raise UsageError("--gpu-memory must be positive")
-            name = gpu_info.name if gpu_info else "custom"
-            gpu_info = GpuInfo(name, memory, "--gpu-memory")
-        graphs = (
-            0
-            if enforce_eager
-            else (
-                parse_size(cuda_graph_memory, flag="--cuda-graph-memory")
-                if cuda_graph_memory
-                else None
-            )
-        )
-        spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
-        result = report(
-            spec,
-            engine=engine_,
-            gpu=gpu_info,
-            gpu_is_a100=a100,
+        settings = _serve_settings(
+            engine=engine,
             tp=tp,
             pp=pp,
-            kv_cache_dtype=dtype,
+            kv_cache_dtype=kv_cache_dtype,
             block_size=block_size,
             max_model_len=max_model_len,
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
-            prefix_caching=enable_prefix_caching,
-            batch_sizes=sizes,
+            enable_prefix_caching=enable_prefix_caching,
             gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_memory_bytes=parse_size(kv_cache_memory, flag="--kv-cache-memory")
-            if kv_cache_memory
-            else None,
-            headroom_bytes=parse_size(headroom, flag="--headroom"),
+            kv_cache_memory=kv_cache_memory,
+            headroom=headroom,
+            cuda_graph_memory=cuda_graph_memory,
+            enforce_eager=enforce_eager,
+        )
+        options = PlanOptions(
             shared_prefix_tokens=shared_prefix,
             requests=requests,
             avg_tokens=avg_tokens,
-            cuda_graph_bytes=CUDA_GRAPH_DEFAULT_BYTES if graphs is None else graphs,
+            batch_sizes=_batch_sizes(batch),
         )
+        gpu_ = _gpu_arg(gpu, gpu_memory)
+        loaded = load_model(model, revision=revision, offline=offline or None)
+        result = report(Deployment(model=loaded, gpu=gpu_, settings=settings), options)
         render.report(result, as_json=json_, show_grid=grid)

@@ -14,6 +14,7 @@ from planner.cli._options import (
     PrefixOpt,
     RevisionOpt,
     TpOpt,
+    _serve_settings,
     _values,
     user_errors,
 )
@@ -158,13 +159,13 @@ def simulate(
 
     Example: kvplan simulate qwen2.5-7b --gpu l40s -w examples/workloads/chat.yaml --block-size 8,16
     """
-    import planner
+    from planner.deployment import Deployment
     from planner.files import write_all_atomic
     from planner.gpus import get_gpu
+    from planner.model.load import load_model
     from planner.render import simulate as render
     from planner.render._output import to_json
     from planner.simulate import build_settings, simulate_model
-    from planner.units import parse_size
     from planner.workload import load_workload, trace_lines
 
     with user_errors():
@@ -187,24 +188,24 @@ def simulate(
             axes[key] = _values(rest)
         if not axes.get("prefix-caching"):
             axes["prefix-caching"] = ["on" if enable_prefix_caching else "off"]
-        settings, varied = build_settings({k: v for k, v in axes.items() if v})
-        memory = parse_size(kv_cache_memory, flag="--kv-cache-memory") if kv_cache_memory else None
+        base = _serve_settings(
+            tp=tp,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_memory=kv_cache_memory,
+        )
+        variants, varied = build_settings({k: v for k, v in axes.items() if v}, base)
         gpu_ = get_gpu(gpu) if gpu else None
         load = load_workload(
             workload, seed=seed, num_requests=num_requests, skip_bad_lines=skip_bad_lines
         )
-        spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
+        loaded = load_model(model, revision=revision, offline=offline or None)
         report = simulate_model(
-            spec,
+            Deployment(model=loaded, gpu=gpu_, settings=base),
             load,
-            settings=settings,
+            variants=variants,
             axes=varied,
-            gpu=gpu_,
-            tp=tp,
             num_gpu_blocks=num_gpu_blocks,
-            kv_cache_memory_bytes=memory,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
             goal=goal,
         )
         # every output is rendered before any is written: an error leaves no file behind

@@ -101,9 +101,9 @@ def verify(
     Example: kvplan verify qwen3-0.6b --device cpu --memory-budget 3GiB --max-model-len 4096
     """
     import planner
+    from planner.model.specs import KVDtype
     from planner.render import verify as render
     from planner.render._output import err_console
-    from planner.specs import KVDtype
 
     with user_errors():
         # probes.plan is torch-free: every flag is parsed and checked before torch is imported

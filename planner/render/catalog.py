@@ -11,8 +11,8 @@ from planner.render._output import console, to_json, write_out
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
-    from planner.gpus import GPU
-    from planner.models import ModelRow
+    from planner.deployment import Gpu
+    from planner.model_list import ModelRow
 
 
 def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
@@ -40,7 +40,7 @@ def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
     console().print(table)
 
 
-def gpus(rows: list[GPU], *, as_json: bool = False) -> None:
+def gpus(rows: list[Gpu], *, as_json: bool = False) -> None:
     if as_json:
         write_out(to_json([asdict(g) for g in rows]))
         return

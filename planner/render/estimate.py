@@ -15,7 +15,7 @@ from planner.units import fmt_bytes
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from planner.memory import KVEstimate
+    from planner.kv_layout import KVEstimate
     from planner.recommend import Plan, Report
 
 

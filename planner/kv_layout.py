@@ -8,13 +8,15 @@ for vLLM, its KV-cache groups, bytes per block and blocks per request exactly as
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from planner.deployment import Gpu, ServeSettings, positive_count
 from planner.errors import UsageError
-from planner.specs import (
+from planner.model.specs import (
     MLA,
+    STATE_KINDS,
     CacheContext,
     Engine,
     KVDtype,
@@ -34,9 +36,6 @@ SGLANG_HYBRID_SWA_MODEL_TYPES = frozenset(
 VLLM_KERNEL_BLOCK_ALIGNMENT = 16
 VLLM_MLA_HYBRID_BLOCK_ALIGNMENT = 128
 DEFAULT_BATCH_SIZES = (1, 8, 32)
-# Token counts, lengths, sequences and parallel sizes above 2^40 describe no deployment; the
-# bound keeps every byte product exact in a float for the renderers.
-MAX_COUNT = 1 << 40
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,12 @@ class CacheGroup:
     page_size_bytes: int
     blocks_per_request: int
     window: int | None = None
+
+    @property
+    def is_state(self) -> bool:
+        """A Mamba / linear-attention group: one state page per request, whatever its length
+        (the one place that tells state groups from token groups)."""
+        return self.kind in STATE_KINDS
 
 
 @dataclass(frozen=True)
@@ -143,43 +148,6 @@ def get_pp_indices(num_layers: int, rank: int, pp: int) -> tuple[int, int]:
     return start, start + partitions[rank]
 
 
-def vllm_batch_defaults(
-    max_model_len: int,
-    gpu_memory_bytes: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    a100: bool = False,
-) -> tuple[int, int]:
-    """``vllm serve`` defaults for (max_num_batched_tokens, max_num_seqs), 0.33
-    ``EngineArgs.get_batch_defaults``: >= 160 GiB GPUs 16384 / 1024; >= 70 GiB (not A100)
-    8192 / 1024; otherwise (and with no GPU named) 2048 / 256. Then tokens = min(tokens,
-    seqs * len) and seqs = min(seqs, tokens)."""
-    gib = 1 << 30
-    if gpu_memory_bytes is not None and gpu_memory_bytes >= 160 * gib:
-        tokens, seqs = 16384, 1024
-    elif gpu_memory_bytes is not None and gpu_memory_bytes >= 70 * gib and not a100:
-        tokens, seqs = 8192, 1024
-    else:
-        tokens, seqs = 2048, 256
-    seqs = max_num_seqs if max_num_seqs is not None else seqs
-    if max_num_batched_tokens is None:
-        tokens = min(tokens, seqs * max_model_len)
-    else:
-        tokens = max_num_batched_tokens
-    if max_num_seqs is None:
-        seqs = min(seqs, tokens)
-    return tokens, seqs
-
-
-def positive_count(name: str, value: int | None) -> None:
-    """Refuse a count flag that is not a whole number in [1, MAX_COUNT] (None: not given)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise UsageError(f"{name} must be a positive integer, got {value!r}")
-    if value is not None and value > MAX_COUNT:
-        shown = f"{value:,}" if value < 10**30 else f"a {len(str(value)):,}-digit number"
-        raise UsageError(f"{name} must be at most {MAX_COUNT:,} (2^40), got {shown}")
-
-
 def _valid_tp_sizes(spec: ModelSpec, limit: int = 64) -> list[int]:
     return [t for t in range(1, limit + 1) if not _tp_problems(spec, t)]
 
@@ -212,50 +180,36 @@ def _state_heads(state: StateSpec) -> list[tuple[str, int]]:
 
 def estimate(
     spec: ModelSpec,
+    settings: ServeSettings | None = None,
+    gpu: Gpu | None = None,
     *,
-    engine: Engine = Engine.VLLM,
-    tp: int = 1,
-    pp: int = 1,
-    kv_cache_dtype: KVDtype = KVDtype.AUTO,
-    block_size: int | None = None,
-    max_model_len: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    gpu_memory_bytes: int | None = None,
-    gpu_is_a100: bool = False,
-    prefix_caching: bool = True,
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    **flags: Any,
 ) -> KVEstimate:
-    """Size the KV cache of ``spec`` per GPU rank the way ``engine`` does.
+    """Size the KV cache of ``spec`` per GPU rank the way ``settings.engine`` does.
 
     Args:
         spec: the model, from :func:`planner.load_model_spec`.
-        engine: whose layout to reproduce (vLLM by default).
-        tp: tensor-parallel size; KV heads split over it, replicated when tp > KV heads.
-        pp: pipeline-parallel size; the stage with the most cache is reported.
-        kv_cache_dtype: ``auto`` follows the checkpoint (fp8 scales, else the model dtype).
-        block_size: tokens per block; default is the engine's (vLLM 16, TRT-LLM 32).
-        max_model_len: context length per request; default is the config's.
-        max_num_batched_tokens: vLLM's per-step token budget (sets how much KV sliding-window
-            layers keep in flight); default is ``vllm serve``'s for the GPU size.
-        max_num_seqs: vLLM's concurrent-sequence limit (caps the default token budget).
-        gpu_memory_bytes: GPU size, only to pick vLLM's batch defaults.
-        gpu_is_a100: A100s get the smaller batch defaults whatever their size.
-        prefix_caching: vLLM's ``--enable-prefix-caching`` (hybrids keep extra Mamba pages).
+        settings: the serve settings (:class:`~planner.deployment.ServeSettings`); the
+            library's callers pass these. Scripts may instead pass the flags as keywords
+            (``tp=2, kv_cache_dtype=KVDtype.FP8, prefix_caching=False``), validated into
+            settings here.
+        gpu: the GPU, only to pick vLLM's batch defaults (an A100 gets the small ones).
         batch_sizes: batch sizes for the worked examples.
 
     Returns:
-        The :class:`KVEstimate`.
+        The :class:`KVEstimate`: ``max_num_batched_tokens`` sets how much KV sliding-window
+        layers keep in flight; ``pp`` reports the stage with the most cache; KV heads
+        replicate when tp > KV heads.
     """
-    for name, value in (
-        ("--tp", tp),
-        ("--pp", pp),
-        ("--block-size", block_size),
-        ("--max-model-len", max_model_len),
-        ("--max-num-batched-tokens", max_num_batched_tokens),
-        ("--max-num-seqs", max_num_seqs),
-    ):
-        positive_count(name, value)
+    if settings is None:
+        settings = settings_from_flags(flags)
+    elif flags:
+        raise TypeError(f"estimate() takes settings or flags, not both: {sorted(flags)}")
+    engine, tp, pp = settings.engine, settings.tp, settings.pp
+    kv_cache_dtype, block_size = settings.kv_cache_dtype, settings.block_size
+    max_model_len = settings.max_model_len
+    prefix_caching = settings.enable_prefix_caching
     for b in batch_sizes:
         positive_count("--batch", b)
     warnings: list[str] = []
@@ -300,9 +254,7 @@ def estimate(
         )
         for s in spec.layers
     ]
-    tokens, seqs = vllm_batch_defaults(
-        length, gpu_memory_bytes, max_num_batched_tokens, max_num_seqs, a100=gpu_is_a100
-    )
+    tokens, seqs = settings.batch_defaults(length, gpu)
     in_flight = (pp + 1) * tokens  # async scheduling: max_concurrent_batches = pp + 1
     has_state = any(isinstance(s, StateSpec) for s in rank_layers)
     has_attention = any(s is not None and s.bytes_per_token for s in rank_layers)
@@ -331,9 +283,7 @@ def estimate(
         bs, vllm_layout, stage = _vllm_layout(rank_layers, stages, ctx, tokens, seqs, notes)
         ctx = replace(ctx, block_size=bs)
         request = vllm_layout.request_bytes
-        state_pages = sum(
-            g.blocks_per_request for g in vllm_layout.groups if g.kind in ("mamba", "linear")
-        )
+        state_pages = sum(g.blocks_per_request for g in vllm_layout.groups if g.is_state)
         kv_seq = request - state_pages * vllm_layout.bytes_per_block
     else:
         per_stage = [_plain_request_bytes(rank_layers[a:b], ctx) for a, b in stages]
@@ -391,6 +341,15 @@ def estimate(
         notes=notes,
         warnings=warnings,
     )
+
+
+def settings_from_flags(flags: dict[str, Any]) -> ServeSettings:
+    """:func:`estimate`'s keyword flags (``vllm serve``'s names; ``prefix_caching`` for
+    ``enable_prefix_caching``) as validated :class:`ServeSettings`."""
+    flags = dict(flags)
+    if "prefix_caching" in flags:
+        flags["enable_prefix_caching"] = flags.pop("prefix_caching")
+    return ServeSettings(**flags)
 
 
 def _layer_groups(layers: list[LayerSpec]) -> list[LayerGroup]:
@@ -539,8 +498,3 @@ def _vllm_layout(
         padding_layers=padding,
     )
     return block_size, layout, stage
-
-
-def gib(n: int) -> float:
-    """Bytes to GiB (for tests and examples; rendering has its own formatter)."""
-    return n / math.pow(2, 30)

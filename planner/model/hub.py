@@ -15,7 +15,7 @@ from pathlib import Path
 from planner.errors import ModelNotFoundError
 
 
-def _offline_env() -> bool:
+def offline_env() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -82,7 +82,7 @@ def download_config(repo: str, *, revision: str | None = None, offline: bool | N
     """
     from huggingface_hub import hf_hub_download
 
-    local_only = _offline_env() if offline is None else offline
+    local_only = offline_env() if offline is None else offline
     # huggingface_hub logs each connection retry as a warning; the one-line error says it all.
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
     try:

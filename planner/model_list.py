@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner import catalog
-from planner.hf_config import parse_config
-from planner.memory import estimate
+from planner.kv_layout import estimate
+from planner.model import catalog
+from planner.model.config import parse_config
 
 
 @dataclass(frozen=True)

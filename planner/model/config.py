@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import ConfigError, ModelNotFoundError
-from planner.specs import (
+from planner.model.specs import (
     MLA,
     ChunkedLocal,
     FullAttention,
@@ -733,7 +733,7 @@ def load_model_spec(
     Returns:
         The parsed :class:`ModelSpec`.
     """
-    from planner import catalog
+    from planner.model import catalog
 
     if not model or not model.strip():
         raise ModelNotFoundError("no model given; pass a catalog name, hub id or path")
@@ -746,7 +746,7 @@ def load_model_spec(
     if entry is not None:
         model = entry.hub_id  # a catalog name with --revision: that revision from the Hub
     if HUB_ID.match(model) and len(model) <= MAX_HUB_ID:
-        from planner.hub import download_config
+        from planner.model.hub import download_config
 
         config_path = download_config(model, revision=revision, offline=offline)
         raw = read_json_config(config_path, f"{model}/config.json")

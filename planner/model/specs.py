@@ -5,7 +5,7 @@ knows its bytes per token, its page size for a block, and how many blocks one re
 context length. Nothing outside this module branches on the kind of a layer.
 
 Specs come in two flavours built from the same classes: the *model* spec (whole model, tensor
-parallel size 1, model dtype), as :func:`planner.hf_config.load_model_spec` returns it, and the
+parallel size 1, model dtype), as :func:`planner.model.config.load_model_spec` returns it, and the
 *per-rank* spec from :meth:`LayerSpec.for_rank`, which is what a GPU actually stores.
 """
 
@@ -17,6 +17,9 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from planner.errors import UsageError
+
+# The kinds of StateSpec layers: Mamba1State / Mamba2State "mamba", GatedDeltaNetState "linear".
+STATE_KINDS = frozenset({"mamba", "linear"})
 
 
 def cdiv(a: int, b: int) -> int:
@@ -216,7 +219,7 @@ class FullAttention(LayerSpec):
     head_size_v: int
     dtype_bytes: int
     # KV heads transformers' cache holds when its model code differs from the config's KV
-    # heads (None: the same); see hf_config for the model that needs it.
+    # heads (None: the same); see model/config.py for the model that needs it.
     hf_num_kv_heads: int | None = None
 
     @property
@@ -480,7 +483,7 @@ class ModelSpec:
         else:
             base = "GQA"
         extras = [k for k in self.kinds if k in ("sliding", "chunked")]
-        states = [k for k in self.kinds if isinstance(k, str) and k in ("mamba", "linear")]
+        states = [k for k in self.kinds if isinstance(k, str) and k in STATE_KINDS]
         if not base:
             return "attention-free (" + " + ".join(states) + ")" if states else "no cache"
         label = base

@@ -1,0 +1,60 @@
+"""Ready-to-paste engine commands for a plan, each flag spelled as that engine's parser takes it."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from planner.recommend import Recommended
+
+_SGLANG_KV = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+
+
+def engine_commands(
+    model: str, rec: Recommended, *, tp: int, pp: int, kv_cache_dtype: str, mem_fraction: str
+) -> dict[str, str]:
+    """Ready-to-paste launch commands, flags spelled as each engine accepts them."""
+    vllm = ["vllm", "serve", model, "--tensor-parallel-size", str(tp)]
+    if pp > 1:
+        vllm += ["--pipeline-parallel-size", str(pp)]
+    vllm += [
+        "--max-model-len",
+        str(rec.max_model_len),
+        "--max-num-seqs",
+        str(rec.max_num_seqs),
+        "--gpu-memory-utilization",
+        str(rec.gpu_memory_utilization),
+        "--block-size",
+        str(rec.block_size),
+    ]
+    if kv_cache_dtype != "auto":
+        vllm += ["--kv-cache-dtype", kv_cache_dtype]
+    sglang = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(tp)]
+    if pp > 1:
+        sglang += ["--pp", str(pp)]
+    sglang += [
+        "--context-length",
+        str(rec.max_model_len),
+        "--max-running-requests",
+        str(rec.max_num_seqs),
+        "--mem-fraction-static",
+        mem_fraction,
+    ]
+    if kv_cache_dtype in _SGLANG_KV:
+        sglang += ["--kv-cache-dtype", _SGLANG_KV[kv_cache_dtype]]
+    trt = ["trtllm-serve", model, "--tp_size", str(tp)]
+    if pp > 1:
+        trt += ["--pp_size", str(pp)]
+    trt += [
+        "--max_seq_len",
+        str(rec.max_model_len),
+        "--max_batch_size",
+        str(rec.max_num_seqs),
+        "--kv_cache_free_gpu_memory_fraction",
+        "0.9",
+    ]
+    return {
+        name: shlex.join(args)
+        for name, args in (("vllm", vllm), ("sglang", sglang), ("trtllm", trt))
+    }

@@ -1,0 +1,445 @@
+"""One deployment: which model, on which GPU, with which serve settings (vLLM's ``VllmConfig``).
+
+Every command builds a :class:`Deployment` once and hands it down the pipeline
+(load -> KV layout -> weights/budget -> plan -> check / diagnose / simulate / verify -> views),
+so the same flags give the same defaults, budget and blocks everywhere.
+
+- :class:`Gpu` is a device as software sees it: the memory the driver reports, and the
+  spec-sheet figures the simulator's roofline needs. ``is_a100`` travels inside it.
+- :class:`ServeSettings` are the engine flags, parsed and validated once. ``None`` means "the
+  engine's default"; auto-fitting ``max_model_len`` (vLLM's ``--max-model-len -1``) is a field.
+- Each setting knows how the user spells it on the command line, in a plans file and in a vLLM
+  boot log (:data:`SPELLINGS`), so suggestions travel as data (``{"tp": 2}``) and are rendered
+  as ``--tensor-parallel-size 2`` or ``tp: 2`` by :func:`as_flags` and :func:`as_yaml`.
+
+Worked example: ``kvplan estimate llama-3.1-8b --gpu a100-80gb`` is
+``Deployment(model=<Llama-3.1-8B>, gpu=Gpu(name="a100-80gb", memory_bytes=85,024,112,640, ...),
+settings=ServeSettings())``; vLLM's batch defaults for it are 2,048 tokens / 256 sequences
+(A100s take the small-GPU defaults whatever their size), in every command.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from planner.errors import UsageError
+from planner.model.specs import Engine, KVDtype
+from planner.units import GIB
+
+if TYPE_CHECKING:
+    from planner.model_load import LoadedModel
+
+# Token counts, lengths, sequences and parallel sizes above 2^40 describe no deployment; the
+# bound keeps every byte product exact in a float for the renderers.
+MAX_COUNT = 1 << 40
+# vLLM 0.33 CacheConfig.gpu_memory_utilization.
+VLLM_DEFAULT_GMU = 0.92
+# vLLM >= 0.21 subtracts its profiled CUDA-graph estimate; measured graph memory ranged from
+# -0.88 to +1.03 GiB in CALIBRATION.md. kvplan assumes 0.5 GiB unless told (--cuda-graph-memory,
+# --enforce-eager).
+CUDA_GRAPH_DEFAULT_BYTES = GIB // 2
+
+Spelling = Literal["cli", "yaml", "log"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpu:
+    """One GPU as software sees it: ``memory_bytes`` is the driver's total (what vLLM multiplies
+    by ``gpu_memory_utilization``), not the marketing size.
+
+    ``bandwidth_bytes_per_s`` and ``bf16_flops`` feed the simulator's roofline; they are
+    ``None`` for a GPU known only by its memory (``--gpu-memory``, a boot log).
+    """
+
+    name: str
+    memory_bytes: int
+    bandwidth_bytes_per_s: int | None = None
+    bf16_flops: int | None = None
+    compute_capability: str | None = None
+    aliases: tuple[str, ...] = ()
+    source: str = ""
+
+    @property
+    def is_a100(self) -> bool:
+        """vLLM's batch defaults treat A100 apart from other >= 70 GiB GPUs (it checks the
+        device name, as here: "a100-80gb" and "NVIDIA A100-SXM4-80GB" both are)."""
+        return "a100" in self.name.lower()
+
+    def with_memory(self, memory_bytes: int, source: str) -> Gpu:
+        """This GPU with another total (``--gpu-memory`` over ``--gpu``): a custom size keeps
+        the name (so an A100 stays an A100) but loses no roofline figures."""
+        if memory_bytes <= 0:
+            raise UsageError("--gpu-memory must be positive")
+        return replace(self, memory_bytes=memory_bytes, source=source)
+
+
+def custom_gpu(memory_bytes: int, *, name: str = "custom", source: str = "--gpu-memory") -> Gpu:
+    """A GPU known only by its total memory."""
+    if memory_bytes <= 0:
+        raise UsageError("--gpu-memory must be positive")
+    return Gpu(name=name, memory_bytes=memory_bytes, source=source)
+
+
+# --------------------------------------------------------------------------- spellings
+
+
+@dataclass(frozen=True)
+class Names:
+    """How one setting is spelled: ``kvplan``/``vllm serve`` flag, plans-file key, and the
+    name vLLM's boot log uses (``non-default args`` / ``EngineArgs``); None where it has none."""
+
+    cli: str
+    yaml: str
+    log: str | None
+
+
+# Field -> spellings. The CLI spelling is vLLM's own flag, which kvplan also accepts, so a
+# suggestion pastes into either command line.
+SPELLINGS: dict[str, Names] = {
+    "engine": Names("--engine", "engine", None),
+    "tp": Names("--tensor-parallel-size", "tp", "tensor_parallel_size"),
+    "pp": Names("--pipeline-parallel-size", "pp", "pipeline_parallel_size"),
+    "kv_cache_dtype": Names("--kv-cache-dtype", "kv_cache_dtype", "kv_cache_dtype"),
+    "block_size": Names("--block-size", "block_size", "block_size"),
+    "max_model_len": Names("--max-model-len", "max_model_len", "max_model_len"),
+    "max_num_batched_tokens": Names(
+        "--max-num-batched-tokens", "max_num_batched_tokens", "max_num_batched_tokens"
+    ),
+    "max_num_seqs": Names("--max-num-seqs", "max_num_seqs", "max_num_seqs"),
+    "enable_prefix_caching": Names(
+        "--enable-prefix-caching", "enable_prefix_caching", "enable_prefix_caching"
+    ),
+    "gpu_memory_utilization": Names(
+        "--gpu-memory-utilization", "gpu_memory_utilization", "gpu_memory_utilization"
+    ),
+    "kv_cache_memory_bytes": Names("--kv-cache-memory", "kv_cache_memory", "kv_cache_memory_bytes"),
+    "cuda_graph_bytes": Names("--cuda-graph-memory", "cuda_graph_memory", None),
+    "enforce_eager": Names("--enforce-eager", "enforce_eager", "enforce_eager"),
+    "headroom_bytes": Names("--headroom", "headroom", None),
+    # not serve settings, but changes a suggestion may name
+    "gpu": Names("--gpu", "gpu", None),
+}
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, Engine | KVDtype):
+        return value.value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def as_flags(changes: Mapping[str, Any]) -> str:
+    """``{"tp": 2, "kv_cache_dtype": "fp8"}`` -> ``--tensor-parallel-size 2 --kv-cache-dtype
+    fp8`` (a boolean is its flag, or ``--no-`` flag)."""
+    words = []
+    for key, value in changes.items():
+        flag = SPELLINGS[key].cli
+        if isinstance(value, bool):
+            words.append(flag if value else "--no-" + flag.removeprefix("--"))
+        else:
+            words.append(f"{flag} {_shown(value)}")
+    return " ".join(words)
+
+
+def as_yaml(changes: Mapping[str, Any]) -> str:
+    """``{"tp": 2, "kv_cache_dtype": "fp8"}`` -> ``tp: 2, kv_cache_dtype: fp8``."""
+    return ", ".join(f"{SPELLINGS[k].yaml}: {_shown(v)}" for k, v in changes.items())
+
+
+def render_changes(changes: Mapping[str, Any] | str, spelling: Spelling) -> str:
+    """A suggestion in the spelling of the place it is shown (a sentence stays as it is)."""
+    if isinstance(changes, str):
+        return changes
+    return as_yaml(changes) if spelling == "yaml" else as_flags(changes)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def positive_count(name: str, value: int | None) -> None:
+    """Refuse a count flag that is not a whole number in [1, MAX_COUNT] (None: not given)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    if value is not None and value > MAX_COUNT:
+        shown = f"{value:,}" if value < 10**30 else f"a {len(str(value)):,}-digit number"
+        raise UsageError(f"{name} must be at most {MAX_COUNT:,} (2^40), got {shown}")
+
+
+def check_gmu(gmu: float) -> None:
+    """Refuse a ``gpu_memory_utilization`` outside (0, 1]."""
+    if not (isinstance(gmu, int | float) and math.isfinite(gmu) and 0 < gmu <= 1):
+        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {gmu!r}")
+
+
+def vllm_batch_defaults(
+    max_model_len: int,
+    gpu: Gpu | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+) -> tuple[int, int]:
+    """``vllm serve`` defaults for (max_num_batched_tokens, max_num_seqs), 0.33
+    ``EngineArgs.get_batch_defaults``: >= 160 GiB GPUs 16384 / 1024; >= 70 GiB (not A100)
+    8192 / 1024; otherwise (and with no GPU named) 2048 / 256. Then tokens = min(tokens,
+    seqs * len) and seqs = min(seqs, tokens).
+
+    Llama-3.1-8B: on an H100 (79.18 GiB) 8,192 / 1,024; on an A100-80GB 2,048 / 256; on an
+    H200 (139.80 GiB) 8,192 / 1,024; with ``--max-num-seqs 4`` and ``max_model_len`` 1,000 the
+    token budget drops to 4 x 1,000 = 4,000 on an H100.
+    """
+    memory = gpu.memory_bytes if gpu is not None else None
+    if memory is not None and memory >= 160 * GIB:
+        tokens, seqs = 16384, 1024
+    elif memory is not None and memory >= 70 * GIB and not gpu.is_a100:  # type: ignore[union-attr]
+        tokens, seqs = 8192, 1024
+    else:
+        tokens, seqs = 2048, 256
+    seqs = max_num_seqs if max_num_seqs is not None else seqs
+    if max_num_batched_tokens is None:
+        tokens = min(tokens, seqs * max_model_len)
+    else:
+        tokens = max_num_batched_tokens
+    if max_num_seqs is None:
+        seqs = min(seqs, tokens)
+    return tokens, seqs
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeSettings:
+    """The engine flags of one deployment, validated once; ``None`` = the engine's default.
+
+    Attributes:
+        engine: whose layout and budget to reproduce.
+        tp, pp: tensor- and pipeline-parallel size.
+        kv_cache_dtype: ``auto`` follows the checkpoint (fp8 scales, else the model dtype).
+        block_size: tokens per block (vLLM 16, TRT-LLM 32, SGLang/transformers 1).
+        max_model_len: context per request (the config's when None).
+        auto_fit_max_model_len: vLLM's ``--max-model-len -1``: the longest that fits the pool.
+        max_num_batched_tokens, max_num_seqs: vLLM's per-step budgets (``vllm serve``'s
+            defaults for the GPU when None: see :func:`vllm_batch_defaults`).
+        enable_prefix_caching: hybrids keep extra Mamba pages when on.
+        gpu_memory_utilization: the engine's memory fraction (vLLM 0.92 when None).
+        kv_cache_memory_bytes: vLLM's ``--kv-cache-memory-bytes``: a fixed KV pool per rank.
+        cuda_graph_bytes: CUDA-graph memory vLLM subtracts; 0 is ``--enforce-eager``; None the
+            0.5 GiB estimate.
+        headroom_bytes: memory the user keeps free on top of the engine's budget.
+    """
+
+    engine: Engine = Engine.VLLM
+    tp: int = 1
+    pp: int = 1
+    kv_cache_dtype: KVDtype = KVDtype.AUTO
+    block_size: int | None = None
+    max_model_len: int | None = None
+    auto_fit_max_model_len: bool = False
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+    headroom_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        for key, value in (
+            ("tp", self.tp),
+            ("pp", self.pp),
+            ("block_size", self.block_size),
+            ("max_model_len", self.max_model_len),
+            ("max_num_batched_tokens", self.max_num_batched_tokens),
+            ("max_num_seqs", self.max_num_seqs),
+        ):
+            positive_count(_FLAG_NAMES.get(key, SPELLINGS[key].cli), value)
+        if self.gpu_memory_utilization is not None:
+            check_gmu(self.gpu_memory_utilization)
+        if self.auto_fit_max_model_len and self.engine is not Engine.VLLM:
+            raise UsageError("--max-model-len -1 (auto-fit) is vLLM's; give a length")
+        if self.auto_fit_max_model_len and self.max_model_len is not None:
+            raise UsageError("--max-model-len: give a length or -1 (auto-fit), not both")
+        for key, value in (
+            ("--kv-cache-memory", self.kv_cache_memory_bytes),
+            ("--cuda-graph-memory", self.cuda_graph_bytes),
+        ):
+            if value is not None and value < 0:
+                raise UsageError(f"{key} must not be negative, got {value:,} B")
+        if self.headroom_bytes < 0:
+            raise UsageError(f"--headroom must not be negative, got {self.headroom_bytes:,} B")
+
+    @property
+    def gmu(self) -> float:
+        """``gpu_memory_utilization`` as vLLM runs it (its 0.92 default when not given)."""
+        return (
+            VLLM_DEFAULT_GMU if self.gpu_memory_utilization is None else self.gpu_memory_utilization
+        )
+
+    @property
+    def enforce_eager(self) -> bool:
+        return self.cuda_graph_bytes == 0
+
+    @property
+    def graph_bytes(self) -> int:
+        """CUDA-graph bytes the budget subtracts (the 0.5 GiB estimate unless told)."""
+        return CUDA_GRAPH_DEFAULT_BYTES if self.cuda_graph_bytes is None else self.cuda_graph_bytes
+
+    def batch_defaults(self, max_model_len: int, gpu: Gpu | None) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) as ``vllm serve`` resolves them on ``gpu``."""
+        return vllm_batch_defaults(
+            max_model_len, gpu, self.max_num_batched_tokens, self.max_num_seqs
+        )
+
+    def but(self, **changes: Any) -> ServeSettings:
+        """These settings with ``changes`` (validated again)."""
+        return replace(self, **changes)
+
+    @classmethod
+    def from_mapping(
+        cls, raw: Mapping[str, Any], *, spelling: Spelling, base: ServeSettings | None = None
+    ) -> tuple[ServeSettings, list[tuple[str, str]]]:
+        """Settings from a mapping keyed in one spelling (plans-file keys, boot-log names or
+        CLI flags), over ``base``. Values may be strings (a log) or typed (YAML).
+
+        Returns:
+            The settings, and the problems as (key as spelled, message); a key with a problem
+            keeps ``base``'s value. Keys that are not settings are ignored (the caller knows
+            its other keys).
+        """
+        by_name = {getattr(n, spelling): f for f, n in SPELLINGS.items() if getattr(n, spelling)}
+        values: dict[str, Any] = {}
+        problems: list[tuple[str, str]] = []
+        for key, value in raw.items():
+            name = by_name.get(str(key))
+            if name is None or name == "gpu" or value is None:
+                continue
+            try:
+                values.update(_parse_value(name, value))
+            except UsageError as exc:
+                problems.append((str(key), str(exc)))
+        start = base or cls()
+        try:
+            return replace(start, **values), problems
+        except UsageError as exc:  # a combination, e.g. fp32 KV with vLLM
+            problems.append(("", str(exc)))
+            return start, problems
+
+
+_FLAG_NAMES = {"tp": "--tp", "pp": "--pp"}  # kvplan's short flags, as its messages name them
+_COUNT_FIELDS = (
+    "tp",
+    "pp",
+    "block_size",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+)
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+
+def kv_dtype_for(text: str, engine: Engine) -> KVDtype:
+    """``--kv-cache-dtype`` as a user may give it: fp32 only for transformers (the serving
+    engines have no fp32 cache; the library's probes may still ask for one)."""
+    dtype = KVDtype.parse(text)
+    if dtype is KVDtype.FP32 and engine is not Engine.HF:
+        raise UsageError("--kv-cache-dtype fp32 is only meaningful with --engine hf")
+    return dtype
+
+
+def parse_bool(value: Any) -> bool:
+    """A boolean from YAML (``true``), a log (``'True'``) or a flag value (``on``)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise UsageError(f"expected true or false, got {value!r}")
+
+
+def _as_count(value: Any) -> int:
+    if isinstance(value, bool):
+        raise UsageError(f"expected a whole number, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise UsageError(f"expected a whole number, got {value!r}")
+
+
+def _parse_value(name: str, value: Any) -> dict[str, Any]:
+    """One setting's value, as :class:`ServeSettings` holds it."""
+    from planner.units import parse_size
+
+    if name == "engine":
+        return {"engine": value if isinstance(value, Engine) else Engine.parse(str(value))}
+    if name == "kv_cache_dtype":
+        dtype = value if isinstance(value, KVDtype) else KVDtype.parse(str(value))
+        return {"kv_cache_dtype": dtype}
+    if name in ("enable_prefix_caching",):
+        return {name: parse_bool(value)}
+    if name == "enforce_eager":
+        return {"cuda_graph_bytes": 0} if parse_bool(value) else {}
+    if name == "gpu_memory_utilization":
+        if isinstance(value, bool):
+            raise UsageError(f"expected a number, got {value!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"expected a number, got {value!r}") from None
+        check_gmu(number)
+        return {name: number}
+    if name in ("kv_cache_memory_bytes", "cuda_graph_bytes", "headroom_bytes"):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {name: value}
+        return {name: parse_size(str(value), flag=SPELLINGS[name].cli)}
+    if name == "max_model_len":
+        number = _as_count(value)
+        if number == -1:
+            return {"auto_fit_max_model_len": True}
+        positive_count(SPELLINGS[name].cli, number)
+        return {name: number}
+    if name in _COUNT_FIELDS:
+        number = _as_count(value)
+        positive_count(SPELLINGS[name].cli, number)
+        return {name: number}
+    raise AssertionError(f"no parser for setting {name}")  # SPELLINGS and this table disagree
+
+
+# --------------------------------------------------------------------------- deployment
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deployment:
+    """What runs where: the one argument of every planning step.
+
+    ``model`` is what :func:`planner.model_load.load_model` fetched (config and, where
+    reachable, safetensors headers under one revision); ``gpu`` is None when only a KV pool
+    size is known (``--kv-cache-memory``) or nothing is.
+    """
+
+    model: LoadedModel
+    gpu: Gpu | None
+    settings: ServeSettings = field(default_factory=ServeSettings)
+
+    @property
+    def spec(self):  # type: ignore[no-untyped-def]  # -> ModelSpec (kept lazy for cold start)
+        return self.model.spec
+
+    def with_settings(self, **changes: Any) -> Deployment:
+        """The same model and GPU with some settings changed."""
+        return replace(self, settings=replace(self.settings, **changes))
+
+    def on(self, gpu: Gpu | None) -> Deployment:
+        """The same model and settings on another GPU."""
+        return replace(self, gpu=gpu)
+
+
+def settings_fields() -> list[str]:
+    """The names of :class:`ServeSettings`' fields (for tests and docs)."""
+    return [f.name for f in fields(ServeSettings)]

@@ -74,7 +74,8 @@ def main() -> None:
             "--json",
         ]
     else:
-        print(f"(vllm-wizard skipped: {args.wizard or 'no --wizard PATH'} not found)")
+        why = f"{args.wizard} not found" if args.wizard else "no --wizard PATH given"
+        print(f"(vllm-wizard skipped: {why})")
     cases['python -c "from transformers import AutoConfig"'] = [
         sys.executable,
         "-c",

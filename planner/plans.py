@@ -34,10 +34,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from planner import files
-from planner.deployment import MAX_COUNT, ServeSettings, SettingError, render_changes
+from planner.deployment import MAX_COUNT, ServeSettings, SettingError, as_yaml, render_changes
 from planner.errors import InputFileError, KvplanError, UsageError
 from planner.files import MarkedMap as _Map
 from planner.specs import Engine, KVDtype
@@ -689,6 +689,25 @@ def _requirements(req: Requirements, concurrency: float, tokens: int, usage: flo
     return checks
 
 
+class _Fix(NamedTuple):
+    """One way to pass: the settings to change as data (``{"tp": 4}``) or a sentence, what
+    they buy, and the further changes they need (``then``)."""
+
+    change: Mapping[str, object] | str
+    note: str = ""
+    then: Mapping[str, object] | None = None
+
+    def __str__(self) -> str:
+        """As a plans file spells it: ``kv_cache_dtype: fp8 (6.30x, 206,438 tokens) with
+        max_num_seqs: 5``."""
+        text = render_changes(self.change, "yaml")
+        if self.note:
+            text += f" {self.note}"
+        if self.then:
+            text += f" with {as_yaml(self.then)}"
+        return text
+
+
 def _check_vllm(
     entry: Entry, dep: Deployment, weights: Weights, settings: dict[str, Any]
 ) -> DeploymentResult:
@@ -745,7 +764,7 @@ def _check_vllm(
         setting=f"gpu_memory_utilization={gmu}",
     )
     ok = all(c.passed for c in checks)
-    fix = None if ok else _vllm_fix(entry.requirements, p, checks)
+    fix = None if ok else "; or ".join(str(f) for f in _vllm_fixes(entry.requirements, p, checks))
     return _result(entry, "pass" if ok else "fail", settings, checks, figures, fix, model=spec.name)
 
 
@@ -755,7 +774,7 @@ def _yaml_fix(change: Mapping[str, object] | str) -> str:
     return f"a bigger GPU ({text})" if not isinstance(change, str) and "gpu" in change else text
 
 
-def _vllm_fix(req: Requirements, p: Plan, checks: list[Check]) -> str:
+def _vllm_fixes(req: Requirements, p: Plan, checks: list[Check]) -> list[_Fix]:
     """What to change, from the planner's own numbers: vLLM's estimated maximum length, the
     max_num_seqs that meets max_kv_usage, and the fp8 / TP alternatives that pass every check
     (with the max_num_seqs each needs for max_kv_usage)."""
@@ -767,16 +786,14 @@ def _vllm_fix(req: Requirements, p: Plan, checks: list[Check]) -> str:
         """Most full-length sequences whose blocks stay within max_kv_usage of the pool."""
         return int((req.max_kv_usage or 0) * max(blocks - 1, 0) // per_request)
 
-    from planner.deployment import as_yaml
-
-    fixes: list[str] = []
+    fixes: list[_Fix] = []
     if "max_model_len" in failed:
         if cap.estimated_max_model_len:
-            fixes.append(f"max_model_len: {cap.estimated_max_model_len} (vLLM's estimate)")
+            fixes.append(_Fix({"max_model_len": cap.estimated_max_model_len}, "(vLLM's estimate)"))
         else:
-            fixes.append("more GPU memory: weights and activations leave no KV cache")
+            fixes.append(_Fix("more GPU memory: weights and activations leave no KV cache"))
     if failed == {"max_kv_usage"} and seqs_within(cap.num_gpu_blocks) >= 1:
-        fixes.append(f"max_num_seqs: {seqs_within(cap.num_gpu_blocks)}")
+        fixes.append(_Fix({"max_num_seqs": seqs_within(cap.num_gpu_blocks)}))
     length = p.estimate.max_model_len
     for alt in p.alternatives:
         tokens = int(alt.max_concurrency * length)
@@ -784,19 +801,21 @@ def _vllm_fix(req: Requirements, p: Plan, checks: list[Check]) -> str:
             continue
         if tokens < (req.min_kv_tokens or 0):
             continue
-        knob = as_yaml(alt.changes)
-        text = f"{knob} ({alt.max_concurrency:.2f}x, {tokens:,} tokens)"
+        note = f"({alt.max_concurrency:.2f}x, {tokens:,} tokens)"
         usable = max(alt.num_gpu_blocks - 1, 0)
         if req.max_kv_usage is not None and cap.max_num_seqs * per_request > (
             req.max_kv_usage * usable
         ):
             if seqs_within(alt.num_gpu_blocks) < 1:
                 continue
-            text += f" with max_num_seqs: {seqs_within(alt.num_gpu_blocks)}"
-        fixes.append(text)
+            fixes.append(
+                _Fix(alt.changes, note, then={"max_num_seqs": seqs_within(alt.num_gpu_blocks)})
+            )
+        else:
+            fixes.append(_Fix(alt.changes, note))
     if not fixes:
-        fixes.append("a larger GPU, more TP, or a shorter max_model_len")
-    return "; or ".join(fixes)
+        fixes.append(_Fix("a larger GPU, more TP, or a shorter max_model_len"))
+    return fixes
 
 
 def _check_other(
@@ -835,18 +854,18 @@ def _check_other(
     ok = all(c.passed for c in checks)
     fix = None
     if not ok:
-        fixes = []
+        fixes: list[_Fix] = []
         failed = {c.name for c in checks if not c.passed}
         if "max_model_len" in failed and cap.max_total_tokens > 0:
-            fixes.append(f"max_model_len: {cap.max_total_tokens} (the whole KV pool)")
+            fixes.append(_Fix({"max_model_len": cap.max_total_tokens}, "(the whole KV pool)"))
         if "max_kv_usage" in failed and req.max_kv_usage is not None:
             seqs_ok = int(req.max_kv_usage * cap.max_concurrency)
             if seqs_ok >= 1:
-                fixes.append(f"max_num_seqs: {seqs_ok}")
+                fixes.append(_Fix({"max_num_seqs": seqs_ok}))
         if est.kv_dtype_bytes > 1:
-            fixes.append("kv_cache_dtype: fp8 (half the KV bytes per token)")
-        fixes.append(f"tp: {dep.settings.tp * 2} or a larger GPU")
-        fix = "; or ".join(fixes)
+            fixes.append(_Fix({"kv_cache_dtype": KVDtype.FP8}, "(half the KV bytes per token)"))
+        fixes.append(_Fix({"tp": dep.settings.tp * 2}, "or a larger GPU"))
+        fix = "; or ".join(str(f) for f in fixes)
     return _result(entry, "pass" if ok else "fail", settings, checks, figures, fix, model=spec.name)
 
 

@@ -25,6 +25,12 @@ any fails (or cannot be planned), 2 when the file is invalid. Schema (``examples
 Validation errors name the file, the line (YAML marks) and the key; one invalid deployment does
 not stop the others from being checked, but makes the run exit 2. The YAML is loaded with
 ``yaml.SafeLoader``; files over 1 MiB and alias expansions over a million nodes are refused.
+
+:func:`parse_plans` turns each valid entry into an :class:`Entry`: a model argument, a
+:class:`planner.deployment.Gpu`, :class:`planner.deployment.ServeSettings` (parsed by
+``ServeSettings.from_mapping``, the keys being the settings' yaml spellings) and
+:class:`Requirements`. :func:`check_deployment` plans it as a
+:class:`planner.deployment.Deployment`, as ``kvplan estimate`` would, and judges it.
 """
 
 from __future__ import annotations
@@ -480,8 +486,21 @@ def _gpu(r: _Reader, name: str | None, memory_bytes: int | None) -> Gpu | None:
 class Check:
     """One requirement of a deployment: ``actual`` against ``required``.
 
-    ``unit`` says how to show the numbers: ``bytes``, ``x`` (requests), ``tokens`` or ``ratio``.
-    ``margin`` is relative: +0.25 means 25 % to spare, negative means failed by that much.
+    Attributes:
+        name: what is checked: ``max_model_len`` (one request of that length fits; every
+            plannable deployment has it), ``weights`` (the only check when the weights alone
+            exceed the engine's budget), or a requirement of the plans file:
+            ``min_concurrency``, ``min_kv_tokens``, ``max_kv_usage``.
+        resource: the same in words, e.g. ``KV memory for one max_model_len request``.
+        unit: how to show the numbers: ``bytes``, ``x`` (requests), ``tokens`` or ``ratio``.
+        required: the bound: the plans file's, or what one ``max_model_len`` request needs.
+        actual: what the deployment gets.
+        passed: ``actual >= required``; ``actual <= required`` for ``weights`` and
+            ``max_kv_usage``.
+        margin: relative room: +0.25 means 25 % to spare, negative means failed by that much
+            (``actual / required - 1``, or ``required / actual - 1`` for an upper bound).
+            Qwen2.5-7B on an RTX 4090 with 8 x 32,768-token requests uses 2.5409 of its KV
+            blocks against a ``max_kv_usage`` of 0.9: 0.9 / 2.5409 - 1 = -0.6458.
     """
 
     name: str
@@ -495,9 +514,29 @@ class Check:
 
 @dataclass(frozen=True)
 class Figures:
-    """The capacity figures a deployment was judged on, per GPU rank."""
+    """The capacity figures a deployment was judged on, per GPU rank.
 
-    source: str  # whose formulas: "vllm", "sglang", "trtllm"
+    Attributes:
+        source: whose formulas: ``vllm``, ``sglang`` or ``trtllm``.
+        weights_bytes: the weights one rank holds.
+        available_kv_bytes: the engine's KV pool on one rank.
+        kv_cache_size_tokens: the pool in tokens (vLLM's "GPU KV cache size").
+        max_concurrency: requests of ``max_model_len`` tokens the pool holds at once.
+        num_gpu_blocks: vLLM's KV blocks (None for the other engines).
+        blocks_per_request: blocks one ``max_model_len`` request takes (vLLM only).
+        kv_usage: what ``max_num_seqs`` full-length requests take of the pool: with vLLM
+            ``max_num_seqs x blocks_per_request / (num_gpu_blocks - 1)`` (the null block is
+            never handed out), else ``max_num_seqs / max_concurrency``; None when an engine
+            other than vLLM is given no ``max_num_seqs``.
+        setting: the engine knob that set the budget, e.g. ``gpu_memory_utilization=0.92``
+            or ``mem_fraction_static=0.8``.
+
+    Qwen2.5-7B on an RTX 4090 (vLLM, 32,768 tokens, 8 sequences): 6,449 blocks of 16 tokens
+    are 103,184 tokens; a request takes 2,048 blocks, so 103,184 / 32,768 = 3.1489 requests
+    fit at once, and 8 x 2,048 / 6,448 = 2.5409 is the KV usage.
+    """
+
+    source: str
     weights_bytes: int
     available_kv_bytes: int
     kv_cache_size_tokens: int
@@ -505,13 +544,38 @@ class Figures:
     num_gpu_blocks: int | None
     blocks_per_request: int | None
     kv_usage: float | None
-    setting: str  # the engine knob that set the budget, e.g. gpu_memory_utilization=0.92
+    setting: str
 
 
 @dataclass(frozen=True)
 class DeploymentResult:
     """The verdict on one deployment: pass, fail (a requirement is not met) or error (it could
-    not be planned: unknown model, invalid TP for the model ...)."""
+    not be planned: unknown model, invalid TP for the model ...).
+
+    Attributes:
+        name: the entry's ``name``.
+        line: the line of the entry's first key.
+        status: ``pass``, ``fail`` or ``error``.
+        model: the model as loaded (``Qwen/Qwen2.5-7B-Instruct`` for ``qwen2.5-7b``); on an
+            error, the entry's model argument.
+        engine: ``vllm``, ``sglang`` or ``trtllm``.
+        gpu: the GPU's name; ``custom`` for a bare ``gpu_memory``.
+        gpu_memory_bytes: the GPU's total memory, which the budget starts from.
+        settings: the settings judged, as the engine resolves them: ``tp``, ``pp``,
+            ``max_model_len``, ``max_num_seqs``, ``gpu_memory_utilization`` (the fraction in
+            effect, e.g. vLLM's 0.92 when not given), ``kv_cache_dtype`` (``auto`` resolved,
+            e.g. ``bf16``), then ``max_num_batched_tokens`` (vLLM) and ``block_size``. On an
+            error, what the entry gave (None: the engine's default).
+        checks: ``max_model_len`` first, then the requirements; only ``weights`` when the
+            weights do not fit.
+        limiting: the check with the smallest margin (None without checks).
+        margin: that check's margin, rounded to 4 places.
+        figures: the capacity figures (None on an error, or when the weights do not fit).
+        fix: what to change, in plans-file keys, alternatives joined by ``; or `` (``, or ``
+            when the weights do not fit): ``kv_cache_dtype: fp8 (6.30x, 206,438 tokens) with
+            max_num_seqs: 5; or tp: 2 (13.92x, 456,130 tokens)``. None on a pass.
+        error: why it could not be planned (status ``error`` only).
+    """
 
     name: str
     line: int
@@ -533,8 +597,13 @@ class DeploymentResult:
 class CheckReport:
     """``kvplan check``: every deployment's verdict plus the file's problems.
 
-    ``exit_code`` is 2 when the file has problems, else 1 when any deployment failed or could
-    not be planned, else 0.
+    Attributes:
+        file: the plans file as it was named.
+        results: one :class:`DeploymentResult` per valid entry, in file order.
+        problems: the file's validation errors; an entry with any is not checked.
+
+    ``examples/plans.yaml`` has one deployment that fits and one that does not: counts
+    ``{"deployments": 2, "passed": 1, "failed": 1, "errors": 0, "invalid": 0}``, exit code 1.
     """
 
     file: str
@@ -543,12 +612,15 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
+        """2 when the file has problems, else 1 when any deployment failed or could not be
+        planned, else 0."""
         if self.problems:
             return 2
         return 0 if all(r.status == "pass" for r in self.results) else 1
 
     @property
     def counts(self) -> dict[str, int]:
+        """Deployments (valid entries and invalid ones), passed, failed, errors, invalid."""
         statuses = [r.status for r in self.results]
         invalid = len({p.index for p in self.problems if p.index is not None})
         return {

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import planner
 from planner import plans
 from planner.cli import app
-from planner.deployment import ServeSettings
+from planner.deployment import SPELLINGS, ServeSettings
 from planner.gpus import get_gpu
 from planner.plans import PlansFileError, check_file
 from planner.specs import Engine, KVDtype
@@ -403,6 +403,13 @@ def test_an_entry_is_a_gpu_serve_settings_and_requirements(tmp_path: Path) -> No
     )
     assert one.requirements == plans.Requirements(min_concurrency=2.0, max_kv_usage=0.5)
     assert (one.name, one.line, one.model) == ("a", 2, "llama-3.1-8b")
+
+
+def test_every_serve_setting_key_is_a_spelling_the_parser_reads() -> None:
+    # from_mapping ignores keys it does not know: a key renamed in SPELLINGS alone would be
+    # accepted by the schema and then silently dropped
+    yaml_names = {names.yaml for names in SPELLINGS.values()}
+    assert set(plans.SETTINGS) <= yaml_names and set(plans.SETTINGS) <= set(plans.SCHEMA)
 
 
 def test_other_engines_fixes_are_spelled_as_plans_keys(tmp_path: Path) -> None:

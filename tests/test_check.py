@@ -15,12 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 import planner
-from planner import plans
+from planner import check as plans
+from planner.check import PlansFileError, check_file
 from planner.cli import app
 from planner.deployment import SPELLINGS, ServeSettings
 from planner.gpus import get_gpu
 from planner.model.specs import Engine, KVDtype
-from planner.plans import PlansFileError, check_file
 from tests.conftest import fixture_config
 from tests.helpers import plan_for as on
 

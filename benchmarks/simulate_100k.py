@@ -23,7 +23,7 @@ from planner.simulate import (
     roofline_for,
     simulate,
 )
-from planner.workload import Arrival, LogNormal, WorkloadSpec, generate
+from planner.simulate.workload import Arrival, LogNormal, WorkloadSpec, generate
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from planner.simulate import (
     simulate,
     simulate_model,
 )
-from planner.workload import Request, Workload
+from planner.simulate.workload import Request, Workload
 from tests.helpers import deployment, plan_for
 from tests.sim_reference import run_reference
 

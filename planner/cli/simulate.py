@@ -166,7 +166,7 @@ def simulate(
     from planner.render import simulate as render
     from planner.render._output import to_json
     from planner.simulate import build_settings, simulate_model
-    from planner.workload import load_workload, trace_lines
+    from planner.simulate.workload import load_workload, trace_lines
 
     with user_errors():
         axes: dict[str, list[str]] = {

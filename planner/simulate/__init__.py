@@ -42,8 +42,8 @@ from planner.deployment import Deployment, Gpu, ServeSettings, kv_dtype_for, pos
 from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
+from planner.simulate.workload import Request, Workload
 from planner.weights import Weights, from_config, per_rank
-from planner.workload import Request, Workload
 
 USAGE_BINS = 1000
 TIMELINE_POINTS = 240
@@ -1008,7 +1008,7 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
     """Replay ``workload`` over the block pool and scheduler of ``config``.
 
     Args:
-        workload: requests in arrival order (from :func:`planner.workload.load_workload`).
+        workload: requests in arrival order (from :func:`planner.simulate.workload.load_workload`).
         config: pool size, block layout, scheduler limits, prefix caching and step-time model.
 
     Returns:

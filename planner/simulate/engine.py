@@ -1,0 +1,972 @@
+"""Replay a workload over vLLM's paged KV-block pool: usage, preemptions, concurrency, latency.
+
+The scheduler follows vLLM V1 (0.33, ``vllm/v1/core/sched/scheduler.py``) where it matters for
+memory:
+
+- continuous batching: every step first schedules the running requests in admission order
+  (one token per decoding request, the rest of the step's ``max_num_batched_tokens`` to a
+  partially prefilled prompt), then admits waiting requests first-come first-served while the
+  budget, ``max_num_seqs`` and free blocks allow; a long prompt is prefilled in chunks;
+- blocks are allocated on demand, ``block_size`` tokens each, from one pool of
+  ``num_gpu_blocks - 1`` blocks (vLLM keeps one null block);
+- prefix caching hashes full blocks: requests with the same prefix share its full blocks
+  (reference-counted); freed blocks stay cached until evicted, least recently freed first and
+  the tail of a request before its head; a cached block counts as free, as in vLLM;
+- when a running request needs a block and none is free, the newest running request is
+  preempted (its blocks freed, its progress recomputed later) and put at the front of the
+  queue; no new request is admitted in a step that preempted.
+
+Decoding is event-driven: between events (a request finishes, the pool runs out, a request
+arrives at an idle queue) all decoding requests advance together, and the blocks they need are
+counted from how many of them cross a block boundary at each step (their position modulo
+``block_size``), so cost grows with requests and events, not with tokens.
+
+How long each step takes is :mod:`planner.simulate.roofline`'s model; what is replayed comes
+from :mod:`planner.simulate.workload`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.errors import DoesNotFitError, UsageError
+from planner.kv_layout import KVEstimate
+from planner.model.specs import cdiv
+from planner.simulate.roofline import Roofline
+from planner.simulate.workload import Request, Workload
+
+USAGE_BINS = 1000
+TIMELINE_POINTS = 240
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """How one request's tokens map onto pool blocks (each ``bytes_per_block`` bytes).
+
+    A request holding ``L`` tokens uses ``full_groups * cdiv(L, block_size)`` blocks for its
+    full-attention KV-cache groups, ``min(cdiv(L, block_size), cap)`` for each window group
+    (sliding or chunked-local attention, capped at its window), and ``state_blocks`` pages for
+    Mamba / linear-attention state. Only full-attention blocks are shared by prefix caching.
+    """
+
+    block_size: int
+    full_groups: int = 1
+    window_caps: tuple[int, ...] = ()
+    state_blocks: int = 0
+
+    def blocks(self, tokens: int) -> int:
+        """Blocks one request holding ``tokens`` tokens occupies."""
+        if tokens <= 0:
+            return 0
+        n = -(-tokens // self.block_size)
+        return self.full_groups * n + sum(min(n, c) for c in self.window_caps) + self.state_blocks
+
+    def weight(self, n: int) -> int:
+        """Blocks allocated when a request grows from ``n`` to ``n + 1`` token blocks."""
+        return self.full_groups + sum(1 for c in self.window_caps if c > n)
+
+    @classmethod
+    def from_estimate(cls, est: KVEstimate) -> tuple[BlockLayout, list[str]]:
+        """The layout of ``est``'s vLLM KV-cache groups, and what the simulation approximates."""
+        assert est.vllm is not None, "simulate models vLLM"
+        bs = est.block_size
+        full, caps, state = 0, [], 0
+        notes: list[str] = []
+        for g in est.vllm.groups:
+            if g.is_state:
+                state += g.blocks_per_request
+            elif g.window:
+                caps.append(cdiv(g.window - 1, bs) + 1)
+            else:
+                full += 1
+        if caps:
+            windows = sorted({g.window for g in est.vllm.groups if g.window})
+            notes.append(
+                "approximation: window layers (sliding / chunked-local, W = "
+                + ", ".join(f"{w:,}" for w in windows)
+                + ") hold cdiv(W - 1, block) + 1 blocks once a request is that long; the extra "
+                "blocks a long prefill chunk needs for them briefly are not modelled, and "
+                "their blocks are not shared by prefix caching"
+            )
+        if state:
+            notes.append(
+                f"approximation: Mamba / linear-attention state is {state} page(s) per request "
+                "from admission to finish and is not shared by prefix caching"
+            )
+        if any(g.block_size != bs and not g.is_state for g in est.vllm.groups):
+            notes.append(f"approximation: every attention group is paged in {bs}-token blocks")
+        return cls(bs, full, tuple(caps), state), notes
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One scheduler and pool configuration to replay a workload against."""
+
+    num_gpu_blocks: int
+    layout: BlockLayout
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    roofline: Roofline
+    prefix_caching: bool = True
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Percentiles:
+        if not values:
+            return cls(0.0, 0.0, 0.0, 0.0)
+        v = sorted(values)
+
+        def at(q: float) -> float:
+            return v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))]
+
+        return cls(at(0.5), at(0.9), at(0.99), v[-1])
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What one replay measured. Times come from the roofline model; usage is the fraction of
+    the pool's usable blocks held by running requests (cached free blocks count as free)."""
+
+    num_gpu_blocks: int
+    usable_blocks: int
+    block_size: int
+    requests: int
+    completed: int
+    rejected_too_long: int
+    preemptions: int
+    preempted_requests: int
+    recomputed_tokens: int
+    steps: int
+    duration_s: float
+    peak_blocks: int
+    usage_p50: float
+    usage_p90: float
+    usage_max: float
+    mean_concurrency: float
+    max_concurrency: int
+    prompt_tokens: int
+    output_tokens: int
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    e2e_s: Percentiles
+    fragmentation: float
+    prefix_query_tokens: int
+    prefix_hit_tokens: int
+    prefix_hit_rate: float
+    prefix_blocks_saved: int
+    timeline: list[tuple[float, float]]
+    finish_steps: list[int] = field(repr=False, default_factory=list)
+    allocated_blocks: int = 0  # taken from the free pool: new blocks and cached ones reused
+    freed_blocks: int = 0  # given back to it
+    max_used_blocks_seen: int = 0
+
+
+# --------------------------------------------------------------------------- engine
+
+
+class _Chain:
+    """Cached full blocks of one content chain (a shared prefix, or one request's own blocks
+    kept after it is preempted): ``cached`` leading token blocks exist, ``holders`` maps how
+    many leading blocks a running request holds to how many requests hold that many."""
+
+    __slots__ = ("m", "cached", "holders", "in_use", "segments")
+
+    def __init__(self, m: int) -> None:
+        self.m = m
+        self.cached = 0
+        self.holders: dict[int, int] = {}
+        self.in_use = 0
+        self.segments: list[list[Any]] = []
+
+
+class _Req:
+    __slots__ = (
+        "arrival",
+        "prompt",
+        "output",
+        "chain",
+        "own",
+        "num_tokens",
+        "computed",
+        "generated",
+        "held",
+        "seq",
+        "base",
+        "res",
+        "weight",
+        "epoch",
+        "first_token",
+        "preemptions",
+        "l_start",
+        "index",
+    )
+
+    def __init__(self, index: int, r: Request, chain: _Chain | None) -> None:
+        self.index = index
+        self.arrival = r.arrival_s
+        self.prompt = r.prompt_tokens
+        self.output = r.output_tokens
+        self.chain = chain
+        self.own: _Chain | None = None
+        self.num_tokens = r.prompt_tokens  # tokens to prefill: prompt + outputs so far
+        self.computed = 0
+        self.generated = 0
+        self.held = 0  # leading blocks of ``chain`` this request holds
+        self.seq = -1
+        self.base = 0
+        self.res = 0
+        self.weight = 0
+        self.epoch = 0
+        self.first_token = -1.0
+        self.preemptions = 0
+        self.l_start = 0
+
+
+def _unused_slots(x: int, b: int) -> int:
+    """sum over 1 <= y <= x of (-y) mod b: empty slots in the last block at each length."""
+    q, r = divmod(x, b)
+    return q * b * (b - 1) // 2 + r * b - r * (r + 1) // 2
+
+
+class _Engine:
+    def __init__(self, workload: Workload, config: SimConfig) -> None:
+        self.cfg = config
+        lay = config.layout
+        self.layout = lay
+        self.B = lay.block_size
+        self.fg = lay.full_groups
+        self.caching = config.prefix_caching and lay.full_groups > 0
+        self.capacity = config.num_gpu_blocks - 1  # vLLM's null block
+        self.free = self.capacity
+        self.queue: deque[list[Any]] = deque()
+        if self.caching:
+            self.queue.append([self.capacity, None])
+        self.T = config.max_num_batched_tokens
+        self.max_seqs = config.max_num_seqs
+        self.roof = config.roofline
+        self.caps = sorted(set(lay.window_caps))
+        fg, bs = lay.full_groups, lay.block_size
+        if not lay.window_caps and not lay.state_blocks:  # the common case, inlined
+
+            def blocks(tokens: int) -> int:
+                return fg * -(-tokens // bs)
+
+            self.blocks = blocks
+        else:
+            self.blocks = lay.blocks
+
+        chains: dict[str, _Chain] = {}
+        self.reqs: list[_Req] = []
+        self.rejected = 0
+        for i, r in enumerate(workload.requests):
+            if r.prompt_tokens + r.output_tokens > config.max_model_len:
+                self.rejected += 1
+                continue
+            chain = None
+            if self.caching and r.prefix_id is not None and r.prefix_tokens >= self.B:
+                chain = chains.get(r.prefix_id)
+                if chain is None:
+                    chain = chains[r.prefix_id] = _Chain(r.prefix_tokens // self.B)
+            self.reqs.append(_Req(i, r, chain))
+        self.finish_steps = [-1] * len(workload.requests)
+
+        self.waiting: deque[_Req] = deque()
+        self.running: dict[int, _Req] = {}
+        self.partial: _Req | None = None
+        self.seqs = itertools.count()
+        self.step = 0
+        self.now = 0.0
+        self.next_arrival = math.inf
+        # decoding requests, in aggregate
+        self.dec_n = 0
+        self.dec_sum = 0  # sum of their context lengths before the current step
+        self.cw = [0] * self.B  # blocks needed at steps s with s % B == residue
+        self.cw_total = 0
+        self.buckets: list[dict[int, _Req]] = [{} for _ in range(self.B)]
+        self.events: list[tuple[int, int, int, int]] = []  # (step, seq, epoch, kind)
+        # statistics
+        self.usage_time = [0.0] * (USAGE_BINS + 1)
+        self.peak = 0
+        self.timeline: list[tuple[float, int]] = []
+        self.conc_time = 0.0
+        self.max_conc = 0
+        self.preemptions = 0
+        self.preempted: set[int] = set()
+        self.recomputed = 0
+        self.query_tokens = 0
+        self.hit_tokens = 0
+        self.blocks_saved = 0
+        self.ttft: list[float] = []
+        self.tpot: list[float] = []
+        self.e2e: list[float] = []
+        self.completed = 0
+        self.prompt_done = 0
+        self.output_done = 0
+        self.unused_slots = 0
+        self.alloc_slots = 0
+        self.chain_tb = 0  # leading shared blocks in use, summed over chains
+        self.allocated = 0
+        self.freed = 0
+
+    # ------------------------------------------------------------------ pool
+    def _take(self, k: int) -> None:
+        """Allocate ``k`` blocks from the head of the free queue, evicting cached ones."""
+        self.free -= k
+        self.allocated += k
+        if not self.caching:
+            return
+        q, fg = self.queue, self.fg
+        while k:
+            seg = q[0]
+            c = seg[0]
+            chain = seg[1]
+            if c <= k:
+                q.popleft()
+                k -= c
+                if chain is not None:
+                    chain.cached -= c // fg
+                    seg[0] = 0
+            else:
+                left = c - k
+                k = 0
+                if chain is None:
+                    seg[0] = left
+                else:  # whole token blocks left stay cached; a split one becomes plain
+                    keep = left // fg
+                    chain.cached -= c // fg - keep
+                    seg[0] = keep * fg
+                    if left - keep * fg:
+                        q.appendleft([left - keep * fg, None])
+
+    def _give(
+        self, plain: int, own: int, own_chain: _Chain | None, shared: int, chain: _Chain | None
+    ) -> None:
+        """Return a request's blocks: its plain ones, then its own full blocks (kept cached for
+        when it resumes), then shared blocks no one holds any more, in vLLM's tail-first order."""
+        total = plain + own * self.fg + shared * self.fg
+        self.free += total
+        self.freed += total
+        if not self.caching:
+            return
+        q = self.queue
+        if plain:
+            if q and q[-1][1] is None:
+                q[-1][0] += plain  # plain blocks are interchangeable: extend the tail run
+            else:
+                q.append([plain, None])
+        if own:
+            assert own_chain is not None
+            seg = [own * self.fg, own_chain]
+            own_chain.segments.append(seg)
+            q.append(seg)
+        if shared:
+            assert chain is not None
+            seg = [shared * self.fg, chain]
+            chain.segments.append(seg)
+            q.append(seg)
+
+    def _hits(self, r: _Req) -> tuple[int, int, int]:
+        """(shared, own) token blocks found cached for ``r``, and how many cached-but-free
+        blocks taking them removes from the free count."""
+        if not self.caching:
+            return 0, 0, 0
+        chain, fg = r.chain, self.fg
+        shared = touch = 0
+        m = 0
+        if chain is not None:
+            shared, m = chain.cached, chain.m
+            if shared > chain.in_use:
+                touch = (shared - chain.in_use) * fg
+        own = 0
+        if r.own is not None and shared == m:
+            own = min(r.own.cached, (r.num_tokens - 1) // self.B - shared)
+            touch += own * fg
+        return shared, own, touch
+
+    def _hold(self, chain: _Chain, old: int, new: int) -> None:
+        """A request now holds ``new`` (was ``old``) leading blocks of ``chain``."""
+        h = chain.holders
+        if old:
+            if h[old] == 1:
+                del h[old]
+            else:
+                h[old] -= 1
+        if new:
+            h[new] = h.get(new, 0) + 1
+        if new > chain.cached:
+            chain.cached = new
+        in_use = max(h) if h else 0
+        self.chain_tb += in_use - chain.in_use
+        chain.in_use = in_use
+
+    def _release(self, r: _Req, tokens: int, preempted: bool) -> None:
+        """Free the blocks ``r`` holds for ``tokens`` tokens."""
+        chain, held = r.chain, r.held
+        plain = self.blocks(tokens) - self.fg * held
+        own = 0
+        own_chain = None
+        if preempted and self.caching:
+            own = tokens // self.B - held if (chain is None or held == chain.m) else 0
+            if own > 0:
+                own_chain = r.own = r.own or _Chain(0)
+                own_chain.cached = own
+                plain -= own * self.fg
+            else:
+                own = 0
+        shared = 0
+        if chain is not None and held:
+            before = chain.in_use
+            self._hold(chain, held, 0)
+            shared = before - chain.in_use if held == before else 0
+        r.held = 0
+        self._give(plain, own, own_chain, shared, chain)
+
+    # ------------------------------------------------------------------ decoders
+    def _add_decoder(self, r: _Req) -> None:
+        """``r`` finished its prefill in the last step; from ``self.step`` on it decodes."""
+        B = self.B
+        length = r.computed
+        r.base = self.step - length
+        r.res = r.base % B
+        r.weight = self.layout.weight(-(-length // B))
+        r.l_start = length
+        self.cw[r.res] += r.weight
+        self.cw_total += r.weight
+        self.buckets[r.res][r.seq] = r
+        self.dec_n += 1
+        self.dec_sum += length
+        finish = r.base + r.prompt + r.output - 2
+        heapq.heappush(self.events, (finish, r.seq, r.epoch, 0))
+        if self.caps:
+            self._push_cap(r, -(-length // B), finish)
+
+    def _push_cap(self, r: _Req, n: int, finish: int) -> None:
+        """Schedule the step after which ``r`` stops growing a window group (n -> cap)."""
+        for c in self.caps:
+            if c > n:
+                step = r.base + (c - 1) * self.B
+                if step <= finish:
+                    heapq.heappush(self.events, (step, r.seq, r.epoch, 1))
+                return
+
+    def _drop_decoder(self, r: _Req) -> int:
+        """Remove ``r`` from the decoding aggregates; returns its context length now."""
+        length = self.step - r.base
+        self.cw[r.res] -= r.weight
+        self.cw_total -= r.weight
+        del self.buckets[r.res][r.seq]
+        self.dec_n -= 1
+        self.dec_sum -= length
+        r.epoch += 1
+        if length > r.l_start:  # decode steps run at lengths l_start .. length - 1
+            self._frag_range(r, r.l_start + 1, length)
+        return length
+
+    def _frag_range(self, r: _Req, x0: int, x1: int) -> None:
+        """Fragmentation sums for steps after which ``r`` held x0 .. x1 tokens: the empty
+        slots of its last block, sum over y of (-y) mod B (see :func:`_unused_slots`)."""
+        B = self.B
+        half = B * (B - 1) // 2  # empty slots over one full cycle of lengths
+        q, r1 = divmod(x1, B)
+        q0, r0 = divmod(x0 - 1, B)
+        unused = (q - q0) * half + r1 * B - r1 * (r1 + 1) // 2 - r0 * B + r0 * (r0 + 1) // 2
+        tokens = (x1 * (x1 + 1) - (x0 - 1) * x0) // 2
+        self.unused_slots += unused
+        self.alloc_slots += tokens + unused - r.held * B * (x1 - x0 + 1)
+
+    # ------------------------------------------------------------------ requests
+    def _preempt(self, v: _Req) -> None:
+        """Preempt running request ``v`` (already popped from ``running``): free everything,
+        recompute later from the front of the queue."""
+        if v is self.partial:
+            self.partial = None
+            tokens = v.computed
+        else:
+            tokens = self._drop_decoder(v)
+            v.num_tokens = tokens + 1  # prompt + outputs so far
+            v.generated = tokens + 1 - v.prompt
+            v.generated = tokens + 1 - v.prompt
+        self._release(v, tokens, preempted=True)
+        v.computed = 0
+        v.preemptions += 1
+        self.preemptions += 1
+        self.preempted.add(v.index)
+        self.waiting.appendleft(v)
+
+    def _finish(self, r: _Req, tokens: int) -> None:
+        self._release(r, tokens, preempted=False)
+        r.epoch += 1
+        del self.running[r.seq]
+        self.finish_steps[r.index] = self.step - 1
+        self.completed += 1
+        self.prompt_done += r.prompt
+        self.output_done += r.output
+        self.ttft.append(r.first_token - r.arrival)
+        self.e2e.append(self.now - r.arrival)
+        if r.output > 1:
+            self.tpot.append((self.now - r.first_token) / (r.output - 1))
+
+    def _prefilled(self, r: _Req) -> None:
+        """``r``'s prefill completed in the step just run: it sampled a token."""
+        r.generated += 1
+        if r.first_token < 0:
+            r.first_token = self.now
+        if r.generated >= r.output:
+            self._finish(r, r.computed)
+        else:
+            self._add_decoder(r)
+
+    # ------------------------------------------------------------------ steps
+    def _record(self, dt: float, used_first: int, used_last: int, steps: int) -> None:
+        """Statistics for ``steps`` steps lasting ``dt`` s, usage rising from first to last."""
+        cap = self.capacity
+        if used_last > self.peak:
+            self.peak = used_last
+        lo = used_first * USAGE_BINS // cap
+        hi = used_last * USAGE_BINS // cap
+        ut = self.usage_time
+        if lo == hi:
+            ut[lo] += dt
+        else:
+            share = dt / (hi - lo + 1)
+            for b in range(lo, hi + 1):
+                ut[b] += share
+        running = len(self.running)
+        self.conc_time += running * dt
+        if running > self.max_conc:
+            self.max_conc = running
+        self.timeline.append((self.now, used_last))
+        self.alloc_slots += self.chain_tb * self.B * steps
+
+    def _process_events(self, last: int) -> None:
+        """Finishes and window caps of decoders at steps up to ``last`` (the step just run)."""
+        ev = self.events
+        running = self.running
+        while ev and ev[0][0] <= last:
+            step, seq, epoch, kind = heapq.heappop(ev)
+            r = running.get(seq)
+            if r is None or r.epoch != epoch:
+                continue
+            assert step == last
+            if kind == 0:
+                length = self._drop_decoder(r)
+                self._finish(r, length)
+            else:
+                n = (step - r.base) // self.B + 1  # token blocks after this step's growth
+                w = self.layout.weight(n)
+                self.cw[r.res] += w - r.weight
+                self.cw_total += w - r.weight
+                r.weight = w
+                self._push_cap(r, n, r.base + r.prompt + r.output - 2)
+
+    def _blocks_needed(self, s: int, k: int) -> int:
+        """Blocks the decoders allocate over steps s .. s + k - 1."""
+        B, cw = self.B, self.cw
+        q, rem = divmod(k, B)
+        start = s % B
+        if start + rem <= B:
+            part = sum(cw[start : start + rem])
+        else:
+            part = sum(cw[start:]) + sum(cw[: start + rem - B])
+        return q * self.cw_total + part
+
+    def _steps_fitting(self, s: int, free: int) -> int:
+        """How many decode steps from ``s`` the free blocks cover."""
+        B, cw, total = self.B, self.cw, self.cw_total
+        q, rem = divmod(free, total)
+        k = q * B
+        while True:
+            need = cw[(s + k) % B]
+            if need > rem:
+                return k
+            rem -= need
+            k += 1
+
+    def _stretch(self) -> bool:
+        """Run decode-only steps up to the next event in one go; False if the very next step
+        runs out of blocks (the caller then runs it as a single step, with preemption)."""
+        ev = self.events
+        running = self.running
+        while ev:  # drop stale events
+            step, seq, epoch, _ = ev[0]
+            r = running.get(seq)
+            if r is not None and r.epoch == epoch:
+                break
+            heapq.heappop(ev)
+        s = self.step
+        k = ev[0][0] - s + 1
+        n = self.dec_n
+        if not self.waiting and self.next_arrival < math.inf:
+            k = min(k, self._steps_until(self.next_arrival - self.now, n, k))
+        need = 0
+        if self.cw_total:
+            need = self._blocks_needed(s, k)
+            free = self.free
+            if self.waiting and need:
+                # never evict blocks the blocked head of the queue would hit: the step that
+                # does runs on its own, where admission is checked after the eviction
+                free = self._room(self.waiting[0], min(need, free))
+            if need > free:
+                k = self._steps_fitting(s, free)
+                if k == 0:
+                    return False
+                need = self._blocks_needed(s, k)
+        used_first = self.capacity - self.free + self.cw[s % self.B]
+        self._take(need)
+        dt = self.roof.decode_s(n, self.dec_sum + n, k)
+        self.now += dt
+        self.step = s + k
+        self.dec_sum += n * k
+        self._record(dt, used_first, self.capacity - self.free, k)
+        if ev[0][0] < s + k:
+            self._process_events(s + k - 1)
+        return True
+
+    def _room(self, r: _Req, limit: int) -> int:
+        """Blocks (at most ``limit``) that can be taken from the free queue before reaching a
+        cached block ``r`` would hit."""
+        if not self.caching or (r.chain is None and r.own is None):
+            return limit
+        mine = (r.chain, r.own)
+        room = 0
+        for seg in self.queue:
+            if seg[0] and seg[1] is not None and seg[1] in mine:
+                return room
+            room += seg[0]
+            if room >= limit:
+                return limit
+        return min(room, limit)
+
+    def _steps_until(self, seconds: float, n: int, limit: int) -> int:
+        """Decode steps until the first one that starts at least ``seconds`` from now (>= 1).
+
+        Step times only grow within a stretch, so with g(k) the k-th step's time the answer
+        lies in [seconds / g(hi - 1), hi], hi = ceil(seconds / g(0)): a narrow bracket to
+        bisect, since contexts grow slowly relative to their length."""
+        roof = self.roof
+        kv = self.dec_sum + n
+        first = roof.step_s(n, kv, kv)
+        hi = math.ceil(seconds / first) if first > 0 else limit
+        if hi >= limit:
+            return (
+                limit
+                if roof.decode_s(n, kv, limit) < seconds or limit == 1
+                else (self._bisect(seconds, n, kv, 1, limit))
+            )
+        hi = max(1, hi)
+        last = roof.step_s(n, kv + n * (hi - 1), kv + n * (hi - 1))
+        lo = max(1, min(hi, int(seconds / last)))
+        return self._bisect(seconds, n, kv, lo, hi)
+
+    def _bisect(self, seconds: float, n: int, kv: int, lo: int, hi: int) -> int:
+        """Smallest k in [lo, hi] whose k decode steps take at least ``seconds``; hi must."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.roof.decode_s(n, kv, mid) >= seconds:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _admissible(self) -> bool:
+        """Could this step admit the head of the queue (or does it run out of blocks)?"""
+        if len(self.running) >= self.max_seqs or self.dec_n >= self.T:
+            return False
+        need = self.cw[self.step % self.B]
+        free = self.free - need
+        if free < 0:
+            return True
+        r = self.waiting[0]
+        if need and self._room(r, need) < need:
+            return True  # the decoders evict blocks it would hit: let the step decide
+        shared, own, touch = self._hits(r)
+        hit = (shared + own) * self.B
+        end = min(r.num_tokens, hit + self.T - self.dec_n)
+        return self.blocks(end) - self.fg * (shared + own) + touch <= free
+
+    def _exhaust(self, r0: int) -> bool:
+        """Decoders crossing a block boundary this step, oldest first, each take their blocks;
+        when none are free the newest running request is preempted (vLLM
+        ``self.running.pop()``), possibly the one asking. Returns whether it preempted."""
+        running = self.running
+        preempted = False
+        for seq, r in sorted(self.buckets[r0].items()):
+            if seq not in running:
+                continue
+            w = r.weight
+            while self.free < w:
+                _, victim = running.popitem()
+                self._preempt(victim)
+                preempted = True
+                if victim is r:
+                    return True
+            self._take(w)
+        return preempted
+
+    def _single_step(self) -> None:
+        B, blocks, fg = self.B, self.blocks, self.fg
+        s = self.step
+        need = self.cw[s % B]
+        preempted = False
+        if need:
+            if need <= self.free:
+                self._take(need)
+            else:
+                preempted = self._exhaust(s % B)
+        n = self.dec_n
+        tokens, kv = n, self.dec_sum + n
+        pairs = kv
+        budget = self.T - n
+        done: list[_Req] = []
+        p = self.partial
+        if p is not None and budget > 0:
+            a = p.computed
+            b = min(p.num_tokens, a + budget)
+            need = blocks(b) - blocks(a)
+            if need > self.free:  # the partial prefill is the newest running request
+                del self.running[p.seq]
+                self._preempt(p)
+                preempted = True
+            else:
+                self._take(need)
+                p.computed = b
+                if p.chain is not None and p.held < p.chain.m:
+                    new = min(p.chain.m, b // B)
+                    self._hold(p.chain, p.held, new)
+                    p.held = new
+                tokens += b - a
+                kv += b
+                pairs += (b * (b + 1) - a * (a + 1)) // 2
+                budget -= b - a
+                unused = -b % B  # fragmentation: empty slots in its last block now
+                self.unused_slots += unused
+                self.alloc_slots += b + unused - p.held * B
+                if b == p.num_tokens:
+                    self.partial = None
+                    done.append(p)
+        if not preempted:
+            waiting, running = self.waiting, self.running
+            while waiting and budget > 0 and len(running) < self.max_seqs:
+                r = waiting[0]
+                shared, own, touch = self._hits(r)
+                hits = shared + own
+                a = hits * B
+                b = min(r.num_tokens, a + budget)
+                new_blocks = blocks(b) - fg * hits
+                if new_blocks + touch > self.free:
+                    break
+                waiting.popleft()
+                if touch:
+                    self._touch(r, shared, own, touch)
+                self._take(new_blocks)
+                self.query_tokens += r.num_tokens
+                self.hit_tokens += a
+                self.blocks_saved += fg * hits
+                if r.preemptions:
+                    self.recomputed += b - a
+                if r.own is not None:  # whatever was not reused is stale now
+                    for seg in r.own.segments:
+                        seg[1] = None
+                    r.own = None
+                r.computed = b
+                if r.chain is not None:
+                    held = min(r.chain.m, b // B)
+                    self._hold(r.chain, 0, held)
+                    r.held = held
+                r.seq = next(self.seqs)
+                running[r.seq] = r
+                tokens += b - a
+                kv += b
+                pairs += (b * (b + 1) - a * (a + 1)) // 2
+                budget -= b - a
+                unused = -b % B
+                self.unused_slots += unused
+                self.alloc_slots += b + unused - r.held * B
+                if b == r.num_tokens:
+                    done.append(r)
+                else:
+                    self.partial = r
+        if not self.running and not done:
+            if self.waiting and not preempted:  # cannot fit even into an empty pool
+                raise AssertionError("a request larger than the pool reached the scheduler")
+        dt = self.roof.step_s(tokens, kv, pairs) if tokens else 0.0
+        self.now += dt
+        self.step = s + 1
+        self.dec_sum += self.dec_n
+        used = self.capacity - self.free
+        self._record(dt, used, used, 1)
+        ev = self.events
+        if ev and ev[0][0] <= s:
+            self._process_events(s)
+        for r in done:
+            self._prefilled(r)
+
+    def _touch(self, r: _Req, shared: int, own: int, touch: int) -> None:
+        """Take cached free blocks out of the free queue for a prefix-cache hit: a hit always
+        takes every cached block of its chains, so all their free segments go."""
+        self.free -= touch
+        self.allocated += touch
+        live = 0
+        for chain in (r.chain, r.own if own else None):
+            if chain is not None:
+                for seg in chain.segments:
+                    live += seg[0]
+                    seg[0] = 0
+                chain.segments = []
+        assert live == touch, (live, touch)
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> None:
+        reqs = self.reqs
+        i, total = 0, len(reqs)
+        waiting, running = self.waiting, self.running
+        stretch, single, admissible = self._stretch, self._single_step, self._admissible
+        arrivals = [r.arrival for r in reqs] + [math.inf]
+        while True:
+            now = self.now
+            while arrivals[i] <= now:
+                waiting.append(reqs[i])
+                i += 1
+            self.next_arrival = arrivals[i]
+            if not running:
+                if not waiting:
+                    self.timeline.append((now, self.capacity - self.free))
+                    if i == total:
+                        return
+                    self.now = arrivals[i]  # idle until the next request
+                    continue
+            elif self.partial is None and (not waiting or not admissible()) and stretch():
+                continue
+            single()
+
+    def result(self, workload: Workload) -> SimResult:
+        duration = self.now
+        ut = self.usage_time
+        total_t = sum(ut)
+
+        def usage_at(q: float) -> float:
+            if total_t <= 0:
+                return 0.0
+            acc = 0.0
+            for b, t in enumerate(ut):
+                acc += t
+                if acc >= q * total_t - 1e-12:
+                    return min(1.0, (b + 1) / USAGE_BINS)
+            return 1.0
+
+        return SimResult(
+            num_gpu_blocks=self.cfg.num_gpu_blocks,
+            usable_blocks=self.capacity,
+            block_size=self.B,
+            requests=len(workload.requests),
+            completed=self.completed,
+            rejected_too_long=self.rejected,
+            preemptions=self.preemptions,
+            preempted_requests=len(self.preempted),
+            recomputed_tokens=self.recomputed,
+            steps=self.step,
+            duration_s=duration,
+            peak_blocks=self.peak,
+            usage_p50=usage_at(0.5),
+            usage_p90=usage_at(0.9),
+            usage_max=self.peak / self.capacity,
+            mean_concurrency=self.conc_time / duration if duration else 0.0,
+            max_concurrency=self.max_conc,
+            prompt_tokens=self.prompt_done,
+            output_tokens=self.output_done,
+            output_tokens_per_s=self.output_done / duration if duration else 0.0,
+            total_tokens_per_s=(self.prompt_done + self.output_done) / duration
+            if duration
+            else 0.0,
+            ttft_s=Percentiles.of(self.ttft),
+            tpot_s=Percentiles.of(self.tpot),
+            e2e_s=Percentiles.of(self.e2e),
+            fragmentation=self.unused_slots / self.alloc_slots if self.alloc_slots else 0.0,
+            prefix_query_tokens=self.query_tokens,
+            prefix_hit_tokens=self.hit_tokens,
+            prefix_hit_rate=self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
+            prefix_blocks_saved=self.blocks_saved,
+            timeline=_downsample(self.timeline, self.capacity),
+            finish_steps=self.finish_steps,
+            allocated_blocks=self.allocated,
+            freed_blocks=self.freed,
+            max_used_blocks_seen=max((u for _, u in self.timeline), default=0),
+        )
+
+
+def _downsample(points: list[tuple[float, int]], capacity: int) -> list[tuple[float, float]]:
+    """At most TIMELINE_POINTS (time, usage fraction) points, keeping each bucket's peak."""
+    if not points:
+        return []
+    end = points[-1][0] or 1.0
+    buckets: dict[int, float] = {}
+    for t, used in points[:-1]:
+        b = min(TIMELINE_POINTS - 1, int(t / end * TIMELINE_POINTS))
+        u = used / capacity
+        if u > buckets.get(b, -1.0):
+            buckets[b] = u
+    out = [
+        (round((b + 1) * end / TIMELINE_POINTS, 6), round(u, 6)) for b, u in sorted(buckets.items())
+    ]
+    return out + [(round(end, 6), round(points[-1][1] / capacity, 6))]  # the pool at the end
+
+
+def simulate(workload: Workload, config: SimConfig) -> SimResult:
+    """Replay ``workload`` over the block pool and scheduler of ``config``.
+
+    Args:
+        workload: requests in arrival order (from :func:`planner.simulate.workload.load_workload`).
+        config: pool size, block layout, scheduler limits, prefix caching and step-time model.
+
+    Returns:
+        The :class:`SimResult`.
+    """
+    if config.num_gpu_blocks < 2:
+        raise DoesNotFitError(
+            f"the KV pool has {config.num_gpu_blocks} block(s); vLLM keeps one as its null "
+            "block, so nothing can run. Give it more memory (--kv-cache-memory, "
+            "--gpu-memory-utilization) or a smaller model"
+        )
+    if config.max_num_batched_tokens < config.max_num_seqs:
+        raise UsageError(
+            f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be greater than or "
+            f"equal to max_num_seqs ({config.max_num_seqs}), as vLLM requires"
+        )
+    need = config.layout.blocks(config.max_model_len)
+    if need > config.num_gpu_blocks - 1:
+        raise DoesNotFitError(
+            f"one {config.max_model_len:,}-token request needs {need:,} blocks; the pool has "
+            f"{config.num_gpu_blocks - 1:,} usable. Lower --max-model-len or give it more memory"
+        )
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()  # the engine's objects hold no cycles; collecting them made cost superlinear
+    try:
+        engine = _Engine(workload, config)
+        engine.run()
+        return engine.result(workload)
+    finally:
+        if enabled:
+            gc.enable()

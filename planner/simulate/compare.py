@@ -54,7 +54,34 @@ def axis_value(settings: ServeSettings, axis: str) -> str:
 
 @dataclass(frozen=True)
 class SettingRun:
-    """One setting's resolved plan and what its replay measured."""
+    """One setting's resolved plan and what its replay measured.
+
+    One of ``runs`` in ``kvplan simulate --json``. Worked example, gemma-2-9b-it on an L40S
+    with ``--block-size 16,32`` (``tests/golden/simulate-gemma-2-9b-l40s-blocks.json``): both
+    runs get the same 22,280,133,801 B of KV memory, which holds 8,094 blocks of 2,752,512 B at
+    block size 16 and 4,047 blocks of 5,505,024 B at 32.
+
+    Attributes:
+        label: the compared axes and this run's values, ``block-size=16``; ``as given`` when
+            nothing is compared.
+        values: axis -> value as the user spells it (``{"block-size": "16"}``): ``on`` /
+            ``off`` for prefix caching, ``default`` where the engine's default applies.
+        block_size: tokens per block, resolved (16).
+        kv_cache_dtype: the KV dtype, resolved: ``auto`` is the model's (``bf16``).
+        prefix_caching: whether prefix caching is on.
+        max_num_seqs: vLLM's limit on running requests, resolved (its default for the GPU: 256
+            on an L40S, 1,024 on an H100).
+        max_num_batched_tokens: the token budget of one step, resolved (2,048 on an L40S).
+        max_model_len: the longest request replayed; without ``--max-model-len`` the model's
+            own, shortened to what fits the pool (with a warning) when it does not (8,192).
+        bytes_per_block: one block of the pool: ``block_size`` tokens of one KV-cache group's
+            layers (gemma-2-9b, 21 layers a group: 16 x 21 x 2 x 8 x 256 x 2 B = 2,752,512).
+        kv_cache_bytes: the KV memory this run gets: ``--kv-cache-memory``, vLLM's budget on
+            the GPU (:func:`pool_for_gpu`), or ``--num-gpu-blocks`` of the first run's blocks.
+        num_gpu_blocks: ``kv_cache_bytes // bytes_per_block`` (22,280,133,801 // 2,752,512 =
+            8,094), vLLM's null block included.
+        result: what the replay measured.
+    """
 
     label: str
     values: dict[str, str]
@@ -72,7 +99,37 @@ class SettingRun:
 
 @dataclass(frozen=True)
 class SimReport:
-    """Everything ``kvplan simulate`` shows: the runs side by side and the pick for the goal."""
+    """Everything ``kvplan simulate`` shows: the runs side by side and the pick for the goal.
+
+    ``kvplan simulate --json`` is this, plus ``best_label`` (the label of ``runs[best]``, or
+    null). Worked example, deepseek-v2-lite on an H100 with ``--kv-cache-dtype auto,fp8``
+    (``tests/golden/simulate-deepseek-v2-lite-h100-fp8.json``): two runs, ``best`` 1, and
+    ``best_reason`` says no clear best for throughput: fp8's 721 output tok/s and auto's 720
+    are within 1 %.
+
+    Attributes:
+        model: the model's name (``deepseek-ai/DeepSeek-V2-Lite``).
+        workload: the workload's name (``chat``).
+        workload_source: where it came from (``examples/workloads/chat.yaml``).
+        requests: requests replayed, rejected ones included (200).
+        seed: the spec's seed (7); None for a trace.
+        gpu: the GPU whose roofline times the steps (``h100``, also when there is no
+            ``--gpu``, with a note).
+        pool: how the KV pool was sized, in words (``--kv-cache-memory 21,474,836,480 B``, or
+            the GPU budget's formula).
+        tensor_parallel_size: TP size (1).
+        params: the model's parameters.
+        roofline: the last run's step-time model (runs that differ in KV dtype differ in
+            ``kv_bytes_per_token``: here fp8's 15,552, half of auto's).
+        goal: what ``best`` optimises: throughput, ttft, tpot or preemptions.
+        axes: the compared settings with more than one value (``["kv-cache-dtype"]``).
+        runs: one per setting, in :func:`build_settings`' order.
+        best: index into ``runs`` of the best for ``goal`` (1); None with a single run.
+        best_reason: why, or that the best few are within 1 % (a tie); "" with a single run.
+        notes: what the model approximates and assumes.
+        warnings: what the user should act on (a shortened ``max_model_len``, rejected
+            requests, skipped trace lines, ignored flags).
+    """
 
     model: str
     workload: str

@@ -124,6 +124,9 @@ class SimConfig:
 
 @dataclass(frozen=True)
 class Percentiles:
+    """Nearest-rank percentiles of per-request values: ``p90`` is the ``ceil(0.9 n)``-th
+    smallest of ``n`` (of 200 requests, the 180th); all 0.0 when there are none."""
+
     p50: float
     p90: float
     p99: float
@@ -144,7 +147,64 @@ class Percentiles:
 @dataclass(frozen=True)
 class SimResult:
     """What one replay measured. Times come from the roofline model; usage is the fraction of
-    the pool's usable blocks held by running requests (cached free blocks count as free)."""
+    the pool's usable blocks held by running requests (cached free blocks count as free).
+
+    Part of ``kvplan simulate --json`` (``runs[i].result``; ``finish_steps`` is left out). The
+    numbers below are ``tests/golden/simulate-llama-3.1-8b-kvmem.json``: Llama-3.1-8B, 200
+    requests of ``examples/workloads/chat.yaml``, ``--kv-cache-memory 20GiB``, H100 roofline.
+
+    Attributes:
+        num_gpu_blocks: blocks in the pool, vLLM's null block included (20 GiB / 2,097,152 B
+            = 10,240).
+        usable_blocks: ``num_gpu_blocks - 1``, what requests can hold (10,239).
+        block_size: tokens per block (16).
+        requests: requests in the workload, rejected ones included (200).
+        completed: requests that finished (200).
+        rejected_too_long: requests whose prompt + output exceed ``max_model_len``; never
+            scheduled, as vLLM's API server rejects them.
+        preemptions: preemption events; a request preempted twice counts twice.
+        preempted_requests: distinct requests preempted at least once.
+        recomputed_tokens: tokens prefilled again after a preemption (prefix-cache hits
+            excluded), counted in the chunk scheduled when the request is readmitted: the
+            later chunks of a re-prefill longer than the step budget are not counted.
+        steps: scheduler steps run (11,255).
+        duration_s: simulated seconds from 0 to the last finish, idle gaps included (56.37).
+        peak_blocks: most blocks held at the end of a step (494).
+        usage_p50: time-weighted median of usage, in 1/1,000 bins and reported as the bin's
+            upper edge: 0.017 means usage was below 1.7 % of the usable blocks half of the time.
+        usage_p90: the same at 90 % of the time (0.03).
+        usage_max: ``peak_blocks / usable_blocks``, exact (494 / 10,239 = 0.0482).
+        mean_concurrency: running requests (prefilling or decoding) averaged over
+            ``duration_s`` (4.15).
+        max_concurrency: most requests running in one step (12).
+        prompt_tokens: prompt tokens of the completed requests (162,643).
+        output_tokens: output tokens of the completed requests (46,332).
+        output_tokens_per_s: ``output_tokens / duration_s`` (46,332 / 56.37 s = 821.9).
+        total_tokens_per_s: ``(prompt_tokens + output_tokens) / duration_s`` (3,707.0).
+        ttft_s: arrival to the end of the step that completes the prefill (p50 8.4 ms); a
+            preempted request keeps its first first token.
+        tpot_s: ``(finish - first token) / (output_tokens - 1)`` of each request with more
+            than one output token (p50 5.03 ms: about one memory-bound decode step).
+        e2e_s: arrival to finish (p50 0.90 s).
+        fragmentation: the share of allocated token slots left empty in requests' last,
+            partly filled blocks, summed over steps; shared prefix blocks count once (0.0108).
+        prefix_query_tokens: tokens looked up in the prefix cache, one lookup per admission
+            (readmissions after a preemption included) (162,643).
+        prefix_hit_tokens: of those, tokens found cached: whole blocks only (104,000).
+        prefix_hit_rate: ``prefix_hit_tokens / prefix_query_tokens`` (0.639).
+        prefix_blocks_saved: blocks not allocated thanks to those hits, per full-attention
+            KV-cache group (104,000 / 16 x 1 group = 6,500).
+        timeline: at most 240 ``(seconds, usage)`` points, each the peak of its slice of
+            ``duration_s``, rounded to 6 digits; the last is the pool at the end.
+        finish_steps: per workload request (by index), the step it finished in; -1 for one
+            that did not (rejected). Not in the JSON.
+        allocated_blocks: blocks taken from the free pool, new ones and cached ones reused
+            (7,150).
+        freed_blocks: blocks given back to it; equal to ``allocated_blocks`` once every
+            request has finished (7,150).
+        max_used_blocks_seen: most blocks held at any recorded point, idle points included
+            (494).
+    """
 
     num_gpu_blocks: int
     usable_blocks: int

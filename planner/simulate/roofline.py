@@ -23,7 +23,18 @@ from planner.weights import Weights, from_config
 
 @dataclass(frozen=True)
 class ModelParams:
-    """Parameter count and weight bytes *estimated* from the config (not read from weights)."""
+    """Parameter count and weight bytes *estimated* from the config (not read from weights).
+
+    ``params`` in ``kvplan simulate --json``; whole-model figures, not per rank.
+
+    Attributes:
+        total: parameters (Llama-3.1-8B: 8,030,261,248).
+        active: parameters each token runs through: ``total`` for a dense model, fewer for a
+            mixture of experts (Qwen3-Next-80B-A3B: 3,774,154,752 of 79,573,616,640).
+        weight_bytes: bytes of all weights, as the planner estimates them from the config
+            (Llama-3.1-8B in BF16: 16,060,522,496).
+        bytes_per_param: ``weight_bytes / total`` (2.0 for BF16), 2.0 when ``total`` is 0.
+    """
 
     total: int
     active: int
@@ -38,6 +49,26 @@ class Roofline:
     Per step: the weights are read once, and each scheduled token reads the KV of its whole
     context (``kv_bytes_per_token`` per context token); each token costs ``flops_per_token``
     (2 x active parameters) plus ``attention_flops`` per (query, key) pair. All per GPU rank.
+
+    ``roofline`` in ``kvplan simulate --json``. Worked example, Llama-3.1-8B on one H100
+    (``tests/golden/simulate-llama-3.1-8b-kvmem.json``): one request decoding at a 1,000-token
+    context reads (16,060,522,496 + 131,072 x 1,000) B / 3.35e12 B/s = 4.83 ms and computes
+    (16,060,522,496 + 524,288 x 1,000) / 989e12 FLOP/s = 0.017 ms: the step takes 4.83 ms,
+    memory-bound. A 2,048-token prefill chunk from an empty context reads 4.87 ms but computes
+    (2,048 x 16,060,522,496 + 524,288 x 2,098,176 pairs) / 989e12 = 34.4 ms: compute-bound.
+
+    Attributes:
+        weight_bytes: weight bytes one rank reads per step, ``ModelParams.weight_bytes // tp``
+            (16,060,522,496 at TP 1).
+        kv_bytes_per_token: KV bytes of one context token on one rank, all layers (32 layers x
+            K and V x 8 KV heads x 128 x 2 B = 131,072).
+        bandwidth_bytes_per_s: the GPU's memory bandwidth (H100 SXM: 3,350,000,000,000).
+        flops_per_s: its dense BF16 matmul rate (H100 SXM: 989,000,000,000,000).
+        flops_per_token: 2 x active parameters // tp (2 x 8,030,261,248 = 16,060,522,496).
+        attention_flops: FLOPs per (query, key) pair, 4 x attention heads x head dim x
+            attention layers // tp: QK^T and AV, 2 each (4 x 32 x 128 x 32 = 524,288).
+        overhead_s: fixed seconds added to every step (0.0; :meth:`constant` sets only this).
+        gpu: the GPU the rates are from (``h100``; ``constant`` for :meth:`constant`).
     """
 
     weight_bytes: int

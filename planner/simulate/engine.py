@@ -261,6 +261,18 @@ class _Chain:
 
 
 class _Req:
+    """One request's scheduling state; slots, since the engine holds up to millions of them.
+
+    While a request decodes, the engine does not step it token by token: its context length
+    before step ``s`` is ``s - base``, so it needs a new block in exactly the steps with
+    ``s % block_size == res``, and then takes ``weight`` blocks. Example, block size 16: a
+    100-token prefill that completes in step 39 decodes from step 40, so ``base`` = 40 - 100 =
+    -60 and ``res`` = -60 % 16 = 4; in step 52 it holds 112 = 7 x 16 tokens and its 113th
+    token takes a new block, again in steps 68, 84, ... ``weight`` is 1 for a model with one
+    full-attention group (gemma-2 with a 4,096-token window at block size 16: 2, dropping to 1
+    once the request holds the window's 257 blocks).
+    """
+
     __slots__ = (
         "arrival",
         "prompt",
@@ -287,20 +299,23 @@ class _Req:
         self.arrival = r.arrival_s
         self.prompt = r.prompt_tokens
         self.output = r.output_tokens
-        self.chain = chain
-        self.own: _Chain | None = None
+        self.chain = chain  # its shared prefix's cached blocks (None: nothing to share)
+        self.own: _Chain | None = None  # its own full blocks kept cached after a preemption
         self.num_tokens = r.prompt_tokens  # tokens to prefill: prompt + outputs so far
-        self.computed = 0
-        self.generated = 0
+        self.computed = 0  # tokens whose KV is computed: prefill progress
+        self.generated = 0  # output tokens sampled so far
         self.held = 0  # leading blocks of ``chain`` this request holds
-        self.seq = -1
-        self.base = 0
-        self.res = 0
-        self.weight = 0
+        self.seq = -1  # admission number, its key in ``_Engine.running`` (newest is last)
+        # decoding (set by _Engine._add_decoder; see the class docstring):
+        self.base = 0  # step - context length, constant while it decodes: length = s - base
+        self.res = 0  # base % block_size: the residue of the steps in which it takes blocks
+        self.weight = 0  # blocks it takes at each block boundary (window groups drop out)
+        # +1 each time it stops decoding (preempted, finished): events queued with an older
+        # epoch are stale and skipped
         self.epoch = 0
-        self.first_token = -1.0
+        self.first_token = -1.0  # time its first token was sampled; -1 before
         self.preemptions = 0
-        self.l_start = 0
+        self.l_start = 0  # context length when this decode run began (for fragmentation)
 
 
 def _unused_slots(x: int, b: int) -> int:
@@ -314,15 +329,19 @@ class _Engine:
         self.cfg = config
         lay = config.layout
         self.layout = lay
-        self.B = lay.block_size
+        self.B = lay.block_size  # tokens per block
+        # full-attention KV-cache groups: one token block of a request is ``fg`` pool blocks
+        # there. Chains and ``held`` count token blocks, the pool and ``queue`` pool blocks.
         self.fg = lay.full_groups
         self.caching = config.prefix_caching and lay.full_groups > 0
         self.capacity = config.num_gpu_blocks - 1  # vLLM's null block
         self.free = self.capacity
+        # free blocks in eviction order, as [count, chain] runs: chain None for plain blocks,
+        # else cached blocks of that chain (only kept with prefix caching)
         self.queue: deque[list[Any]] = deque()
         if self.caching:
             self.queue.append([self.capacity, None])
-        self.T = config.max_num_batched_tokens
+        self.T = config.max_num_batched_tokens  # a step's tokens: 1 per decoder, rest prefill
         self.max_seqs = config.max_num_seqs
         self.roof = config.roofline
         self.caps = sorted(set(lay.window_caps))
@@ -361,8 +380,11 @@ class _Engine:
         # decoding requests, in aggregate
         self.dec_n = 0
         self.dec_sum = 0  # sum of their context lengths before the current step
-        self.cw = [0] * self.B  # blocks needed at steps s with s % B == residue
-        self.cw_total = 0
+        # cw[i]: blocks the decoders take in any step s with s % B == i, the sum of the
+        # ``weight`` of the decoders whose ``res`` is i; a decode stretch of k steps needs
+        # (k // B) * cw_total blocks plus the cw of its remaining residues
+        self.cw = [0] * self.B
+        self.cw_total = 0  # sum(cw): blocks the decoders take over any B consecutive steps
         self.buckets: list[dict[int, _Req]] = [{} for _ in range(self.B)]
         self.events: list[tuple[int, int, int, int]] = []  # (step, seq, epoch, kind)
         # statistics

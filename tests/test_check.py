@@ -649,3 +649,12 @@ def test_readme_shows_the_markdown_this_build_prints(monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(ROOT)
     result = runner.invoke(app, ["check", "examples/plans.yaml", "-f", "markdown"])
     assert "```markdown\n" + result.stdout + "```" in (ROOT / "README.md").read_text()
+
+
+def test_a_pipeline_longer_than_the_model_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    # 2^40 pipeline stages for 32 layers: the entry errors with vLLM's rule (pp <= layers)
+    # instead of laying out 2^40 stages.
+    text = "deployments:\n  - {name: a, model: llama-3.1-8b, gpu: h100, pp: 1099511627776}\n"
+    result = check_file(write(tmp_path, text)).results[0]
+    assert result.status == "error"
+    assert result.error == "--pp 1099511627776 is more than the model's 32 layers"

@@ -16,14 +16,17 @@ import time
 
 import planner
 from planner.simulate import (
+    Arrival,
     BlockLayout,
+    LogNormal,
     SimConfig,
+    WorkloadSpec,
     estimate_params,
+    generate,
     pool_for_gpu,
     roofline_for,
     simulate,
 )
-from planner.workload import Arrival, LogNormal, WorkloadSpec, generate
 
 
 def main() -> None:

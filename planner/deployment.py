@@ -21,7 +21,7 @@ settings=ServeSettings())``; vLLM's batch defaults for it are 2,048 tokens / 256
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,7 +30,7 @@ from planner.model.specs import Engine, KVDtype
 from planner.units import GIB
 
 if TYPE_CHECKING:
-    from planner.model_load import LoadedModel
+    from planner.model.load import LoadedModel
 
 # Token counts, lengths, sequences and parallel sizes above 2^40 describe no deployment; the
 # bound keeps every byte product exact in a float for the renderers.
@@ -43,6 +43,25 @@ VLLM_DEFAULT_GMU = 0.92
 CUDA_GRAPH_DEFAULT_BYTES = GIB // 2
 
 Spelling = Literal["cli", "yaml", "log"]
+# What a refused setting value broke (:class:`SettingError`).
+Rule = Literal["whole", "min", "max", "number", "positive", "fraction", "bool", "name"]
+
+
+class SettingError(UsageError):
+    """A value one setting cannot take, with the rule it broke.
+
+    ``rule`` lets a caller that words refusals its own way do so without reading the message
+    (a plans file says ``must be at least 1 (got 0)`` where the command line says ``--tp must
+    be a positive integer, got 0``): ``whole`` not a whole number, ``min`` below 1, ``max``
+    above :data:`MAX_COUNT`, ``number`` not a finite number, ``positive`` not above 0,
+    ``fraction`` above 1, ``bool`` not true or false, ``name`` not a non-empty string.
+    ``value`` is the value as it was given (``90``, not ``90.0``).
+    """
+
+    def __init__(self, message: str, *, rule: Rule, value: Any) -> None:
+        super().__init__(message)
+        self.rule: Rule = rule
+        self.value = value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,16 +182,29 @@ def render_changes(changes: Mapping[str, Any] | str, spelling: Spelling) -> str:
 def positive_count(name: str, value: int | None) -> None:
     """Refuse a count flag that is not a whole number in [1, MAX_COUNT] (None: not given)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise UsageError(f"{name} must be a positive integer, got {value!r}")
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        raise SettingError(
+            f"{name} must be a positive integer, got {value!r}",
+            rule="min" if whole else "whole",
+            value=value,
+        )
     if value is not None and value > MAX_COUNT:
         shown = f"{value:,}" if value < 10**30 else f"a {len(str(value)):,}-digit number"
-        raise UsageError(f"{name} must be at most {MAX_COUNT:,} (2^40), got {shown}")
+        raise SettingError(
+            f"{name} must be at most {MAX_COUNT:,} (2^40), got {shown}", rule="max", value=value
+        )
 
 
 def check_gmu(gmu: float) -> None:
     """Refuse a ``gpu_memory_utilization`` outside (0, 1]."""
-    if not (isinstance(gmu, int | float) and math.isfinite(gmu) and 0 < gmu <= 1):
-        raise UsageError(f"--gpu-memory-utilization must be in (0, 1], got {gmu!r}")
+    # an int is finite however large (math.isfinite(10**400) would overflow)
+    finite = isinstance(gmu, int) or (isinstance(gmu, float) and math.isfinite(gmu))
+    if not (finite and 0 < gmu <= 1):
+        raise SettingError(
+            f"--gpu-memory-utilization must be in (0, 1], got {gmu!r}",
+            rule="fraction" if finite and gmu > 0 else "positive" if finite else "number",
+            value=gmu,
+        )
 
 
 def vllm_batch_defaults(
@@ -299,25 +331,48 @@ class ServeSettings:
 
     @classmethod
     def from_mapping(
-        cls, raw: Mapping[str, Any], *, spelling: Spelling, base: ServeSettings | None = None
+        cls,
+        raw: Mapping[str, Any],
+        *,
+        spelling: Spelling,
+        base: ServeSettings | None = None,
+        typed: bool = False,
+        auto_fit: bool = True,
+        word: Callable[[SettingError], str] | None = None,
     ) -> tuple[ServeSettings, list[tuple[str, str]]]:
         """Settings from a mapping keyed in one spelling (plans-file keys, boot-log names or
         CLI flags), over ``base``. Values may be strings (a log) or typed (YAML).
 
+        Args:
+            raw: the mapping; keys that are not settings are ignored (the caller knows its
+                other keys).
+            spelling: how ``raw``'s keys are spelled (:data:`SPELLINGS`).
+            base: the settings the keys change (the defaults when None).
+            typed: the values come from a typed document (a plans file), so each must
+                already have its type: ``tp: "2"`` or ``enforce_eager: "on"`` is refused, and
+                ``null`` is a value to refuse rather than "not given".
+            auto_fit: ``max_model_len`` -1 is vLLM's auto-fit; False refuses it as below 1
+                (a plans file checks one length).
+            word: how to word a refused value (:class:`SettingError`) instead of its message,
+                e.g. ``lambda e: f"must be at least 1 (got {e.value!r})"`` for rule ``min``.
+
         Returns:
             The settings, and the problems as (key as spelled, message); a key with a problem
-            keeps ``base``'s value. Keys that are not settings are ignored (the caller knows
-            its other keys).
+            keeps ``base``'s value.
         """
         by_name = {getattr(n, spelling): f for f, n in SPELLINGS.items() if getattr(n, spelling)}
         values: dict[str, Any] = {}
         problems: list[tuple[str, str]] = []
         for key, value in raw.items():
             name = by_name.get(str(key))
-            if name is None or name == "gpu" or value is None:
+            if name is None or name == "gpu" or (value is None and not typed):
                 continue
             try:
-                values.update(_parse_value(name, value))
+                if typed:
+                    _check_type(name, value)
+                values.update(_parse_value(name, value, auto_fit=auto_fit))
+            except SettingError as exc:
+                problems.append((str(key), word(exc) if word else str(exc)))
             except UsageError as exc:
                 problems.append((str(key), str(exc)))
         start = base or cls()
@@ -359,27 +414,49 @@ def parse_bool(value: Any) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise UsageError(f"expected true or false, got {value!r}")
+    raise SettingError(f"expected true or false, got {value!r}", rule="bool", value=value)
 
 
 def _as_count(value: Any) -> int:
     if isinstance(value, bool):
-        raise UsageError(f"expected a whole number, got {value!r}")
+        raise SettingError(f"expected a whole number, got {value!r}", rule="whole", value=value)
     if isinstance(value, int):
         return value
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
-    raise UsageError(f"expected a whole number, got {value!r}")
+    raise SettingError(f"expected a whole number, got {value!r}", rule="whole", value=value)
 
 
-def _parse_value(name: str, value: Any) -> dict[str, Any]:
+def _check_type(name: str, value: Any) -> None:
+    """Refuse a value from a typed document (YAML) that does not already have its setting's
+    type: ``"2"`` for a count, ``"on"`` for a flag, ``""`` for a name (sizes stay strings)."""
+    rule: Rule | None = None
+    if name in _COUNT_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
+        rule, expected = "whole", "a whole number"
+    elif name == "gpu_memory_utilization" and (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
+        rule, expected = "number", "a number"
+    elif name in ("enable_prefix_caching", "enforce_eager") and not isinstance(value, bool):
+        rule, expected = "bool", "true or false"
+    elif name in ("engine", "kv_cache_dtype") and not (
+        isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())
+    ):
+        rule, expected = "name", "a name"
+    if rule is not None:
+        raise SettingError(f"expected {expected}, got {value!r}", rule=rule, value=value)
+
+
+def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, Any]:
     """One setting's value, as :class:`ServeSettings` holds it."""
     from planner.units import parse_size
 
     if name == "engine":
-        return {"engine": value if isinstance(value, Engine) else Engine.parse(str(value))}
+        return {"engine": value if isinstance(value, Engine) else Engine.parse(str(value).strip())}
     if name == "kv_cache_dtype":
-        dtype = value if isinstance(value, KVDtype) else KVDtype.parse(str(value))
+        dtype = value if isinstance(value, KVDtype) else KVDtype.parse(str(value).strip())
         return {"kv_cache_dtype": dtype}
     if name in ("enable_prefix_caching",):
         return {name: parse_bool(value)}
@@ -387,20 +464,22 @@ def _parse_value(name: str, value: Any) -> dict[str, Any]:
         return {"cuda_graph_bytes": 0} if parse_bool(value) else {}
     if name == "gpu_memory_utilization":
         if isinstance(value, bool):
-            raise UsageError(f"expected a number, got {value!r}")
+            raise SettingError(f"expected a number, got {value!r}", rule="number", value=value)
         try:
-            number = float(value)
+            number = value if isinstance(value, int | float) else float(value)
         except (TypeError, ValueError):
-            raise UsageError(f"expected a number, got {value!r}") from None
-        check_gmu(number)
-        return {name: number}
+            raise SettingError(
+                f"expected a number, got {value!r}", rule="number", value=value
+            ) from None
+        check_gmu(number)  # refuses 90 as 90, not 90.0
+        return {name: float(number)}
     if name in ("kv_cache_memory_bytes", "cuda_graph_bytes", "headroom_bytes"):
         if isinstance(value, int) and not isinstance(value, bool):
             return {name: value}
         return {name: parse_size(str(value), flag=SPELLINGS[name].cli)}
     if name == "max_model_len":
         number = _as_count(value)
-        if number == -1:
+        if number == -1 and auto_fit:
             return {"auto_fit_max_model_len": True}
         positive_count(SPELLINGS[name].cli, number)
         return {name: number}
@@ -418,7 +497,7 @@ def _parse_value(name: str, value: Any) -> dict[str, Any]:
 class Deployment:
     """What runs where: the one argument of every planning step.
 
-    ``model`` is what :func:`planner.model_load.load_model` fetched (config and, where
+    ``model`` is what :func:`planner.model.load.load_model` fetched (config and, where
     reachable, safetensors headers under one revision); ``gpu`` is None when only a KV pool
     size is known (``--kv-cache-memory``) or nothing is.
     """

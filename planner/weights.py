@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import ConfigError
+from planner.errors import ConfigError, UsageError
 from planner.kv_layout import get_pp_indices
 from planner.model.config import MAX_CONFIG_INT
 from planner.model.specs import (
@@ -465,6 +465,8 @@ def per_rank(model: LoadedModel, *, tp: int = 1, pp: int = 1) -> Weights:
     """Weight bytes on the most-loaded rank: exact from the fetched safetensors headers, else
     derived from the config. Pure: :func:`planner.model.load.load_model` did the fetching."""
     spec = model.spec
+    if pp > spec.num_layers:  # before the stages are laid out, one per pipeline rank
+        raise UsageError(f"--pp {pp} is more than the model's {spec.num_layers} layers")
     if model.tensors is not None:
         # the folder names a local file's errors; the Hub's headers were parsed by the client
         local = model.tensors_where and not model.tensors_where.startswith("hub:")

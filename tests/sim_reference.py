@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from planner.workload import Workload
+from planner.simulate.workload import Workload
 
 
 def cdiv(a: int, b: int) -> int:

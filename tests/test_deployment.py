@@ -16,6 +16,7 @@ from planner.cli import app
 from planner.deployment import (
     Gpu,
     ServeSettings,
+    SettingError,
     as_flags,
     as_yaml,
     custom_gpu,
@@ -212,6 +213,54 @@ def test_from_mapping_reports_each_bad_key_and_keeps_the_rest() -> None:
     # -1 is vLLM's auto-fit, in any spelling
     fitted, _ = ServeSettings.from_mapping({"max_model_len": "-1"}, spelling="log")
     assert fitted.auto_fit_max_model_len and fitted.max_model_len is None
+
+
+def test_a_typed_document_refuses_what_a_log_would_parse() -> None:
+    # A log's "2" and "on" are strings by nature; in YAML they are a mistake, and null is a
+    # value to refuse, not "not given".
+    raw = {"tp": "2", "enforce_eager": "on", "engine": "", "gpu_memory_utilization": None}
+    loose, problems = ServeSettings.from_mapping(raw | {"engine": "vllm"}, spelling="yaml")
+    assert problems == [] and loose == ServeSettings(tp=2, cuda_graph_bytes=0)
+    _, problems = ServeSettings.from_mapping(raw, spelling="yaml", typed=True)
+    assert problems == [
+        ("tp", "expected a whole number, got '2'"),
+        ("enforce_eager", "expected true or false, got 'on'"),
+        ("engine", "expected a name, got ''"),
+        ("gpu_memory_utilization", "expected a number, got None"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "rule", "value"),
+    [
+        ({"tp": 0}, "min", 0),
+        ({"max_num_seqs": 1 << 41}, "max", 1 << 41),
+        ({"block_size": 1.5}, "whole", 1.5),
+        ({"max_model_len": -1}, "min", -1),  # auto_fit=False: a length, not vLLM's -1
+        ({"gpu_memory_utilization": 90}, "fraction", 90),  # the value as given, not 90.0
+        ({"gpu_memory_utilization": 0}, "positive", 0),
+        ({"gpu_memory_utilization": float("nan")}, "number", None),
+        ({"gpu_memory_utilization": 10**400}, "fraction", 10**400),  # no OverflowError
+        ({"enable_prefix_caching": 1}, "bool", 1),
+    ],
+)
+def test_refusals_carry_their_rule_for_the_caller_to_word(
+    raw: dict, rule: str, value: object
+) -> None:
+    seen: list[SettingError] = []
+
+    def word(exc: SettingError) -> str:
+        seen.append(exc)
+        return f"{exc.rule}!"
+
+    parsed, problems = ServeSettings.from_mapping(
+        raw, spelling="yaml", typed=True, auto_fit=False, word=word
+    )
+    assert parsed == ServeSettings() and problems == [(next(iter(raw)), f"{rule}!")]
+    assert [e.rule for e in seen] == [rule]
+    if value is not None:
+        assert seen[0].value == value and type(seen[0].value) is type(value)
+    assert isinstance(seen[0], UsageError)  # the command line still shows its message
 
 
 # ------------------------------------------------------------------ every command agrees

@@ -17,14 +17,14 @@ from planner.simulate import (
     BlockLayout,
     Roofline,
     SimConfig,
-    _unused_slots,
     build_settings,
     estimate_params,
     pool_for_gpu,
     simulate,
     simulate_model,
 )
-from planner.workload import Request, Workload
+from planner.simulate.engine import _unused_slots
+from planner.simulate.workload import Request, Workload
 from tests.helpers import deployment, plan_for
 from tests.sim_reference import run_reference
 

@@ -12,7 +12,7 @@ import pytest
 
 from planner.errors import WorkloadError
 from planner.simulate import BlockLayout, Roofline, SimConfig, simulate
-from planner.workload import (
+from planner.simulate.workload import (
     Empirical,
     LogNormal,
     Request,

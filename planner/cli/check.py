@@ -46,7 +46,7 @@ def check(
       kvplan check deploy/plans.yaml --format junit -o kvplan.xml
       kvplan check deploy/plans.yaml --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
-    from planner.plans import check_file
+    from planner.check import check_file
     from planner.render import check as render
 
     with user_errors():

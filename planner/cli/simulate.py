@@ -165,8 +165,7 @@ def simulate(
     from planner.model.load import load_model
     from planner.render import simulate as render
     from planner.render._output import to_json
-    from planner.simulate import build_settings, simulate_model
-    from planner.workload import load_workload, trace_lines
+    from planner.simulate import build_settings, load_workload, simulate_model, trace_lines
 
     with user_errors():
         axes: dict[str, list[str]] = {

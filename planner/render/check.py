@@ -13,7 +13,7 @@ from planner.render._output import _user, console, err_console, to_json, write_o
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
-    from planner.plans import Check, CheckReport, DeploymentResult
+    from planner.check import Check, CheckReport, DeploymentResult
 
 
 CHECK_FORMATS = ("table", "json", "markdown", "junit")

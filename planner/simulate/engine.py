@@ -21,10 +21,8 @@ arrives at an idle queue) all decoding requests advance together, and the blocks
 counted from how many of them cross a block boundary at each step (their position modulo
 ``block_size``), so cost grows with requests and events, not with tokens.
 
-Step time is a roofline *model*, not a measurement: ``max(bytes read / memory bandwidth,
-FLOPs / dense BF16 rate)``, reading the weights once per step plus the KV of every scheduled
-token's context, and 2 x active parameters FLOPs per token plus attention. No launch or
-scheduling overhead, no communication, no speculative decoding.
+How long each step takes is :mod:`planner.simulate.roofline`'s model; what is replayed comes
+from :mod:`planner.simulate.workload`.
 """
 
 from __future__ import annotations
@@ -33,23 +31,17 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from planner.budget import vllm_budget
-from planner.deployment import Deployment, Gpu, ServeSettings, kv_dtype_for, positive_count
 from planner.errors import DoesNotFitError, UsageError
-from planner.kv_layout import KVEstimate, estimate
-from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
-from planner.weights import Weights, from_config, per_rank
-from planner.workload import Request, Workload
+from planner.kv_layout import KVEstimate
+from planner.model.specs import cdiv
+from planner.simulate.roofline import Roofline
+from planner.simulate.workload import Request, Workload
 
 USAGE_BINS = 1000
 TIMELINE_POINTS = 240
-GOALS = ("throughput", "ttft", "tpot", "preemptions")
-MAX_SETTINGS = 64
-TIE = 0.01  # settings closer than this on the goal are called a tie
 
 
 # --------------------------------------------------------------------------- inputs
@@ -115,70 +107,6 @@ class BlockLayout:
 
 
 @dataclass(frozen=True)
-class Roofline:
-    """Step time as a roofline model: ``max(bytes / bandwidth, FLOPs / matmul rate)``.
-
-    Per step: the weights are read once, and each scheduled token reads the KV of its whole
-    context (``kv_bytes_per_token`` per context token); each token costs ``flops_per_token``
-    (2 x active parameters) plus ``attention_flops`` per (query, key) pair. All per GPU rank.
-    """
-
-    weight_bytes: int
-    kv_bytes_per_token: int
-    bandwidth_bytes_per_s: int
-    flops_per_s: int
-    flops_per_token: int
-    attention_flops: int
-    overhead_s: float = 0.0
-    gpu: str = ""
-
-    @classmethod
-    def constant(cls, step_s: float) -> Roofline:
-        """Every step takes ``step_s`` seconds (for tests and what-ifs)."""
-        return cls(0, 0, 1, 1, 0, 0, overhead_s=step_s, gpu="constant")
-
-    def step_s(self, tokens: int, kv_tokens: int, pairs: int) -> float:
-        """Seconds for a step of ``tokens`` new tokens reading ``kv_tokens`` of context KV and
-        scoring ``pairs`` (query, key) pairs."""
-        memory = (
-            self.weight_bytes + self.kv_bytes_per_token * kv_tokens
-        ) / self.bandwidth_bytes_per_s
-        compute = (self.flops_per_token * tokens + self.attention_flops * pairs) / self.flops_per_s
-        return self.overhead_s + max(memory, compute)
-
-    def decode_s(self, n: int, kv_tokens: int, steps: int) -> float:
-        """Seconds for ``steps`` decode steps of ``n`` requests whose contexts (``kv_tokens``
-        in all at the first step) each grow by one token a step: the sum of a maximum of two
-        linear functions, in closed form."""
-        bw, fl = self.bandwidth_bytes_per_s, self.flops_per_s
-        a0 = (self.weight_bytes + self.kv_bytes_per_token * kv_tokens) / bw
-        a1 = self.kv_bytes_per_token * n / bw
-        b0 = (self.flops_per_token * n + self.attention_flops * kv_tokens) / fl
-        b1 = self.attention_flops * n / fl
-        if a0 >= b0 and a0 + a1 * (steps - 1) >= b0 + b1 * (steps - 1):
-            # memory-bound from first to last step (decode nearly always is)
-            return steps * (self.overhead_s + a0) + a1 * steps * (steps - 1) / 2
-        return steps * self.overhead_s + _sum_max_linear(a0, a1, b0, b1, steps)
-
-
-def _sum_linear(a: float, b: float, k0: int, k1: int) -> float:
-    """sum of a + b*k for k in [k0, k1)."""
-    return (k1 - k0) * a + b * (k1 * (k1 - 1) - k0 * (k0 - 1)) / 2
-
-
-def _sum_max_linear(a0: float, a1: float, b0: float, b1: float, steps: int) -> float:
-    """sum over k in [0, steps) of max(a0 + a1*k, b0 + b1*k); the two lines cross at most once."""
-    if steps <= 0:
-        return 0.0
-    d0, d1 = a0 - b0, a1 - b1  # a - b at k = 0, and its slope
-    if d1 == 0 or (d0 >= 0) == (d0 + d1 * (steps - 1) >= 0):
-        return _sum_linear(a0, a1, 0, steps) if d0 >= 0 else _sum_linear(b0, b1, 0, steps)
-    cross = min(max(math.ceil(-d0 / d1), 0), steps)  # first k where the sign of a - b flips
-    first, second = ((a0, a1), (b0, b1)) if d0 >= 0 else ((b0, b1), (a0, a1))
-    return _sum_linear(*first, 0, cross) + _sum_linear(*second, cross, steps)
-
-
-@dataclass(frozen=True)
 class SimConfig:
     """One scheduler and pool configuration to replay a workload against."""
 
@@ -196,6 +124,9 @@ class SimConfig:
 
 @dataclass(frozen=True)
 class Percentiles:
+    """Nearest-rank percentiles of per-request values: ``p90`` is the ``ceil(0.9 n)``-th
+    smallest of ``n`` (of 200 requests, the 180th); all 0.0 when there are none."""
+
     p50: float
     p90: float
     p99: float
@@ -216,7 +147,64 @@ class Percentiles:
 @dataclass(frozen=True)
 class SimResult:
     """What one replay measured. Times come from the roofline model; usage is the fraction of
-    the pool's usable blocks held by running requests (cached free blocks count as free)."""
+    the pool's usable blocks held by running requests (cached free blocks count as free).
+
+    Part of ``kvplan simulate --json`` (``runs[i].result``; ``finish_steps`` is left out). The
+    numbers below are ``tests/golden/simulate-llama-3.1-8b-kvmem.json``: Llama-3.1-8B, 200
+    requests of ``examples/workloads/chat.yaml``, ``--kv-cache-memory 20GiB``, H100 roofline.
+
+    Attributes:
+        num_gpu_blocks: blocks in the pool, vLLM's null block included (20 GiB / 2,097,152 B
+            = 10,240).
+        usable_blocks: ``num_gpu_blocks - 1``, what requests can hold (10,239).
+        block_size: tokens per block (16).
+        requests: requests in the workload, rejected ones included (200).
+        completed: requests that finished (200).
+        rejected_too_long: requests whose prompt + output exceed ``max_model_len``; never
+            scheduled, as vLLM's API server rejects them.
+        preemptions: preemption events; a request preempted twice counts twice.
+        preempted_requests: distinct requests preempted at least once.
+        recomputed_tokens: tokens prefilled again after a preemption (prefix-cache hits
+            excluded), counted in the chunk scheduled when the request is readmitted: the
+            later chunks of a re-prefill longer than the step budget are not counted.
+        steps: scheduler steps run (11,255).
+        duration_s: simulated seconds from 0 to the last finish, idle gaps included (56.37).
+        peak_blocks: most blocks held at the end of a step (494).
+        usage_p50: time-weighted median of usage, in 1/1,000 bins and reported as the bin's
+            upper edge: 0.017 means usage was below 1.7 % of the usable blocks half of the time.
+        usage_p90: the same at 90 % of the time (0.03).
+        usage_max: ``peak_blocks / usable_blocks``, exact (494 / 10,239 = 0.0482).
+        mean_concurrency: running requests (prefilling or decoding) averaged over
+            ``duration_s`` (4.15).
+        max_concurrency: most requests running in one step (12).
+        prompt_tokens: prompt tokens of the completed requests (162,643).
+        output_tokens: output tokens of the completed requests (46,332).
+        output_tokens_per_s: ``output_tokens / duration_s`` (46,332 / 56.37 s = 821.9).
+        total_tokens_per_s: ``(prompt_tokens + output_tokens) / duration_s`` (3,707.0).
+        ttft_s: arrival to the end of the step that completes the prefill (p50 8.4 ms); a
+            preempted request keeps its first first token.
+        tpot_s: ``(finish - first token) / (output_tokens - 1)`` of each request with more
+            than one output token (p50 5.03 ms: about one memory-bound decode step).
+        e2e_s: arrival to finish (p50 0.90 s).
+        fragmentation: the share of allocated token slots left empty in requests' last,
+            partly filled blocks, summed over steps; shared prefix blocks count once (0.0108).
+        prefix_query_tokens: tokens looked up in the prefix cache, one lookup per admission
+            (readmissions after a preemption included) (162,643).
+        prefix_hit_tokens: of those, tokens found cached: whole blocks only (104,000).
+        prefix_hit_rate: ``prefix_hit_tokens / prefix_query_tokens`` (0.639).
+        prefix_blocks_saved: blocks not allocated thanks to those hits, per full-attention
+            KV-cache group (104,000 / 16 x 1 group = 6,500).
+        timeline: at most 240 ``(seconds, usage)`` points, each the peak of its slice of
+            ``duration_s``, rounded to 6 digits; the last is the pool at the end.
+        finish_steps: per workload request (by index), the step it finished in; -1 for one
+            that did not (rejected). Not in the JSON.
+        allocated_blocks: blocks taken from the free pool, new ones and cached ones reused
+            (7,150).
+        freed_blocks: blocks given back to it; equal to ``allocated_blocks`` once every
+            request has finished (7,150).
+        max_used_blocks_seen: most blocks held at any recorded point, idle points included
+            (494).
+    """
 
     num_gpu_blocks: int
     usable_blocks: int
@@ -273,6 +261,18 @@ class _Chain:
 
 
 class _Req:
+    """One request's scheduling state; slots, since the engine holds up to millions of them.
+
+    While a request decodes, the engine does not step it token by token: its context length
+    before step ``s`` is ``s - base``, so it needs a new block in exactly the steps with
+    ``s % block_size == res``, and then takes ``weight`` blocks. Example, block size 16: a
+    100-token prefill that completes in step 39 decodes from step 40, so ``base`` = 40 - 100 =
+    -60 and ``res`` = -60 % 16 = 4; in step 52 it holds 112 = 7 x 16 tokens and its 113th
+    token takes a new block, again in steps 68, 84, ... ``weight`` is 1 for a model with one
+    full-attention group (gemma-2 with a 4,096-token window at block size 16: 2, dropping to 1
+    once the request holds the window's 257 blocks).
+    """
+
     __slots__ = (
         "arrival",
         "prompt",
@@ -299,20 +299,23 @@ class _Req:
         self.arrival = r.arrival_s
         self.prompt = r.prompt_tokens
         self.output = r.output_tokens
-        self.chain = chain
-        self.own: _Chain | None = None
+        self.chain = chain  # its shared prefix's cached blocks (None: nothing to share)
+        self.own: _Chain | None = None  # its own full blocks kept cached after a preemption
         self.num_tokens = r.prompt_tokens  # tokens to prefill: prompt + outputs so far
-        self.computed = 0
-        self.generated = 0
+        self.computed = 0  # tokens whose KV is computed: prefill progress
+        self.generated = 0  # output tokens sampled so far
         self.held = 0  # leading blocks of ``chain`` this request holds
-        self.seq = -1
-        self.base = 0
-        self.res = 0
-        self.weight = 0
+        self.seq = -1  # admission number, its key in ``_Engine.running`` (newest is last)
+        # decoding (set by _Engine._add_decoder; see the class docstring):
+        self.base = 0  # step - context length, constant while it decodes: length = s - base
+        self.res = 0  # base % block_size: the residue of the steps in which it takes blocks
+        self.weight = 0  # blocks it takes at each block boundary (window groups drop out)
+        # +1 each time it stops decoding (preempted, finished): events queued with an older
+        # epoch are stale and skipped
         self.epoch = 0
-        self.first_token = -1.0
+        self.first_token = -1.0  # time its first token was sampled; -1 before
         self.preemptions = 0
-        self.l_start = 0
+        self.l_start = 0  # context length when this decode run began (for fragmentation)
 
 
 def _unused_slots(x: int, b: int) -> int:
@@ -326,15 +329,19 @@ class _Engine:
         self.cfg = config
         lay = config.layout
         self.layout = lay
-        self.B = lay.block_size
+        self.B = lay.block_size  # tokens per block
+        # full-attention KV-cache groups: one token block of a request is ``fg`` pool blocks
+        # there. Chains and ``held`` count token blocks, the pool and ``queue`` pool blocks.
         self.fg = lay.full_groups
         self.caching = config.prefix_caching and lay.full_groups > 0
         self.capacity = config.num_gpu_blocks - 1  # vLLM's null block
         self.free = self.capacity
+        # free blocks in eviction order, as [count, chain] runs: chain None for plain blocks,
+        # else cached blocks of that chain (only kept with prefix caching)
         self.queue: deque[list[Any]] = deque()
         if self.caching:
             self.queue.append([self.capacity, None])
-        self.T = config.max_num_batched_tokens
+        self.T = config.max_num_batched_tokens  # a step's tokens: 1 per decoder, rest prefill
         self.max_seqs = config.max_num_seqs
         self.roof = config.roofline
         self.caps = sorted(set(lay.window_caps))
@@ -373,8 +380,11 @@ class _Engine:
         # decoding requests, in aggregate
         self.dec_n = 0
         self.dec_sum = 0  # sum of their context lengths before the current step
-        self.cw = [0] * self.B  # blocks needed at steps s with s % B == residue
-        self.cw_total = 0
+        # cw[i]: blocks the decoders take in any step s with s % B == i, the sum of the
+        # ``weight`` of the decoders whose ``res`` is i; a decode stretch of k steps needs
+        # (k // B) * cw_total blocks plus the cw of its remaining residues
+        self.cw = [0] * self.B
+        self.cw_total = 0  # sum(cw): blocks the decoders take over any B consecutive steps
         self.buckets: list[dict[int, _Req]] = [{} for _ in range(self.B)]
         self.events: list[tuple[int, int, int, int]] = []  # (step, seq, epoch, kind)
         # statistics
@@ -1008,7 +1018,7 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
     """Replay ``workload`` over the block pool and scheduler of ``config``.
 
     Args:
-        workload: requests in arrival order (from :func:`planner.workload.load_workload`).
+        workload: requests in arrival order (from :func:`planner.simulate.workload.load_workload`).
         config: pool size, block layout, scheduler limits, prefix caching and step-time model.
 
     Returns:
@@ -1042,428 +1052,3 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
     finally:
         if enabled:
             gc.enable()
-
-
-# --------------------------------------------------------------------------- model level
-
-AXES = ("block-size", "kv-cache-dtype", "prefix-caching", "max-num-seqs", "max-num-batched-tokens")
-
-
-# Compared axis (as the user spells it) -> the ServeSettings field it varies.
-AXIS_FIELDS = {
-    "block-size": "block_size",
-    "kv-cache-dtype": "kv_cache_dtype",
-    "prefix-caching": "enable_prefix_caching",
-    "max-num-seqs": "max_num_seqs",
-    "max-num-batched-tokens": "max_num_batched_tokens",
-}
-
-
-def axis_value(settings: ServeSettings, axis: str) -> str:
-    """``settings``' value on a compared ``axis`` as the user spells it (``default`` when the
-    engine's default is used)."""
-    value = getattr(settings, AXIS_FIELDS[axis])
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, KVDtype):
-        return value.value
-    return "default" if value is None else str(value)
-
-
-@dataclass(frozen=True)
-class ModelParams:
-    """Parameter count and weight bytes *estimated* from the config (not read from weights)."""
-
-    total: int
-    active: int
-    weight_bytes: int
-    bytes_per_param: float
-
-
-@dataclass(frozen=True)
-class SettingRun:
-    """One setting's resolved plan and what its replay measured."""
-
-    label: str
-    values: dict[str, str]
-    block_size: int
-    kv_cache_dtype: str
-    prefix_caching: bool
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    max_model_len: int
-    bytes_per_block: int
-    kv_cache_bytes: int
-    num_gpu_blocks: int
-    result: SimResult
-
-
-@dataclass(frozen=True)
-class SimReport:
-    """Everything ``kvplan simulate`` shows: the runs side by side and the pick for the goal."""
-
-    model: str
-    workload: str
-    workload_source: str
-    requests: int
-    seed: int | None
-    gpu: str
-    pool: str
-    tensor_parallel_size: int
-    params: ModelParams
-    roofline: Roofline
-    goal: str
-    axes: list[str]
-    runs: list[SettingRun]
-    best: int | None
-    best_reason: str
-    notes: list[str]
-    warnings: list[str]
-
-
-def estimate_params(spec: ModelSpec, weights: Weights | None = None) -> ModelParams:
-    """Parameters, active parameters per token and weight bytes for the roofline, from the
-    planner's weights (:func:`planner.weights.from_config` unless ``weights`` is given)."""
-    weights = weights or from_config(spec)
-    active = weights.active_parameter_count or weights.parameter_count
-    per_param = weights.total_bytes / weights.parameter_count if weights.parameter_count else 2.0
-    return ModelParams(
-        total=weights.parameter_count,
-        active=active,
-        weight_bytes=weights.total_bytes,
-        bytes_per_param=per_param,
-    )
-
-
-def roofline_for(spec: ModelSpec, est: KVEstimate, gpu: Gpu, params: ModelParams) -> Roofline:
-    """The roofline of ``spec`` on one ``gpu`` rank at ``est``'s tensor-parallel size."""
-    tp = est.tensor_parallel_size
-    n_attn = len(spec.attention_layers)
-    return Roofline(
-        weight_bytes=params.weight_bytes // tp,
-        kv_bytes_per_token=est.kv_bytes_per_token,
-        bandwidth_bytes_per_s=gpu.bandwidth_bytes_per_s,
-        flops_per_s=gpu.bf16_flops,
-        flops_per_token=2 * params.active // tp,
-        attention_flops=4 * spec.num_attention_heads * spec.head_dim * n_attn // tp,
-        gpu=gpu.name,
-    )
-
-
-def pool_for_gpu(dep: Deployment, est: KVEstimate, weights: Weights) -> tuple[int, int]:
-    """vLLM's KV pool for ``dep`` from the planner's budget (:func:`planner.budget.vllm_budget`:
-    requested memory minus weights, activation peak, non-torch and CUDA-graph estimates), as
-    ``kvplan estimate --gpu`` computes it. Returns (num_gpu_blocks, KV bytes)."""
-    assert dep.gpu is not None
-    cap = vllm_budget(dep, est, weights, estimate_at=lambda n: est)  # the simulator shortens
-    if cap.available_kv_bytes <= 0:
-        raise DoesNotFitError(
-            f"{est.model}: weights ({weights.bytes_per_rank:,} B per rank at TP "
-            f"{est.tensor_parallel_size}) and vLLM's other memory leave no KV cache on "
-            f"{dep.gpu.name} at --gpu-memory-utilization {dep.settings.gmu}; use a larger GPU "
-            "or --tp"
-        )
-    return cap.num_gpu_blocks, cap.available_kv_bytes
-
-
-def _largest_fitting_len(layout: BlockLayout, usable: int, limit: int) -> int:
-    """Longest request (tokens) whose blocks fit ``usable`` blocks, at most ``limit``."""
-    lo, hi = 0, limit
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if layout.blocks(mid) <= usable:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _pick_best(runs: list[SettingRun], goal: str) -> tuple[int | None, str]:
-    if len(runs) < 2:
-        return None, ""
-    keys: dict[str, Callable[[SimResult], tuple[float, float]]] = {
-        "throughput": lambda r: (-r.output_tokens_per_s, r.preemptions),
-        "ttft": lambda r: (r.ttft_s.p90, -r.output_tokens_per_s),
-        "tpot": lambda r: (r.tpot_s.p90, -r.output_tokens_per_s),
-        "preemptions": lambda r: (r.preemptions, -r.output_tokens_per_s),
-    }
-    key = keys[goal]
-    order = sorted(range(len(runs)), key=lambda i: key(runs[i].result))
-    best, second = runs[order[0]], runs[order[1]]
-    b, s = best.result, second.result
-    what = {
-        "throughput": f"{b.output_tokens_per_s:,.0f} output tok/s and {b.preemptions:,} "
-        f"preemptions vs {s.output_tokens_per_s:,.0f} and {s.preemptions:,}",
-        "ttft": f"p90 TTFT {b.ttft_s.p90:.3f} s vs {s.ttft_s.p90:.3f} s",
-        "tpot": f"p90 TPOT {b.tpot_s.p90 * 1000:.1f} ms vs {s.tpot_s.p90 * 1000:.1f} ms",
-        "preemptions": f"{b.preemptions:,} preemptions vs {s.preemptions:,}",
-    }[goal]
-
-    def close(x: tuple[float, float], y: tuple[float, float]) -> bool:
-        return all(abs(u - v) <= TIE * max(abs(u), abs(v)) for u, v in zip(x, y, strict=True))
-
-    tied = [runs[i].label for i in order[1:] if close(key(b), key(runs[i].result))]
-    if tied:
-        reason = (
-            f"no clear best for {goal}: {best.label} and {', '.join(tied)} are within "
-            f"{TIE:.0%} ({what} for {second.label}); ★ marks the first"
-        )
-    else:
-        reason = (
-            f"best for {goal}: {best.label} ({what} for the runner-up {second.label}; "
-            f"peak KV {b.usage_max:.0%})"
-        )
-    return order[0], reason
-
-
-def simulate_model(
-    dep: Deployment,
-    workload: Workload,
-    *,
-    variants: Sequence[ServeSettings] | None = None,
-    axes: Sequence[str] = (),
-    num_gpu_blocks: int | None = None,
-    goal: str = "throughput",
-) -> SimReport:
-    """Replay ``workload`` on ``dep`` served by vLLM once per variant of its settings, and
-    compare.
-
-    Args:
-        dep: the model, the GPU (sizes the pool when no explicit pool is given, and sets the
-            roofline; H100 when None) and the base settings (``kv_cache_memory_bytes`` is an
-            explicit pool; ``max_model_len`` the longest request, else the model's shortened to
-            what fits).
-        workload: the requests.
-        variants: the settings to compare, one run each (default: ``dep.settings``); see
-            :func:`build_settings`.
-        axes: which settings vary between variants (for labels).
-        num_gpu_blocks: explicit pool in blocks of the first variant; the others get the
-            same bytes.
-        goal: what "best" means: throughput, ttft, tpot or preemptions.
-
-    Returns:
-        The :class:`SimReport`.
-    """
-    from planner.gpus import get_gpu
-
-    base, gpu, model = dep.settings, dep.gpu, dep.model
-    settings = list(variants) if variants is not None else [base]
-    kv_cache_memory_bytes = base.kv_cache_memory_bytes
-    max_model_len = base.max_model_len
-    tp = base.tp
-    if num_gpu_blocks is not None and kv_cache_memory_bytes is not None:
-        raise UsageError("give --num-gpu-blocks or --kv-cache-memory, not both")
-    if goal not in GOALS:
-        raise UsageError(f"unknown --goal {goal!r}; use one of: {', '.join(GOALS)}")
-    if not settings:
-        raise UsageError("nothing to simulate: no settings")
-    if base.engine is not Engine.VLLM:
-        raise UsageError("kvplan simulate replays vLLM's scheduler; --engine must be vllm")
-    if len(settings) > MAX_SETTINGS:
-        raise UsageError(f"{len(settings)} settings to compare; at most {MAX_SETTINGS}")
-    if num_gpu_blocks is not None and num_gpu_blocks < 0:
-        raise UsageError(f"--num-gpu-blocks must not be negative, got {num_gpu_blocks}")
-    if num_gpu_blocks:
-        positive_count("--num-gpu-blocks", num_gpu_blocks)
-    spec = model.spec
-    gmu = base.gmu
-    notes: list[str] = []
-    warnings: list[str] = []
-    roof_gpu = gpu or get_gpu("h100")
-    if gpu is None:
-        notes.append("no --gpu: step times use the H100 roofline")
-    explicit_pool = num_gpu_blocks is not None or kv_cache_memory_bytes is not None
-    if explicit_pool and base.gpu_memory_utilization is not None:
-        warnings.append("--gpu-memory-utilization is ignored with an explicit KV pool")
-    if not explicit_pool and gpu is None:
-        raise UsageError(
-            "size the KV pool: --gpu NAME, --kv-cache-memory 20GiB or --num-gpu-blocks N"
-        )
-    weights = per_rank(model, tp=tp, pp=1)
-    params = estimate_params(spec, weights if weights.source == "config" else None)
-    if num_gpu_blocks is not None:
-        pool = f"--num-gpu-blocks {num_gpu_blocks:,}"
-    elif kv_cache_memory_bytes is not None:
-        pool = f"--kv-cache-memory {kv_cache_memory_bytes:,} B"
-    else:
-        assert gpu is not None
-        pool = (
-            f"{gpu.name}: vLLM's budget ({gmu:g} x total - {weights.bytes_per_rank:,} B of "
-            f"weights from {weights.source} - activation, non-torch and CUDA-graph estimates), "
-            "as `kvplan estimate --gpu` computes it"
-        )
-    runs: list[SettingRun] = []
-    memory_of_blocks: int | None = None
-    roofline: Roofline | None = None
-    seen_notes: set[str] = set()
-    shortened: list[tuple[str, int, int, int, int]] = []
-    for serve in settings:
-        # the batch defaults are the named GPU's (an A100 gets 2,048 / 256), or vLLM's
-        # no-GPU ones with an explicit pool: never the roofline's stand-in H100
-        run_dep = Deployment(model=model, gpu=gpu, settings=serve)
-        est = estimate(spec, serve, gpu)
-        assert est.vllm is not None
-        for warning in est.warnings:
-            if warning not in warnings:
-                warnings.append(warning)
-        layout, layout_notes = BlockLayout.from_estimate(est)
-        for note in layout_notes:
-            if note not in seen_notes:
-                seen_notes.add(note)
-                notes.append(note)
-        bpb = est.vllm.bytes_per_block
-        if num_gpu_blocks is not None:
-            if memory_of_blocks is None:
-                memory_of_blocks = num_gpu_blocks * bpb
-            blocks = memory_of_blocks // bpb
-            kv_bytes = blocks * bpb
-        elif kv_cache_memory_bytes is not None:
-            blocks, kv_bytes = kv_cache_memory_bytes // bpb, kv_cache_memory_bytes
-        else:
-            assert gpu is not None
-            blocks, kv_bytes = pool_for_gpu(run_dep, est, weights)
-        label = ", ".join(f"{a}={axis_value(serve, a)}" for a in axes) or "as given"
-        if blocks < 2:
-            raise DoesNotFitError(
-                f"{label}: {kv_bytes:,} B of KV memory holds {blocks} block(s) of "
-                f"{bpb:,} B (one is vLLM's null block): zero KV capacity. Give more memory "
-                "(--kv-cache-memory, --gpu-memory-utilization, a larger --gpu) or --tp"
-            )
-        usable = blocks - 1
-        length = est.max_model_len
-        if layout.blocks(length) > usable:
-            fit = _largest_fitting_len(layout, usable, length)
-            if max_model_len is not None:
-                raise DoesNotFitError(
-                    f"{label}: one {length:,}-token request needs {layout.blocks(length):,} "
-                    f"blocks; the pool has {usable:,}. Largest that fits: {fit:,} tokens. Try "
-                    f"--max-model-len {fit} or more KV memory"
-                )
-            shortened.append((label, length, layout.blocks(length), usable, fit))
-            length = fit
-        roofline = roofline_for(spec, est, roof_gpu, params)
-        config = SimConfig(
-            num_gpu_blocks=blocks,
-            layout=layout,
-            max_num_seqs=est.vllm.max_num_seqs,
-            max_num_batched_tokens=est.vllm.max_num_batched_tokens,
-            max_model_len=length,
-            roofline=roofline,
-            prefix_caching=serve.enable_prefix_caching,
-        )
-        result = simulate(workload, config)
-        runs.append(
-            SettingRun(
-                label=label,
-                values={a: axis_value(serve, a) for a in axes},
-                block_size=est.block_size,
-                kv_cache_dtype=est.kv_cache_dtype,
-                prefix_caching=serve.enable_prefix_caching,
-                max_num_seqs=config.max_num_seqs,
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                max_model_len=length,
-                bytes_per_block=bpb,
-                kv_cache_bytes=kv_bytes,
-                num_gpu_blocks=blocks,
-                result=result,
-            )
-        )
-    if num_gpu_blocks is not None and len({r.bytes_per_block for r in runs}) > 1:
-        notes.append(
-            f"--num-gpu-blocks {num_gpu_blocks:,} is counted in blocks of the first setting "
-            f"({memory_of_blocks:,} B); every setting gets that much memory"
-        )
-    if shortened:
-        label, length, need, usable, fit = shortened[0]
-        where = f" ({label})" if len(runs) > 1 else ""
-        others = "".join(f"; {lab}: {f:,}" for lab, _, _, _, f in shortened[1:])
-        warnings.append(
-            f"vLLM would refuse max_model_len {length:,} with this KV pool{where}: one request "
-            f"that long needs {need:,} blocks, the pool has {usable:,}. Simulating with the "
-            f"longest that fits, --max-model-len {fit:,}{others}"
-        )
-    rejected = max(r.result.rejected_too_long for r in runs)
-    if rejected:
-        warnings.append(
-            f"{rejected:,} request(s) longer than max_model_len (prompt + output) were "
-            "rejected, as vLLM's API server rejects them"
-        )
-    if workload.num_skipped:
-        shown = "; ".join(workload.skipped[:5])
-        more = f" (and {workload.num_skipped - 5:,} more)" if workload.num_skipped > 5 else ""
-        warnings.append(f"{workload.num_skipped:,} bad trace line(s) skipped: {shown}{more}")
-    best, reason = _pick_best(runs, goal)
-    assert roofline is not None
-    return SimReport(
-        model=spec.name,
-        workload=workload.name,
-        workload_source=workload.source,
-        requests=len(workload.requests),
-        seed=workload.seed,
-        gpu=roof_gpu.name,
-        pool=pool,
-        tensor_parallel_size=tp,
-        params=params,
-        roofline=roofline,
-        goal=goal,
-        axes=list(axes),
-        runs=runs,
-        best=best,
-        best_reason=reason,
-        notes=notes,
-        warnings=warnings,
-    )
-
-
-def build_settings(
-    values: dict[str, list[str]], base: ServeSettings | None = None
-) -> tuple[list[ServeSettings], list[str]]:
-    """Every combination of the given flag values (parsed once, here) over ``base``, and the
-    axes that vary.
-
-    Args:
-        values: axis (``block-size``, ``kv-cache-dtype``, ``prefix-caching``,
-            ``max-num-seqs``, ``max-num-batched-tokens``) -> the user's strings.
-        base: the settings the axes vary (default: vLLM's defaults).
-
-    Returns:
-        The settings (cartesian product, first axis slowest) and the axes with several values.
-    """
-    base = base or ServeSettings()
-    parsed: dict[str, list[Any]] = {}
-    for axis, raw in values.items():
-        if axis not in AXES:
-            raise UsageError(f"cannot compare {axis!r}; use one of: {', '.join(AXES)}")
-        if not raw:
-            raise UsageError(f"--{axis}: no values")
-        if len(set(raw)) != len(raw):
-            raise UsageError(f"--{axis}: a value is repeated in {','.join(raw)}")
-        parsed[axis] = [_parse_axis_value(axis, v) for v in raw]
-    axes = [a for a in AXES if a in parsed]
-    combos = list(itertools.product(*(parsed[a] for a in axes)))
-    if len(combos) > MAX_SETTINGS:
-        raise UsageError(f"{len(combos)} settings to compare; at most {MAX_SETTINGS}")
-    settings = [
-        replace(base, **{AXIS_FIELDS[a]: v for a, v in zip(axes, combo, strict=True)})
-        for combo in combos
-    ]
-    return settings, [a for a in axes if len(parsed[a]) > 1]
-
-
-def _parse_axis_value(axis: str, text: str) -> Any:
-    text = text.strip()
-    if axis == "kv-cache-dtype":
-        return kv_dtype_for(text, Engine.VLLM)
-    if axis == "prefix-caching":
-        key = text.lower()
-        if key in ("on", "true", "yes", "1", "enabled"):
-            return True
-        if key in ("off", "false", "no", "0", "disabled"):
-            return False
-        raise UsageError(f"prefix-caching takes on or off, got {text!r}")
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"--{axis} takes whole numbers, got {text!r}") from None
-    positive_count(f"--{axis}", value)
-    return value

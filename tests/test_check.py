@@ -15,10 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 import planner
-from planner import plans
+from planner import check as plans
+from planner.check import PlansFileError, check_file
 from planner.cli import app
+from planner.deployment import SPELLINGS, ServeSettings
 from planner.gpus import get_gpu
-from planner.plans import PlansFileError, check_file
+from planner.model.specs import Engine, KVDtype
 from tests.conftest import fixture_config
 from tests.helpers import plan_for as on
 
@@ -365,6 +367,75 @@ def test_file_level_errors(tmp_path: Path, text: str, expected: str) -> None:
     assert info.value.exit_code == 2
 
 
+@pytest.mark.parametrize("key", ["gpu_memory_utilization", "min_concurrency", "max_kv_usage"])
+def test_a_number_past_a_float_is_refused_not_a_traceback(tmp_path: Path, key: str) -> None:
+    # 10**400 is a YAML int that float() cannot hold; it used to raise OverflowError
+    result = runner.invoke(app, ["check", str(write(tmp_path, entry(f"{key}: 1{'0' * 400}")))])
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert f"deployments[0] (a).{key}: must be " in result.stderr
+
+
+def test_an_entry_is_a_gpu_serve_settings_and_requirements(tmp_path: Path) -> None:
+    text = entry(
+        "engine: sglang",
+        "tensor_parallel_size: 2",
+        "gpu_memory: 60GiB",
+        "max_model_len: 8192",
+        "kv_cache_dtype: FP8",
+        "headroom: 5%",
+        "min_concurrency: 2",
+        "max_kv_usage: 0.5",
+        "max_num_seqs: 4",
+    )
+    (one,), problems = plans.parse_plans(
+        plans.load_yaml(write(tmp_path, text)), file="plans.yaml", base_dir=tmp_path
+    )
+    assert problems == []
+    # the catalog's H100 with the given total: its name and roofline figures stay
+    assert one.gpu == get_gpu("h100").with_memory(60 * GIB, "gpu_memory")
+    assert one.settings == ServeSettings(
+        engine=Engine.SGLANG,
+        tp=2,
+        max_model_len=8192,
+        max_num_seqs=4,
+        kv_cache_dtype=KVDtype.FP8,
+        headroom_bytes=int(60 * GIB * 0.05),  # 5 % of the GPU's memory: 3,221,225,472 B
+    )
+    assert one.requirements == plans.Requirements(min_concurrency=2.0, max_kv_usage=0.5)
+    assert (one.name, one.line, one.model) == ("a", 2, "llama-3.1-8b")
+
+
+def test_every_serve_setting_key_is_a_spelling_the_parser_reads() -> None:
+    # from_mapping ignores keys it does not know: a key renamed in SPELLINGS alone would be
+    # accepted by the schema and then silently dropped
+    yaml_names = {names.yaml for names in SPELLINGS.values()}
+    assert set(plans.SETTINGS) <= yaml_names and set(plans.SETTINGS) <= set(plans.SCHEMA)
+
+
+def test_other_engines_fixes_are_spelled_as_plans_keys(tmp_path: Path) -> None:
+    text = (
+        "deployments:\n"
+        "  - {name: long, model: llama-3.1-8b, engine: sglang, gpu: rtx-5090,"
+        " max_model_len: 131072}\n"
+        "  - {name: busy, model: llama-3.1-8b, engine: trtllm, gpu: h100, max_model_len: 131072,"
+        " max_num_seqs: 8, max_kv_usage: 0.5}\n"
+    )
+    long, busy = check_file(write(tmp_path, text)).results
+    assert long.status == busy.status == "fail"
+    assert long.figures is not None and busy.figures is not None
+    # SGLang's whole pool is shorter than one request: the fix is the pool's length in tokens
+    assert long.fix == (
+        f"max_model_len: {long.figures.kv_cache_size_tokens} (the whole KV pool); "
+        "or kv_cache_dtype: fp8 (half the KV bytes per token); or tp: 2 or a larger GPU"
+    )
+    # 8 requests want more than half of TRT-LLM's pool: as many as fit in half of it
+    seqs = int(0.5 * busy.figures.max_concurrency)
+    assert seqs >= 1 and busy.fix == (
+        f"max_num_seqs: {seqs}; "
+        "or kv_cache_dtype: fp8 (half the KV bytes per token); or tp: 2 or a larger GPU"
+    )
+
+
 def test_anchor_bomb_is_refused_before_expanding(tmp_path: Path) -> None:
     # 9 levels of 9 aliases: 9**9 = 387,420,489 leaves from a 700-byte file.
     lines = ["a0: &a0 [" + ", ".join(["lol"] * 9) + "]"]
@@ -578,3 +649,12 @@ def test_readme_shows_the_markdown_this_build_prints(monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(ROOT)
     result = runner.invoke(app, ["check", "examples/plans.yaml", "-f", "markdown"])
     assert "```markdown\n" + result.stdout + "```" in (ROOT / "README.md").read_text()
+
+
+def test_a_pipeline_longer_than_the_model_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    # 2^40 pipeline stages for 32 layers: the entry errors with vLLM's rule (pp <= layers)
+    # instead of laying out 2^40 stages.
+    text = "deployments:\n  - {name: a, model: llama-3.1-8b, gpu: h100, pp: 1099511627776}\n"
+    result = check_file(write(tmp_path, text)).results[0]
+    assert result.status == "error"
+    assert result.error == "--pp 1099511627776 is more than the model's 32 layers"

@@ -1,0 +1,987 @@
+"""Plans files for CI: a YAML list of deployments, each checked with the planner.
+
+``kvplan check deploy/plans.yaml`` exits 0 when every deployment fits its requirements, 1 when
+any fails (or cannot be planned), 2 when the file is invalid. Schema (``examples/plans.yaml``)::
+
+    deployments:
+      - name: chat-8b                   # unique
+        model: llama-3.1-8b             # catalog name, hub id (HF cache offline), ./local/dir
+        engine: vllm                    # vllm | sglang | trtllm
+        gpu: h100                       # catalog GPU, or gpu_memory: 80GiB (both: memory wins)
+        tp: 1
+        pp: 1
+        max_model_len: 16384
+        max_num_seqs: 64
+        gpu_memory_utilization: 0.9     # vLLM's; SGLang mem_fraction_static; TRT-LLM
+                                        # kv_cache_free_gpu_memory_fraction
+        kv_cache_dtype: auto
+        max_num_batched_tokens: 8192    # optional, vLLM only
+        # requirements (all optional)
+        min_concurrency: 8              # requests of max_model_len tokens at once
+        min_kv_tokens: 100000           # KV cache size in tokens
+        max_kv_usage: 0.9               # max_num_seqs full-length requests / KV blocks
+        headroom: 2GiB                  # or "5%" of GPU memory; kept free of KV cache
+
+Validation errors name the file, the line (YAML marks) and the key; one invalid deployment does
+not stop the others from being checked, but makes the run exit 2. The YAML is loaded with
+``yaml.SafeLoader``; files over 1 MiB and alias expansions over a million nodes are refused.
+
+:func:`parse_plans` turns each valid entry into an :class:`Entry`: a model argument, a
+:class:`planner.deployment.Gpu`, :class:`planner.deployment.ServeSettings` (parsed by
+``ServeSettings.from_mapping``, the keys being the settings' yaml spellings) and
+:class:`Requirements`. :func:`check_deployment` plans it as a
+:class:`planner.deployment.Deployment`, as ``kvplan estimate`` would, and judges it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from planner import files
+from planner.deployment import MAX_COUNT, ServeSettings, SettingError, as_yaml, render_changes
+from planner.errors import InputFileError, KvplanError, UsageError
+from planner.files import MarkedMap as _Map
+from planner.model.specs import Engine, KVDtype
+
+if TYPE_CHECKING:
+    from planner.budget import EngineCapacity
+    from planner.deployment import Deployment, Gpu, Rule
+    from planner.kv_layout import KVEstimate
+    from planner.model.load import LoadedModel
+    from planner.recommend import Plan
+    from planner.weights import Weights
+
+MAX_PLANS_BYTES = 1 << 20  # 1 MiB: a plans file is a few KiB
+ENGINES = (Engine.VLLM, Engine.SGLANG, Engine.TRTLLM)
+VLLM_ONLY = ("max_num_batched_tokens", "enable_prefix_caching", "enforce_eager")
+
+
+class PlansFileError(InputFileError):
+    """The plans file cannot be read as a whole (missing, binary, too large, not YAML)."""
+
+
+def load_yaml(path: Path, *, limit_bytes: int = MAX_PLANS_BYTES) -> Any:
+    """Parse a plans file (see :func:`planner.files.load_yaml`); errors name the file and line."""
+    return files.load_yaml(path, limit_bytes=limit_bytes, what="plans file", error=PlansFileError)
+
+
+# --------------------------------------------------------------------------- schema
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation error: file, line, where (``deployments[2].tp``) and what is wrong."""
+
+    file: str
+    line: int
+    where: str
+    message: str
+    index: int | None = None  # which deployment, None for the top level
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a deployment must reach besides holding one ``max_model_len`` request; None: not
+    required.
+
+    Attributes:
+        min_concurrency: requests of ``max_model_len`` tokens that fit at once (8 means the
+            KV cache holds 8 x 16,384 tokens for a 16,384-token ``max_model_len``).
+        min_kv_tokens: KV cache size in tokens.
+        max_kv_usage: the most of the KV pool that ``max_num_seqs`` full-length requests may
+            take: 0.9 with 16 x 1,024 blocks asks for at least 18,205 usable blocks.
+    """
+
+    min_concurrency: float | None = None
+    min_kv_tokens: int | None = None
+    max_kv_usage: float | None = None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One validated deployment of a plans file: what :func:`check_deployment` plans.
+
+    Attributes:
+        name: the entry's unique ``name``.
+        line: the line of its first key, for reports.
+        model: the model argument as :func:`planner.model.load.load_model` takes it (a
+            ``./relative`` path already resolved against the plans file's folder).
+        gpu: the catalog GPU, a ``gpu_memory`` total ("custom"), or the catalog GPU with that
+            total (:func:`planner.gpus.resolve_gpu`).
+        settings: the engine flags; a ``headroom`` percentage is already bytes of ``gpu``'s
+            memory (5% of an H100's 85,018,877,624 B is 4,250,943,881 B).
+        requirements: what it must reach.
+    """
+
+    name: str
+    line: int
+    model: str
+    gpu: Gpu
+    settings: ServeSettings
+    requirements: Requirements = field(default_factory=Requirements)
+
+
+# The keys of a deployment, in the order their values are checked, and what each is.
+SCHEMA: dict[str, str] = {
+    "name": "unique name of the deployment",
+    "model": "catalog name, hub id or ./path/to/model",
+    "engine": "vllm, sglang or trtllm",
+    "gpu": "catalog GPU (kvplan gpus)",
+    "gpu_memory": "total memory of a GPU not in the catalog",
+    "tp": "tensor-parallel size",
+    "pp": "pipeline-parallel size",
+    "max_model_len": "context length per request",
+    "max_num_seqs": "concurrent sequences",
+    "max_num_batched_tokens": "vLLM tokens per step",
+    "gpu_memory_utilization": "engine memory fraction",
+    "kv_cache_dtype": "auto, fp16, bf16, fp8, ...",
+    "block_size": "tokens per block",
+    "enable_prefix_caching": "vLLM prefix caching",
+    "enforce_eager": "vLLM without CUDA graphs",
+    "min_concurrency": "required requests at max_model_len",
+    "min_kv_tokens": "required KV cache tokens",
+    "max_kv_usage": "largest KV usage at max_num_seqs full-length requests",
+    "headroom": "memory kept free of KV cache: bytes, 2GiB or 5%",
+}
+# The serve settings among them: ServeSettings.from_mapping reads them (each key is the
+# setting's yaml spelling in planner.deployment.SPELLINGS). headroom is one too, but a plans
+# file may give it as a percentage of the GPU's memory, so it is read here.
+SETTINGS = (
+    "engine",
+    "tp",
+    "pp",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+    "kv_cache_dtype",
+    "block_size",
+    "enable_prefix_caching",
+    "enforce_eager",
+)
+ALIASES = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp"}
+TOP_LEVEL = ("deployments",)
+# How a plans file words a refused value, by the rule it broke (SettingError.rule); the value
+# follows as "(got 90)".
+WORDS: dict[Rule, str] = {
+    "whole": "must be a whole number",
+    "min": "must be at least 1",
+    "max": f"must be at most {MAX_COUNT:,}",
+    "number": "must be a number",
+    "positive": "must be positive",
+    "fraction": "must be in (0, 1]; write 0.9, not 90",
+    "bool": "must be true or false",
+    "name": "must be a non-empty string",
+}
+
+
+class _Bad(Exception):
+    """A value refused in a plans file's own words; the reader adds ``(got ...)``."""
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else repr(value[:37] + "...")
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def _word(exc: SettingError) -> str:
+    """The settings parser's refusal as a plans file words it: ``must be at least 1 (got 0)``."""
+    return f"{WORDS[exc.rule]} (got {_show(exc.value)})"
+
+
+class _Reader:
+    """Reads one deployment mapping, recording its problems."""
+
+    def __init__(self, file: str, index: int, data: _Map, problems: list[Problem]) -> None:
+        self.file, self.index, self.data, self.problems = file, index, data, problems
+        name = data.get("name")
+        self.label = f"deployments[{index}]" + (f" ({name})" if isinstance(name, str) else "")
+        self.name = name if isinstance(name, str) else None
+        self.ok = True
+
+    def line(self, key: str | None = None) -> int:
+        return self.data.key_lines.get(key, self.data.line) if key else self.data.line
+
+    def fail(self, key: str | None, message: str) -> None:
+        self.ok = False
+        where = f"{self.label}.{key}" if key else self.label
+        self.problems.append(Problem(self.file, self.line(key), where, message, self.index))
+
+    def fold_keys(self) -> None:
+        """Refuse unknown keys (with a suggestion) and read an alias as its key:
+        ``tensor_parallel_size`` is ``tp``, reported on the alias's line."""
+        for key in list(self.data):
+            canonical = ALIASES.get(str(key))
+            if canonical is not None:
+                if canonical in self.data:
+                    self.fail(str(key), f"same setting as {canonical!r}; give only one")
+                    continue
+                self.data[canonical] = self.data[key]
+                self.data.key_lines[canonical] = self.data.key_lines.get(key, self.data.line)
+                continue
+            if key not in SCHEMA:
+                names = list(SCHEMA) + list(ALIASES)
+                self.fail(str(key), "unknown key" + _suggest(str(key), names))
+
+
+def _text(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise _Bad(WORDS["name"])
+    return v.strip()
+
+
+def _count(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _Bad(WORDS["whole"])
+    if v < 1:
+        raise _Bad(WORDS["min"])
+    if v > MAX_COUNT:
+        raise _Bad(WORDS["max"])
+    return v
+
+
+def _positive(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise _Bad(WORDS["number"])
+    try:
+        value = float(v)
+    except OverflowError:  # an int past 1.8e308
+        raise _Bad(WORDS["max"]) from None
+    if not math.isfinite(value):
+        raise _Bad(WORDS["number"])
+    if value <= 0:
+        raise _Bad(WORDS["positive"])
+    return value
+
+
+def _fraction(v: Any) -> float:
+    if isinstance(v, int) and not isinstance(v, bool) and v > 1:  # before float() overflows
+        raise _Bad(WORDS["fraction"])
+    value = _positive(v)
+    if value > 1:
+        raise _Bad(WORDS["fraction"])
+    return value
+
+
+def _size(v: Any) -> int:
+    from planner.units import MAX_SIZE_BYTES, parse_size
+
+    if isinstance(v, bool) or not isinstance(v, int | str):
+        raise _Bad("must be bytes or a size like 24GiB")
+    try:
+        size = v if isinstance(v, int) else parse_size(v, flag="size")
+    except UsageError as exc:
+        raise _Bad(str(exc).removeprefix("size ")) from None
+    if size < 0:
+        raise _Bad("must not be negative")
+    if size > MAX_SIZE_BYTES:
+        raise _Bad("is too large (at most 1 EiB)")
+    return size
+
+
+def _headroom(v: Any) -> int | float:
+    """Bytes (int), or a float fraction of GPU memory (the caller resolves it)."""
+    if isinstance(v, str) and v.strip().endswith("%"):
+        try:
+            pct = float(v.strip()[:-1])
+        except ValueError:
+            raise _Bad("a percentage must look like 5%") from None
+        if not (math.isfinite(pct) and 0 <= pct < 100):
+            raise _Bad("a percentage must be in [0, 100)")
+        return pct / 100
+    return _size(v)
+
+
+# The keys a plans file reads itself (the others are SETTINGS), with their checks.
+_OWN: dict[str, Callable[[Any], Any]] = {
+    "name": _text,
+    "model": _text,
+    "gpu": _text,
+    "gpu_memory": _size,
+    "min_concurrency": _positive,
+    "min_kv_tokens": _count,
+    "max_kv_usage": _fraction,
+    "headroom": _headroom,
+}
+
+
+def _suggest(key: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def parse_plans(data: Any, *, file: str, base_dir: Path) -> tuple[list[Entry], list[Problem]]:
+    """Validate a loaded plans document.
+
+    A document that is not a mapping with a non-empty ``deployments`` list raises
+    :class:`PlansFileError`; problems inside deployments are returned, so the valid ones can
+    still be checked.
+
+    Args:
+        data: what :func:`load_yaml` returned.
+        file: the file name used in messages.
+        base_dir: where ``./relative`` model paths start.
+
+    Returns:
+        The valid entries and the problems of the others.
+    """
+    if data is None:
+        raise PlansFileError(f"{file}: empty; it needs a top-level `deployments:` list")
+    if not isinstance(data, _Map):
+        raise PlansFileError(
+            f"{file}:1: the top level must be a mapping with a `deployments:` list, "
+            f"not {_show(data)}"
+        )
+    problems: list[Problem] = []
+    for key in data:
+        if key not in TOP_LEVEL:
+            problems.append(
+                Problem(
+                    file,
+                    data.key_lines.get(key, 1),
+                    str(key),
+                    "unknown top-level key" + _suggest(str(key), list(TOP_LEVEL)),
+                )
+            )
+    if "deployments" not in data:
+        raise PlansFileError(f"{file}:{data.line}: no `deployments:` list")
+    raw_entries = data["deployments"]
+    line = data.key_lines["deployments"]
+    if not isinstance(raw_entries, list):
+        raise PlansFileError(f"{file}:{line}: deployments must be a list, not {_show(raw_entries)}")
+    if not raw_entries:
+        raise PlansFileError(f"{file}:{line}: deployments is empty")
+    entries: list[Entry] = []
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(raw_entries):
+        if not isinstance(raw, _Map):
+            problems.append(
+                Problem(
+                    file,
+                    line,
+                    f"deployments[{index}]",
+                    f"each deployment must be a mapping, not {_show(raw)}",
+                    index,
+                )
+            )
+            continue
+        reader = _Reader(file, index, raw, problems)
+        entry = _entry(reader, base_dir)
+        if reader.name is not None:
+            if reader.name in seen:
+                reader.fail(
+                    "name", f"duplicate name {reader.name!r} (first on line {seen[reader.name]})"
+                )
+                entry = None
+            else:
+                seen[reader.name] = reader.line("name")
+        if entry is not None and reader.ok:
+            entries.append(entry)
+    return entries, problems
+
+
+def _entry(r: _Reader, base_dir: Path) -> Entry | None:
+    """One deployment's :class:`Entry`, or None when it has a problem (recorded on ``r``).
+
+    Each key's value is checked in :data:`SCHEMA` order: the serve settings by
+    :meth:`ServeSettings.from_mapping` (typed, so ``tp: "2"`` is refused; no ``-1`` auto-fit),
+    the rest here. Then the rules across keys: the engines a plans file checks, vLLM-only
+    keys, the GPU.
+    """
+    r.fold_keys()
+    refused: dict[str, str] = {}
+    own: dict[str, Any] = {}
+    for key, check in _OWN.items():
+        if key in r.data:
+            try:
+                own[key] = check(r.data[key])
+            except _Bad as exc:
+                refused[key] = f"{exc} (got {_show(r.data[key])})"
+    settings, problems = ServeSettings.from_mapping(
+        {key: r.data[key] for key in SETTINGS if key in r.data},
+        spelling="yaml",
+        typed=True,
+        auto_fit=False,
+        word=_word,
+    )
+    refused.update(problems)
+    for key in SCHEMA:
+        if key in refused:
+            r.fail(key, refused[key])
+    if "" in refused:  # a combination of settings no engine runs
+        r.fail(None, refused[""])
+    for key in ("name", "model"):
+        if key not in r.data:
+            r.fail(None, f"missing required key {key!r}")
+    engine = settings.engine
+    if engine not in ENGINES:
+        r.fail("engine", f"engine must be one of {', '.join(x.value for x in ENGINES)}")
+    if settings.kv_cache_dtype is KVDtype.FP32:
+        r.fail("kv_cache_dtype", "fp32 KV is only meaningful for transformers")
+    if engine is not Engine.VLLM:
+        for key in VLLM_ONLY:
+            if key in r.data:
+                r.fail(key, f"is a vLLM setting; engine {engine.value} has no such knob")
+        if "max_kv_usage" in r.data and "max_num_seqs" not in r.data:
+            r.fail("max_kv_usage", f"needs max_num_seqs with engine {engine.value}")
+    gpu = _gpu(r, own.get("gpu"), own.get("gpu_memory"))
+    headroom = own.get("headroom", 0)
+    if isinstance(headroom, float):  # a fraction of GPU memory
+        headroom = int(gpu.memory_bytes * headroom) if gpu else 0
+    model = own.get("model")
+    if isinstance(model, str) and model.startswith(("./", "../")):
+        model = str((base_dir / model).resolve())
+    if not r.ok or gpu is None or model is None:
+        return None
+    return Entry(
+        name=own["name"],
+        line=r.line(),
+        model=model,
+        gpu=gpu,
+        settings=settings.but(headroom_bytes=headroom),
+        requirements=Requirements(
+            min_concurrency=own.get("min_concurrency"),
+            min_kv_tokens=own.get("min_kv_tokens"),
+            max_kv_usage=own.get("max_kv_usage"),
+        ),
+    )
+
+
+def _gpu(r: _Reader, name: str | None, memory_bytes: int | None) -> Gpu | None:
+    """The entry's GPU (:func:`planner.gpus.resolve_gpu`): a catalog GPU, a ``gpu_memory``
+    total, or the catalog GPU with that total (an A100 stays an A100)."""
+    from planner.gpus import resolve_gpu
+
+    positive = memory_bytes is None or memory_bytes > 0
+    gpu = None
+    try:
+        gpu = resolve_gpu(name, memory_bytes if positive else None, source="gpu_memory")
+    except UsageError as exc:  # an unknown name; the hint names the plans file's key
+        r.fail("gpu", str(exc).replace("Use --gpu-memory 24GiB", "Use gpu_memory: 24GiB"))
+    if not positive:
+        r.fail("gpu_memory", "must be positive")
+        return None
+    if "gpu" not in r.data and "gpu_memory" not in r.data:
+        r.fail(None, "missing 'gpu' (a catalog GPU) or 'gpu_memory' (e.g. 80GiB)")
+    return gpu
+
+
+# --------------------------------------------------------------------------- checking
+
+
+@dataclass(frozen=True)
+class Check:
+    """One requirement of a deployment: ``actual`` against ``required``.
+
+    Attributes:
+        name: what is checked: ``max_model_len`` (one request of that length fits; every
+            plannable deployment has it), ``weights`` (the only check when the weights alone
+            exceed the engine's budget), or a requirement of the plans file:
+            ``min_concurrency``, ``min_kv_tokens``, ``max_kv_usage``.
+        resource: the same in words, e.g. ``KV memory for one max_model_len request``.
+        unit: how to show the numbers: ``bytes``, ``x`` (requests), ``tokens`` or ``ratio``.
+        required: the bound: the plans file's, or what one ``max_model_len`` request needs.
+        actual: what the deployment gets.
+        passed: ``actual >= required``; ``actual <= required`` for ``weights`` and
+            ``max_kv_usage``.
+        margin: relative room: +0.25 means 25 % to spare, negative means failed by that much
+            (``actual / required - 1``, or ``required / actual - 1`` for an upper bound).
+            Qwen2.5-7B on an RTX 4090 with 8 x 32,768-token requests uses 2.5409 of its KV
+            blocks against a ``max_kv_usage`` of 0.9: 0.9 / 2.5409 - 1 = -0.6458.
+    """
+
+    name: str
+    resource: str
+    unit: str
+    required: float
+    actual: float
+    passed: bool
+    margin: float
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The capacity figures a deployment was judged on, per GPU rank.
+
+    Attributes:
+        source: whose formulas: ``vllm``, ``sglang`` or ``trtllm``.
+        weights_bytes: the weights one rank holds.
+        available_kv_bytes: the engine's KV pool on one rank.
+        kv_cache_size_tokens: the pool in tokens (vLLM's "GPU KV cache size").
+        max_concurrency: requests of ``max_model_len`` tokens the pool holds at once.
+        num_gpu_blocks: vLLM's KV blocks (None for the other engines).
+        blocks_per_request: blocks one ``max_model_len`` request takes (vLLM only).
+        kv_usage: what ``max_num_seqs`` full-length requests take of the pool: with vLLM
+            ``max_num_seqs x blocks_per_request / (num_gpu_blocks - 1)`` (the null block is
+            never handed out), else ``max_num_seqs / max_concurrency``; None when an engine
+            other than vLLM is given no ``max_num_seqs``.
+        setting: the engine knob that set the budget, e.g. ``gpu_memory_utilization=0.92``
+            or ``mem_fraction_static=0.8``.
+
+    Qwen2.5-7B on an RTX 4090 (vLLM, 32,768 tokens, 8 sequences): 6,449 blocks of 16 tokens
+    are 103,184 tokens; a request takes 2,048 blocks, so 103,184 / 32,768 = 3.1489 requests
+    fit at once, and 8 x 2,048 / 6,448 = 2.5409 is the KV usage.
+    """
+
+    source: str
+    weights_bytes: int
+    available_kv_bytes: int
+    kv_cache_size_tokens: int
+    max_concurrency: float
+    num_gpu_blocks: int | None
+    blocks_per_request: int | None
+    kv_usage: float | None
+    setting: str
+
+
+@dataclass(frozen=True)
+class DeploymentResult:
+    """The verdict on one deployment: pass, fail (a requirement is not met) or error (it could
+    not be planned: unknown model, invalid TP for the model ...).
+
+    Attributes:
+        name: the entry's ``name``.
+        line: the line of the entry's first key.
+        status: ``pass``, ``fail`` or ``error``.
+        model: the model as loaded (``Qwen/Qwen2.5-7B-Instruct`` for ``qwen2.5-7b``); on an
+            error, the entry's model argument.
+        engine: ``vllm``, ``sglang`` or ``trtllm``.
+        gpu: the GPU's name; ``custom`` for a bare ``gpu_memory``.
+        gpu_memory_bytes: the GPU's total memory, which the budget starts from.
+        settings: the settings judged, as the engine resolves them: ``tp``, ``pp``,
+            ``max_model_len``, ``max_num_seqs``, ``gpu_memory_utilization`` (the fraction in
+            effect, e.g. vLLM's 0.92 when not given), ``kv_cache_dtype`` (``auto`` resolved,
+            e.g. ``bf16``), then ``max_num_batched_tokens`` (vLLM) and ``block_size``. On an
+            error, what the entry gave (None: the engine's default).
+        checks: ``max_model_len`` first, then the requirements; only ``weights`` when the
+            weights do not fit.
+        limiting: the check with the smallest margin (None without checks).
+        margin: that check's margin, rounded to 4 places.
+        figures: the capacity figures (None on an error, or when the weights do not fit).
+        fix: what to change, in plans-file keys, alternatives joined by ``; or `` (``, or ``
+            when the weights do not fit): ``kv_cache_dtype: fp8 (6.30x, 206,438 tokens) with
+            max_num_seqs: 5; or tp: 2 (13.92x, 456,130 tokens)``. None on a pass.
+        error: why it could not be planned (status ``error`` only).
+    """
+
+    name: str
+    line: int
+    status: str
+    model: str
+    engine: str
+    gpu: str
+    gpu_memory_bytes: int
+    settings: dict[str, Any]
+    checks: list[Check]
+    limiting: str | None
+    margin: float | None
+    figures: Figures | None
+    fix: str | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """``kvplan check``: every deployment's verdict plus the file's problems.
+
+    Attributes:
+        file: the plans file as it was named.
+        results: one :class:`DeploymentResult` per valid entry, in file order.
+        problems: the file's validation errors; an entry with any is not checked.
+
+    ``examples/plans.yaml`` has one deployment that fits and one that does not: counts
+    ``{"deployments": 2, "passed": 1, "failed": 1, "errors": 0, "invalid": 0}``, exit code 1.
+    """
+
+    file: str
+    results: list[DeploymentResult]
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """2 when the file has problems, else 1 when any deployment failed or could not be
+        planned, else 0."""
+        if self.problems:
+            return 2
+        return 0 if all(r.status == "pass" for r in self.results) else 1
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Deployments (valid entries and invalid ones), passed, failed, errors, invalid."""
+        statuses = [r.status for r in self.results]
+        invalid = len({p.index for p in self.problems if p.index is not None})
+        return {
+            "deployments": len(self.results) + invalid,
+            "passed": statuses.count("pass"),
+            "failed": statuses.count("fail"),
+            "errors": statuses.count("error"),
+            "invalid": invalid,
+        }
+
+
+class _Cache:
+    """Models shared by the deployments of one run (fetched once each)."""
+
+    def __init__(self, offline: bool | None) -> None:
+        self.offline = offline
+        self.models: dict[str, LoadedModel | KvplanError] = {}
+
+    def model(self, model: str) -> LoadedModel:
+        from planner.model.load import load_model
+
+        if model not in self.models:
+            try:
+                self.models[model] = load_model(model, offline=self.offline)
+            except KvplanError as exc:
+                self.models[model] = exc
+        found = self.models[model]
+        if isinstance(found, KvplanError):
+            raise found
+        return found
+
+
+def check_file(path: str | Path, *, offline: bool | None = None) -> CheckReport:
+    """Load, validate and check every deployment of a plans file.
+
+    Args:
+        path: the YAML plans file.
+        offline: only the catalog and the local HF cache (default follows ``HF_HUB_OFFLINE``).
+
+    Returns:
+        The :class:`CheckReport`; raises :class:`PlansFileError` when the file as a whole is
+        unusable (missing, binary, too large, not YAML, no ``deployments`` list).
+    """
+    file = Path(path)
+    data = load_yaml(file)
+    entries, problems = parse_plans(data, file=str(path), base_dir=file.parent)
+    cache = _Cache(offline)
+    results = [check_deployment(e, cache=cache) for e in entries]
+    return CheckReport(str(path), results, problems)
+
+
+def check_deployment(entry: Entry, *, cache: _Cache | None = None) -> DeploymentResult:
+    """Plan one entry with its engine's formulas and judge it against its requirements.
+
+    Args:
+        entry: a validated entry of a plans file.
+        cache: the models already fetched in this run.
+
+    Returns:
+        Its :class:`DeploymentResult`; a model that cannot be loaded or planned (unknown id,
+        a TP the model cannot split) is a result with status ``error``, not an exception.
+    """
+    from planner.deployment import Deployment
+    from planner.weights import per_rank
+
+    cache = cache or _Cache(None)
+    s = entry.settings
+    # what the entry asked for; the check fills in what the engine resolves
+    shown: dict[str, Any] = {
+        "tp": s.tp,
+        "pp": s.pp,
+        "max_model_len": s.max_model_len,
+        "max_num_seqs": s.max_num_seqs,
+        "gpu_memory_utilization": s.gpu_memory_utilization,
+        "kv_cache_dtype": s.kv_cache_dtype.value,
+    }
+    try:
+        loaded = cache.model(entry.model)
+        dep = Deployment(model=loaded, gpu=entry.gpu, settings=s)
+        weights = per_rank(loaded, tp=s.tp, pp=s.pp)
+        if s.engine is Engine.VLLM:
+            return _check_vllm(entry, dep, weights, shown)
+        return _check_other(entry, dep, weights, shown)
+    except KvplanError as exc:
+        return _result(entry, "error", shown, [], None, None, error=str(exc))
+
+
+def _result(
+    entry: Entry,
+    status: str,
+    settings: dict[str, Any],
+    checks: list[Check],
+    figures: Figures | None,
+    fix: str | None,
+    error: str | None = None,
+    model: str | None = None,
+) -> DeploymentResult:
+    limiting = min(checks, key=lambda c: c.margin) if checks else None
+    return DeploymentResult(
+        name=entry.name,
+        line=entry.line,
+        status=status,
+        model=model or entry.model,
+        engine=entry.settings.engine.value,
+        gpu=entry.gpu.name,
+        gpu_memory_bytes=entry.gpu.memory_bytes,
+        settings=settings,
+        checks=checks,
+        limiting=limiting.name if limiting else None,
+        margin=round(limiting.margin, 4) if limiting else None,
+        figures=figures,
+        fix=fix,
+        error=error,
+    )
+
+
+def _at_least(name: str, resource: str, unit: str, required: float, actual: float) -> Check:
+    margin = actual / required - 1 if required else math.inf
+    return Check(name, resource, unit, required, actual, actual >= required, margin)
+
+
+def _at_most(name: str, resource: str, unit: str, required: float, actual: float) -> Check:
+    margin = required / actual - 1 if actual else math.inf
+    return Check(name, resource, unit, required, actual, actual <= required, margin)
+
+
+def _requirements(req: Requirements, concurrency: float, tokens: int, usage: float) -> list[Check]:
+    """The optional requirement checks, the same for every engine."""
+    checks = []
+    if req.min_concurrency is not None:
+        checks.append(
+            _at_least("min_concurrency", "concurrency", "x", req.min_concurrency, concurrency)
+        )
+    if req.min_kv_tokens is not None:
+        checks.append(_at_least("min_kv_tokens", "KV tokens", "tokens", req.min_kv_tokens, tokens))
+    if req.max_kv_usage is not None:
+        checks.append(_at_most("max_kv_usage", "KV usage", "ratio", req.max_kv_usage, usage))
+    return checks
+
+
+class _Fix(NamedTuple):
+    """One way to pass: the settings to change as data (``{"tp": 4}``) or a sentence, what
+    they buy, and the further changes they need (``then``)."""
+
+    change: Mapping[str, object] | str
+    note: str = ""
+    then: Mapping[str, object] | None = None
+
+    def __str__(self) -> str:
+        """As a plans file spells it: ``kv_cache_dtype: fp8 (6.30x, 206,438 tokens) with
+        max_num_seqs: 5``."""
+        text = render_changes(self.change, "yaml")
+        if self.note:
+            text += f" {self.note}"
+        if self.then:
+            text += f" with {as_yaml(self.then)}"
+        return text
+
+
+def _check_vllm(
+    entry: Entry, dep: Deployment, weights: Weights, settings: dict[str, Any]
+) -> DeploymentResult:
+    """vLLM: the same :func:`planner.recommend.plan` as ``kvplan estimate --gpu``."""
+    from planner.errors import DoesNotFitError
+    from planner.recommend import PlanOptions, plan
+
+    spec, gmu = dep.spec, dep.settings.gmu
+    settings["gpu_memory_utilization"] = gmu
+    try:
+        # no max_model_len x max_num_seqs grid: the check needs one cell
+        p = plan(dep, PlanOptions(grid_lens=(), batch_sizes=()))
+    except DoesNotFitError as exc:
+        memory = dep.gpu.memory_bytes if dep.gpu else 0
+        requested = math.ceil(memory * gmu)
+        check = _at_most("weights", "weights", "bytes", requested, weights.bytes_per_rank)
+        # the planner's suggestions are data; a plans file spells them as its keys
+        fix = ", or ".join(_yaml_fix(change) for change in exc.changes) or None
+        return _result(entry, "fail", settings, [check], None, fix, model=spec.name)
+    cap = p.vllm
+    est = p.estimate
+    seqs = cap.max_num_seqs
+    usable = max(cap.num_gpu_blocks - 1, 0)  # the null block is never handed out
+    usage = seqs * cap.blocks_per_request / usable if usable else math.inf
+    settings.update(
+        max_model_len=est.max_model_len,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=cap.max_num_batched_tokens,
+        kv_cache_dtype=est.kv_cache_dtype,
+        block_size=est.block_size,
+    )
+    needed = cap.bytes_per_block * cap.blocks_per_request
+    checks = [
+        _at_least(
+            "max_model_len",
+            "KV memory for one max_model_len request",
+            "bytes",
+            needed,
+            cap.available_kv_bytes - cap.bytes_per_block,  # vLLM's admission check
+        )
+    ]
+    checks += _requirements(
+        entry.requirements, cap.max_concurrency, cap.kv_cache_size_tokens, usage
+    )
+    figures = Figures(
+        source="vllm",
+        weights_bytes=cap.weights_bytes,
+        available_kv_bytes=cap.available_kv_bytes,
+        kv_cache_size_tokens=cap.kv_cache_size_tokens,
+        max_concurrency=round(cap.max_concurrency, 4),
+        num_gpu_blocks=cap.num_gpu_blocks,
+        blocks_per_request=cap.blocks_per_request,
+        kv_usage=round(usage, 4),
+        setting=f"gpu_memory_utilization={gmu}",
+    )
+    ok = all(c.passed for c in checks)
+    fix = None if ok else "; or ".join(str(f) for f in _vllm_fixes(entry.requirements, p, checks))
+    return _result(entry, "pass" if ok else "fail", settings, checks, figures, fix, model=spec.name)
+
+
+def _yaml_fix(change: Mapping[str, object] | str) -> str:
+    """One of the planner's suggestions as a plans file spells it."""
+    text = render_changes(change, "yaml")
+    return f"a bigger GPU ({text})" if not isinstance(change, str) and "gpu" in change else text
+
+
+def _vllm_fixes(req: Requirements, p: Plan, checks: list[Check]) -> list[_Fix]:
+    """What to change, from the planner's own numbers: vLLM's estimated maximum length, the
+    max_num_seqs that meets max_kv_usage, and the fp8 / TP alternatives that pass every check
+    (with the max_num_seqs each needs for max_kv_usage)."""
+    cap = p.vllm
+    failed = {c.name for c in checks if not c.passed}
+    per_request = cap.blocks_per_request
+
+    def seqs_within(blocks: int) -> int:
+        """Most full-length sequences whose blocks stay within max_kv_usage of the pool."""
+        return int((req.max_kv_usage or 0) * max(blocks - 1, 0) // per_request)
+
+    fixes: list[_Fix] = []
+    if "max_model_len" in failed:
+        if cap.estimated_max_model_len:
+            fixes.append(_Fix({"max_model_len": cap.estimated_max_model_len}, "(vLLM's estimate)"))
+        else:
+            fixes.append(_Fix("more GPU memory: weights and activations leave no KV cache"))
+    if failed == {"max_kv_usage"} and seqs_within(cap.num_gpu_blocks) >= 1:
+        fixes.append(_Fix({"max_num_seqs": seqs_within(cap.num_gpu_blocks)}))
+    length = p.estimate.max_model_len
+    for alt in p.alternatives:
+        tokens = int(alt.max_concurrency * length)
+        if not alt.fits or alt.max_concurrency < (req.min_concurrency or 0):
+            continue
+        if tokens < (req.min_kv_tokens or 0):
+            continue
+        note = f"({alt.max_concurrency:.2f}x, {tokens:,} tokens)"
+        usable = max(alt.num_gpu_blocks - 1, 0)
+        if req.max_kv_usage is not None and cap.max_num_seqs * per_request > (
+            req.max_kv_usage * usable
+        ):
+            if seqs_within(alt.num_gpu_blocks) < 1:
+                continue
+            fixes.append(
+                _Fix(alt.changes, note, then={"max_num_seqs": seqs_within(alt.num_gpu_blocks)})
+            )
+        else:
+            fixes.append(_Fix(alt.changes, note))
+    if not fixes:
+        fixes.append(_Fix("a larger GPU, more TP, or a shorter max_model_len"))
+    return fixes
+
+
+def _check_other(
+    entry: Entry, dep: Deployment, weights: Weights, settings: dict[str, Any]
+) -> DeploymentResult:
+    """SGLang / TRT-LLM: their budget models from :mod:`planner.budget` (the figures are the
+    engine's, not vLLM's)."""
+    from planner.kv_layout import estimate
+
+    spec, req = dep.spec, entry.requirements
+    est = estimate(spec, dep.settings, dep.gpu, batch_sizes=())
+    cap = engine_capacity(dep, est, weights)
+    settings.update(
+        max_model_len=est.max_model_len,
+        kv_cache_dtype=est.kv_cache_dtype,
+        block_size=est.block_size,
+        gpu_memory_utilization=cap.fraction,
+    )
+    seqs = dep.settings.max_num_seqs  # the engines' own defaults admit until the pool is full
+    usage = (seqs / cap.max_concurrency if cap.max_concurrency else math.inf) if seqs else math.nan
+    checks = [
+        _at_least("max_model_len", "requests of max_model_len", "x", 1.0, cap.max_concurrency)
+    ]
+    checks += _requirements(req, cap.max_concurrency, cap.max_total_tokens, usage)
+    figures = Figures(
+        source=dep.settings.engine.value,
+        weights_bytes=weights.bytes_per_rank,
+        available_kv_bytes=cap.available_kv_bytes,
+        kv_cache_size_tokens=cap.max_total_tokens,
+        max_concurrency=round(cap.max_concurrency, 4),
+        num_gpu_blocks=None,
+        blocks_per_request=None,
+        kv_usage=round(usage, 4) if seqs and math.isfinite(usage) else None,
+        setting=cap.setting,
+    )
+    ok = all(c.passed for c in checks)
+    fix = None
+    if not ok:
+        fixes: list[_Fix] = []
+        failed = {c.name for c in checks if not c.passed}
+        if "max_model_len" in failed and cap.max_total_tokens > 0:
+            fixes.append(_Fix({"max_model_len": cap.max_total_tokens}, "(the whole KV pool)"))
+        if "max_kv_usage" in failed and req.max_kv_usage is not None:
+            seqs_ok = int(req.max_kv_usage * cap.max_concurrency)
+            if seqs_ok >= 1:
+                fixes.append(_Fix({"max_num_seqs": seqs_ok}))
+        if est.kv_dtype_bytes > 1:
+            fixes.append(_Fix({"kv_cache_dtype": KVDtype.FP8}, "(half the KV bytes per token)"))
+        fixes.append(_Fix({"tp": dep.settings.tp * 2}, "or a larger GPU"))
+        fix = "; or ".join(str(f) for f in fixes)
+    return _result(entry, "pass" if ok else "fail", settings, checks, figures, fix, model=spec.name)
+
+
+def engine_capacity(dep: Deployment, est: KVEstimate, weights: Weights) -> EngineCapacity:
+    """SGLang or TRT-LLM capacity with the deployment's fraction (engine default when unset);
+    headroom is memory the KV cache may not use, so it is counted with the weights.
+
+    Args:
+        dep: the deployment (its engine is SGLang or TRT-LLM; ``gpu`` is set).
+        est: its KV estimate.
+        weights: its per-rank weights.
+
+    Returns:
+        The engine's :class:`planner.budget.EngineCapacity`.
+    """
+    from planner.budget import activation_peak_bytes, sglang_capacity, trtllm_capacity
+    from planner.kv_layout import estimate
+
+    s = dep.settings
+    memory = dep.gpu.memory_bytes if dep.gpu else 0
+    taken = weights.bytes_per_rank + s.headroom_bytes
+    if s.engine is Engine.SGLANG:
+        return sglang_capacity(
+            est,
+            gpu_memory_bytes=memory,
+            weights_bytes=taken,
+            mem_fraction_static=s.gpu_memory_utilization,
+        )
+    # NOTE: as in recommend.plan, TRT-LLM's activation is vLLM's profile run at vLLM's default
+    # token budget for this GPU.
+    as_vllm = replace(
+        s,
+        engine=Engine.VLLM,
+        block_size=None,
+        max_model_len=est.max_model_len,
+        max_num_seqs=None,
+        max_num_batched_tokens=None,
+    )
+    vllm = estimate(dep.spec, as_vllm, dep.gpu, batch_sizes=()).vllm
+    assert vllm is not None
+    return trtllm_capacity(
+        est,
+        gpu_memory_bytes=memory,
+        weights_bytes=taken,
+        activation_bytes=activation_peak_bytes(dep.spec, vllm.max_num_batched_tokens),
+        free_gpu_memory_fraction=s.gpu_memory_utilization or 0.9,
+    )

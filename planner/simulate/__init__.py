@@ -1,0 +1,70 @@
+"""``kvplan simulate``: replay a workload over vLLM's paged KV-block pool, one stage a module.
+
+- :mod:`~planner.simulate.workload`: the requests, from a JSONL trace or a seeded YAML spec;
+- :mod:`~planner.simulate.engine`: the scheduler and block pool replaying them
+  (:func:`simulate`, one :class:`SimConfig` -> one :class:`SimResult`);
+- :mod:`~planner.simulate.roofline`: how long each scheduler step takes (:class:`Roofline`);
+- :mod:`~planner.simulate.compare`: the model-level driver, one replay per variant of the serve
+  settings, side by side, and the best for a goal (:func:`simulate_model` -> :class:`SimReport`).
+
+This module only re-exports what callers use. Importing it loads the four modules above, which
+import nothing beyond the standard library and the planner modules ``kvplan estimate`` loads
+anyway; keep it so (commands import the package lazily, when they simulate). Limits such as
+``MAX_REQUESTS`` are not re-exported: patch them where the code reads them
+(``planner.simulate.workload.MAX_REQUESTS``).
+"""
+
+from __future__ import annotations
+
+from planner.simulate.compare import (
+    SettingRun,
+    SimReport,
+    build_settings,
+    pool_for_gpu,
+    simulate_model,
+)
+from planner.simulate.engine import BlockLayout, Percentiles, SimConfig, SimResult, simulate
+from planner.simulate.roofline import ModelParams, Roofline, estimate_params, roofline_for
+from planner.simulate.workload import (
+    Arrival,
+    Empirical,
+    LogNormal,
+    Request,
+    Workload,
+    WorkloadSpec,
+    generate,
+    load_workload,
+    parse_distribution,
+    parse_spec,
+    parse_trace,
+    trace_lines,
+)
+
+__all__ = [
+    "Arrival",
+    "BlockLayout",
+    "Empirical",
+    "LogNormal",
+    "ModelParams",
+    "Percentiles",
+    "Request",
+    "Roofline",
+    "SettingRun",
+    "SimConfig",
+    "SimReport",
+    "SimResult",
+    "Workload",
+    "WorkloadSpec",
+    "build_settings",
+    "estimate_params",
+    "generate",
+    "load_workload",
+    "parse_distribution",
+    "parse_spec",
+    "parse_trace",
+    "pool_for_gpu",
+    "roofline_for",
+    "simulate",
+    "simulate_model",
+    "trace_lines",
+]

@@ -1,0 +1,469 @@
+"""``kvplan simulate`` at the model level: size vLLM's KV pool for each variant of the serve
+settings, replay the workload once per variant (:func:`planner.simulate.engine.simulate`), and
+pick the best for a goal.
+
+The variants are the cartesian product of the compared flag values (:func:`build_settings`);
+each run's pool comes from an explicit size or, as ``kvplan estimate --gpu`` computes it, from
+the GPU's budget (:func:`pool_for_gpu`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from planner.budget import vllm_budget
+from planner.deployment import Deployment, ServeSettings, kv_dtype_for, positive_count
+from planner.errors import DoesNotFitError, UsageError
+from planner.kv_layout import KVEstimate, estimate
+from planner.model.specs import Engine, KVDtype
+from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
+from planner.simulate.roofline import ModelParams, Roofline, estimate_params, roofline_for
+from planner.simulate.workload import Workload
+from planner.weights import Weights, per_rank
+
+GOALS = ("throughput", "ttft", "tpot", "preemptions")
+MAX_SETTINGS = 64
+TIE = 0.01  # settings closer than this on the goal are called a tie
+
+AXES = ("block-size", "kv-cache-dtype", "prefix-caching", "max-num-seqs", "max-num-batched-tokens")
+
+
+# Compared axis (as the user spells it) -> the ServeSettings field it varies.
+AXIS_FIELDS = {
+    "block-size": "block_size",
+    "kv-cache-dtype": "kv_cache_dtype",
+    "prefix-caching": "enable_prefix_caching",
+    "max-num-seqs": "max_num_seqs",
+    "max-num-batched-tokens": "max_num_batched_tokens",
+}
+
+
+def axis_value(settings: ServeSettings, axis: str) -> str:
+    """``settings``' value on a compared ``axis`` as the user spells it (``default`` when the
+    engine's default is used)."""
+    value = getattr(settings, AXIS_FIELDS[axis])
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, KVDtype):
+        return value.value
+    return "default" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class SettingRun:
+    """One setting's resolved plan and what its replay measured.
+
+    One of ``runs`` in ``kvplan simulate --json``. Worked example, gemma-2-9b-it on an L40S
+    with ``--block-size 16,32`` (``tests/golden/simulate-gemma-2-9b-l40s-blocks.json``): both
+    runs get the same 22,280,133,801 B of KV memory, which holds 8,094 blocks of 2,752,512 B at
+    block size 16 and 4,047 blocks of 5,505,024 B at 32.
+
+    Attributes:
+        label: the compared axes and this run's values, ``block-size=16``; ``as given`` when
+            nothing is compared.
+        values: axis -> value as the user spells it (``{"block-size": "16"}``): ``on`` /
+            ``off`` for prefix caching, ``default`` where the engine's default applies.
+        block_size: tokens per block, resolved (16).
+        kv_cache_dtype: the KV dtype, resolved: ``auto`` is the model's (``bf16``).
+        prefix_caching: whether prefix caching is on.
+        max_num_seqs: vLLM's limit on running requests, resolved (its default for the GPU: 256
+            on an L40S, 1,024 on an H100).
+        max_num_batched_tokens: the token budget of one step, resolved (2,048 on an L40S).
+        max_model_len: the longest request replayed; without ``--max-model-len`` the model's
+            own, shortened to what fits the pool (with a warning) when it does not (8,192).
+        bytes_per_block: one block of the pool: ``block_size`` tokens of one KV-cache group's
+            layers (gemma-2-9b, 21 layers a group: 16 x 21 x 2 x 8 x 256 x 2 B = 2,752,512).
+        kv_cache_bytes: the KV memory this run gets: ``--kv-cache-memory``, vLLM's budget on
+            the GPU (:func:`pool_for_gpu`), or ``--num-gpu-blocks`` of the first run's blocks.
+        num_gpu_blocks: ``kv_cache_bytes // bytes_per_block`` (22,280,133,801 // 2,752,512 =
+            8,094), vLLM's null block included.
+        result: what the replay measured.
+    """
+
+    label: str
+    values: dict[str, str]
+    block_size: int
+    kv_cache_dtype: str
+    prefix_caching: bool
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    bytes_per_block: int
+    kv_cache_bytes: int
+    num_gpu_blocks: int
+    result: SimResult
+
+
+@dataclass(frozen=True)
+class SimReport:
+    """Everything ``kvplan simulate`` shows: the runs side by side and the pick for the goal.
+
+    ``kvplan simulate --json`` is this, plus ``best_label`` (the label of ``runs[best]``, or
+    null). Worked example, deepseek-v2-lite on an H100 with ``--kv-cache-dtype auto,fp8``
+    (``tests/golden/simulate-deepseek-v2-lite-h100-fp8.json``): two runs, ``best`` 1, and
+    ``best_reason`` says no clear best for throughput: fp8's 721 output tok/s and auto's 720
+    are within 1 %.
+
+    Attributes:
+        model: the model's name (``deepseek-ai/DeepSeek-V2-Lite``).
+        workload: the workload's name (``chat``).
+        workload_source: where it came from (``examples/workloads/chat.yaml``).
+        requests: requests replayed, rejected ones included (200).
+        seed: the spec's seed (7); None for a trace.
+        gpu: the GPU whose roofline times the steps (``h100``, also when there is no
+            ``--gpu``, with a note).
+        pool: how the KV pool was sized, in words (``--kv-cache-memory 21,474,836,480 B``, or
+            the GPU budget's formula).
+        tensor_parallel_size: TP size (1).
+        params: the model's parameters.
+        roofline: the last run's step-time model (runs that differ in KV dtype differ in
+            ``kv_bytes_per_token``: here fp8's 15,552, half of auto's).
+        goal: what ``best`` optimises: throughput, ttft, tpot or preemptions.
+        axes: the compared settings with more than one value (``["kv-cache-dtype"]``).
+        runs: one per setting, in :func:`build_settings`' order.
+        best: index into ``runs`` of the best for ``goal`` (1); None with a single run.
+        best_reason: why, or that the best few are within 1 % (a tie); "" with a single run.
+        notes: what the model approximates and assumes.
+        warnings: what the user should act on (a shortened ``max_model_len``, rejected
+            requests, skipped trace lines, ignored flags).
+    """
+
+    model: str
+    workload: str
+    workload_source: str
+    requests: int
+    seed: int | None
+    gpu: str
+    pool: str
+    tensor_parallel_size: int
+    params: ModelParams
+    roofline: Roofline
+    goal: str
+    axes: list[str]
+    runs: list[SettingRun]
+    best: int | None
+    best_reason: str
+    notes: list[str]
+    warnings: list[str]
+
+
+def pool_for_gpu(dep: Deployment, est: KVEstimate, weights: Weights) -> tuple[int, int]:
+    """vLLM's KV pool for ``dep`` from the planner's budget (:func:`planner.budget.vllm_budget`:
+    requested memory minus weights, activation peak, non-torch and CUDA-graph estimates), as
+    ``kvplan estimate --gpu`` computes it. Returns (num_gpu_blocks, KV bytes)."""
+    assert dep.gpu is not None
+    cap = vllm_budget(dep, est, weights, estimate_at=lambda n: est)  # the simulator shortens
+    if cap.available_kv_bytes <= 0:
+        raise DoesNotFitError(
+            f"{est.model}: weights ({weights.bytes_per_rank:,} B per rank at TP "
+            f"{est.tensor_parallel_size}) and vLLM's other memory leave no KV cache on "
+            f"{dep.gpu.name} at --gpu-memory-utilization {dep.settings.gmu}; use a larger GPU "
+            "or --tp"
+        )
+    return cap.num_gpu_blocks, cap.available_kv_bytes
+
+
+def _largest_fitting_len(layout: BlockLayout, usable: int, limit: int) -> int:
+    """Longest request (tokens) whose blocks fit ``usable`` blocks, at most ``limit``."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if layout.blocks(mid) <= usable:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _pick_best(runs: list[SettingRun], goal: str) -> tuple[int | None, str]:
+    if len(runs) < 2:
+        return None, ""
+    keys: dict[str, Callable[[SimResult], tuple[float, float]]] = {
+        "throughput": lambda r: (-r.output_tokens_per_s, r.preemptions),
+        "ttft": lambda r: (r.ttft_s.p90, -r.output_tokens_per_s),
+        "tpot": lambda r: (r.tpot_s.p90, -r.output_tokens_per_s),
+        "preemptions": lambda r: (r.preemptions, -r.output_tokens_per_s),
+    }
+    key = keys[goal]
+    order = sorted(range(len(runs)), key=lambda i: key(runs[i].result))
+    best, second = runs[order[0]], runs[order[1]]
+    b, s = best.result, second.result
+    what = {
+        "throughput": f"{b.output_tokens_per_s:,.0f} output tok/s and {b.preemptions:,} "
+        f"preemptions vs {s.output_tokens_per_s:,.0f} and {s.preemptions:,}",
+        "ttft": f"p90 TTFT {b.ttft_s.p90:.3f} s vs {s.ttft_s.p90:.3f} s",
+        "tpot": f"p90 TPOT {b.tpot_s.p90 * 1000:.1f} ms vs {s.tpot_s.p90 * 1000:.1f} ms",
+        "preemptions": f"{b.preemptions:,} preemptions vs {s.preemptions:,}",
+    }[goal]
+
+    def close(x: tuple[float, float], y: tuple[float, float]) -> bool:
+        return all(abs(u - v) <= TIE * max(abs(u), abs(v)) for u, v in zip(x, y, strict=True))
+
+    tied = [runs[i].label for i in order[1:] if close(key(b), key(runs[i].result))]
+    if tied:
+        reason = (
+            f"no clear best for {goal}: {best.label} and {', '.join(tied)} are within "
+            f"{TIE:.0%} ({what} for {second.label}); ★ marks the first"
+        )
+    else:
+        reason = (
+            f"best for {goal}: {best.label} ({what} for the runner-up {second.label}; "
+            f"peak KV {b.usage_max:.0%})"
+        )
+    return order[0], reason
+
+
+def simulate_model(
+    dep: Deployment,
+    workload: Workload,
+    *,
+    variants: Sequence[ServeSettings] | None = None,
+    axes: Sequence[str] = (),
+    num_gpu_blocks: int | None = None,
+    goal: str = "throughput",
+) -> SimReport:
+    """Replay ``workload`` on ``dep`` served by vLLM once per variant of its settings, and
+    compare.
+
+    Args:
+        dep: the model, the GPU (sizes the pool when no explicit pool is given, and sets the
+            roofline; H100 when None) and the base settings (``kv_cache_memory_bytes`` is an
+            explicit pool; ``max_model_len`` the longest request, else the model's shortened to
+            what fits).
+        workload: the requests.
+        variants: the settings to compare, one run each (default: ``dep.settings``); see
+            :func:`build_settings`.
+        axes: which settings vary between variants (for labels).
+        num_gpu_blocks: explicit pool in blocks of the first variant; the others get the
+            same bytes.
+        goal: what "best" means: throughput, ttft, tpot or preemptions.
+
+    Returns:
+        The :class:`SimReport`.
+    """
+    from planner.gpus import get_gpu
+
+    base, gpu, model = dep.settings, dep.gpu, dep.model
+    settings = list(variants) if variants is not None else [base]
+    kv_cache_memory_bytes = base.kv_cache_memory_bytes
+    max_model_len = base.max_model_len
+    tp = base.tp
+    if num_gpu_blocks is not None and kv_cache_memory_bytes is not None:
+        raise UsageError("give --num-gpu-blocks or --kv-cache-memory, not both")
+    if goal not in GOALS:
+        raise UsageError(f"unknown --goal {goal!r}; use one of: {', '.join(GOALS)}")
+    if not settings:
+        raise UsageError("nothing to simulate: no settings")
+    if base.engine is not Engine.VLLM:
+        raise UsageError("kvplan simulate replays vLLM's scheduler; --engine must be vllm")
+    if len(settings) > MAX_SETTINGS:
+        raise UsageError(f"{len(settings)} settings to compare; at most {MAX_SETTINGS}")
+    if num_gpu_blocks is not None and num_gpu_blocks < 0:
+        raise UsageError(f"--num-gpu-blocks must not be negative, got {num_gpu_blocks}")
+    if num_gpu_blocks:
+        positive_count("--num-gpu-blocks", num_gpu_blocks)
+    spec = model.spec
+    gmu = base.gmu
+    notes: list[str] = []
+    warnings: list[str] = []
+    roof_gpu = gpu or get_gpu("h100")
+    if gpu is None:
+        notes.append("no --gpu: step times use the H100 roofline")
+    explicit_pool = num_gpu_blocks is not None or kv_cache_memory_bytes is not None
+    if explicit_pool and base.gpu_memory_utilization is not None:
+        warnings.append("--gpu-memory-utilization is ignored with an explicit KV pool")
+    if not explicit_pool and gpu is None:
+        raise UsageError(
+            "size the KV pool: --gpu NAME, --kv-cache-memory 20GiB or --num-gpu-blocks N"
+        )
+    weights = per_rank(model, tp=tp, pp=1)
+    params = estimate_params(spec, weights if weights.source == "config" else None)
+    if num_gpu_blocks is not None:
+        pool = f"--num-gpu-blocks {num_gpu_blocks:,}"
+    elif kv_cache_memory_bytes is not None:
+        pool = f"--kv-cache-memory {kv_cache_memory_bytes:,} B"
+    else:
+        assert gpu is not None
+        pool = (
+            f"{gpu.name}: vLLM's budget ({gmu:g} x total - {weights.bytes_per_rank:,} B of "
+            f"weights from {weights.source} - activation, non-torch and CUDA-graph estimates), "
+            "as `kvplan estimate --gpu` computes it"
+        )
+    runs: list[SettingRun] = []
+    memory_of_blocks: int | None = None
+    roofline: Roofline | None = None
+    seen_notes: set[str] = set()
+    shortened: list[tuple[str, int, int, int, int]] = []
+    for serve in settings:
+        # the batch defaults are the named GPU's (an A100 gets 2,048 / 256), or vLLM's
+        # no-GPU ones with an explicit pool: never the roofline's stand-in H100
+        run_dep = Deployment(model=model, gpu=gpu, settings=serve)
+        est = estimate(spec, serve, gpu)
+        assert est.vllm is not None
+        for warning in est.warnings:
+            if warning not in warnings:
+                warnings.append(warning)
+        layout, layout_notes = BlockLayout.from_estimate(est)
+        for note in layout_notes:
+            if note not in seen_notes:
+                seen_notes.add(note)
+                notes.append(note)
+        bpb = est.vllm.bytes_per_block
+        if num_gpu_blocks is not None:
+            if memory_of_blocks is None:
+                memory_of_blocks = num_gpu_blocks * bpb
+            blocks = memory_of_blocks // bpb
+            kv_bytes = blocks * bpb
+        elif kv_cache_memory_bytes is not None:
+            blocks, kv_bytes = kv_cache_memory_bytes // bpb, kv_cache_memory_bytes
+        else:
+            assert gpu is not None
+            blocks, kv_bytes = pool_for_gpu(run_dep, est, weights)
+        label = ", ".join(f"{a}={axis_value(serve, a)}" for a in axes) or "as given"
+        if blocks < 2:
+            raise DoesNotFitError(
+                f"{label}: {kv_bytes:,} B of KV memory holds {blocks} block(s) of "
+                f"{bpb:,} B (one is vLLM's null block): zero KV capacity. Give more memory "
+                "(--kv-cache-memory, --gpu-memory-utilization, a larger --gpu) or --tp"
+            )
+        usable = blocks - 1
+        length = est.max_model_len
+        if layout.blocks(length) > usable:
+            fit = _largest_fitting_len(layout, usable, length)
+            if max_model_len is not None:
+                raise DoesNotFitError(
+                    f"{label}: one {length:,}-token request needs {layout.blocks(length):,} "
+                    f"blocks; the pool has {usable:,}. Largest that fits: {fit:,} tokens. Try "
+                    f"--max-model-len {fit} or more KV memory"
+                )
+            shortened.append((label, length, layout.blocks(length), usable, fit))
+            length = fit
+        roofline = roofline_for(spec, est, roof_gpu, params)
+        config = SimConfig(
+            num_gpu_blocks=blocks,
+            layout=layout,
+            max_num_seqs=est.vllm.max_num_seqs,
+            max_num_batched_tokens=est.vllm.max_num_batched_tokens,
+            max_model_len=length,
+            roofline=roofline,
+            prefix_caching=serve.enable_prefix_caching,
+        )
+        result = simulate(workload, config)
+        runs.append(
+            SettingRun(
+                label=label,
+                values={a: axis_value(serve, a) for a in axes},
+                block_size=est.block_size,
+                kv_cache_dtype=est.kv_cache_dtype,
+                prefix_caching=serve.enable_prefix_caching,
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                max_model_len=length,
+                bytes_per_block=bpb,
+                kv_cache_bytes=kv_bytes,
+                num_gpu_blocks=blocks,
+                result=result,
+            )
+        )
+    if num_gpu_blocks is not None and len({r.bytes_per_block for r in runs}) > 1:
+        notes.append(
+            f"--num-gpu-blocks {num_gpu_blocks:,} is counted in blocks of the first setting "
+            f"({memory_of_blocks:,} B); every setting gets that much memory"
+        )
+    if shortened:
+        label, length, need, usable, fit = shortened[0]
+        where = f" ({label})" if len(runs) > 1 else ""
+        others = "".join(f"; {lab}: {f:,}" for lab, _, _, _, f in shortened[1:])
+        warnings.append(
+            f"vLLM would refuse max_model_len {length:,} with this KV pool{where}: one request "
+            f"that long needs {need:,} blocks, the pool has {usable:,}. Simulating with the "
+            f"longest that fits, --max-model-len {fit:,}{others}"
+        )
+    rejected = max(r.result.rejected_too_long for r in runs)
+    if rejected:
+        warnings.append(
+            f"{rejected:,} request(s) longer than max_model_len (prompt + output) were "
+            "rejected, as vLLM's API server rejects them"
+        )
+    if workload.num_skipped:
+        shown = "; ".join(workload.skipped[:5])
+        more = f" (and {workload.num_skipped - 5:,} more)" if workload.num_skipped > 5 else ""
+        warnings.append(f"{workload.num_skipped:,} bad trace line(s) skipped: {shown}{more}")
+    best, reason = _pick_best(runs, goal)
+    assert roofline is not None
+    return SimReport(
+        model=spec.name,
+        workload=workload.name,
+        workload_source=workload.source,
+        requests=len(workload.requests),
+        seed=workload.seed,
+        gpu=roof_gpu.name,
+        pool=pool,
+        tensor_parallel_size=tp,
+        params=params,
+        roofline=roofline,
+        goal=goal,
+        axes=list(axes),
+        runs=runs,
+        best=best,
+        best_reason=reason,
+        notes=notes,
+        warnings=warnings,
+    )
+
+
+def build_settings(
+    values: dict[str, list[str]], base: ServeSettings | None = None
+) -> tuple[list[ServeSettings], list[str]]:
+    """Every combination of the given flag values (parsed once, here) over ``base``, and the
+    axes that vary.
+
+    Args:
+        values: axis (``block-size``, ``kv-cache-dtype``, ``prefix-caching``,
+            ``max-num-seqs``, ``max-num-batched-tokens``) -> the user's strings.
+        base: the settings the axes vary (default: vLLM's defaults).
+
+    Returns:
+        The settings (cartesian product, first axis slowest) and the axes with several values.
+    """
+    base = base or ServeSettings()
+    parsed: dict[str, list[Any]] = {}
+    for axis, raw in values.items():
+        if axis not in AXES:
+            raise UsageError(f"cannot compare {axis!r}; use one of: {', '.join(AXES)}")
+        if not raw:
+            raise UsageError(f"--{axis}: no values")
+        if len(set(raw)) != len(raw):
+            raise UsageError(f"--{axis}: a value is repeated in {','.join(raw)}")
+        parsed[axis] = [_parse_axis_value(axis, v) for v in raw]
+    axes = [a for a in AXES if a in parsed]
+    combos = list(itertools.product(*(parsed[a] for a in axes)))
+    if len(combos) > MAX_SETTINGS:
+        raise UsageError(f"{len(combos)} settings to compare; at most {MAX_SETTINGS}")
+    settings = [
+        replace(base, **{AXIS_FIELDS[a]: v for a, v in zip(axes, combo, strict=True)})
+        for combo in combos
+    ]
+    return settings, [a for a in axes if len(parsed[a]) > 1]
+
+
+def _parse_axis_value(axis: str, text: str) -> Any:
+    text = text.strip()
+    if axis == "kv-cache-dtype":
+        return kv_dtype_for(text, Engine.VLLM)
+    if axis == "prefix-caching":
+        key = text.lower()
+        if key in ("on", "true", "yes", "1", "enabled"):
+            return True
+        if key in ("off", "false", "no", "0", "disabled"):
+            return False
+        raise UsageError(f"prefix-caching takes on or off, got {text!r}")
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"--{axis} takes whole numbers, got {text!r}") from None
+    positive_count(f"--{axis}", value)
+    return value

@@ -50,6 +50,13 @@ class WorkloadError(KvplanError):
     """A workload file (JSONL trace or YAML spec) that cannot be read or makes no requests."""
 
 
+class ProbeUnavailableError(KvplanError):
+    """``kvplan verify`` where torch cannot be imported: the probes need it, and the fix is an
+    install, not a flag (exit code 2, like a bad flag)."""
+
+    exit_code = 2
+
+
 def one_line(message: str) -> str:
     """``message`` as one printable line. A message may quote a key or value from a hostile
     file; its line breaks and other control characters are written as escapes (``\\r``), so an

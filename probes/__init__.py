@@ -14,9 +14,10 @@ activations"). The probes test it the way an engine would live it, without launc
 - :mod:`probes.weights` -- the weight tensors of one rank by name and shape (no torch);
 - :mod:`probes.model` -- real-shaped random weights for one GPU rank and the forward passes
   (vLLM's profile step, decode steps, chunked prefill);
-- :mod:`probes.plan` -- what a plan predicts and the plan files ``--plan`` reads (no torch);
+- :mod:`probes.plan` -- what a plan predicts, the plan files ``--plan`` reads, and the
+  request and result types of ``kvplan verify`` (no torch);
 - :mod:`probes.frontier` -- bisection for the largest pool that still allocates and runs;
-- :mod:`probes.probe` -- the orchestration and its result (predicted vs measured);
+- :mod:`probes.probe` -- the orchestration (predicted vs measured);
 - :mod:`probes.hfcache` -- cross-check of the byte layout against transformers' real cache.
 
 The torch modules import it at the top; nothing outside ``probes/`` imports them except inside

@@ -34,7 +34,8 @@ from collections.abc import Iterator
 
 import torch
 
-DEFAULT_CHUNK_BYTES = 32 << 20
+from probes.plan import DEFAULT_CHUNK_BYTES
+
 KVChunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # K [S,c,Hkv,Dk], V [S,c,Hkv,Dv], pos
 
 

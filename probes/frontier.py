@@ -27,16 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-
-@dataclass(frozen=True)
-class Trial:
-    """One allocation attempt: pool size, outcome, and memory before/after."""
-
-    num_blocks: int
-    fits: bool
-    peak_bytes: int
-    allocated_after_bytes: int
-    error: str | None = None
+from probes.plan import Trial
 
 
 @dataclass

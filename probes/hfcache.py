@@ -43,7 +43,6 @@ import json
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ import torch
 import planner
 from planner.model.config import text_config_of
 from planner.model.specs import Engine
+from probes.plan import CacheCheck, Measurement
 
 _TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 SHORT_TOKENS = 16
@@ -78,37 +78,6 @@ STATE_HIDDEN_MODEL_TYPES = frozenset({"mamba", "falcon_mamba", "jamba"})
 HEAD_COUNT_KEYS = ("num_attention_heads", "n_head", "num_heads")
 KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
 HIDDEN_KEYS = ("hidden_size", "n_embed", "d_model")
-
-
-@dataclass(frozen=True)
-class Measurement:
-    tokens: int
-    tensor_bytes: int
-    storage_bytes: int
-
-
-@dataclass
-class CacheCheck:
-    """One config's cross-check (``status``: ok, mismatch, skipped or error)."""
-
-    model: str
-    model_type: str
-    status: str
-    reason: str = ""
-    cache_class: str = ""
-    num_layers_built: int = 0
-    shrunk: dict[str, Any] = field(default_factory=dict)
-    predicted_bytes_per_token: int = 0
-    measured_bytes_per_token: int = 0
-    predicted_bytes_per_sequence: dict[int, int] = field(default_factory=dict)
-    measured_tensor_bytes: dict[int, int] = field(default_factory=dict)
-    measured_storage_bytes: dict[int, int] = field(default_factory=dict)
-    mismatches: list[str] = field(default_factory=list)
-    storage_excess: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
 
 
 @contextlib.contextmanager

@@ -1,4 +1,6 @@
-"""What a plan predicts, and the plan files ``kvplan verify --plan`` reads. No torch here.
+"""What a plan predicts, the plan files ``kvplan verify --plan`` reads, and the request and
+result types of ``kvplan verify``. No torch here: the CLI parses and checks a request, and
+render prints a result, without importing it.
 
 The prediction mirrors vLLM 0.33's own arithmetic (ENGINES.md section 1.2, 1.5, 1.6)::
 
@@ -23,11 +25,16 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from planner.errors import ConfigError, DoesNotFitError, KvplanError, UsageError
+from planner.model.specs import KVDtype
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 CacheConfig
+MAX_DECODE_STEPS = 1024  # the planned run proves the pool; more steps only take longer
+DEFAULT_CHUNK_BYTES = 32 << 20  # the most extra memory one attention chunk may take
 
 
 class PlanNotMetError(KvplanError):
@@ -245,3 +252,181 @@ def _opt_int(value: Any) -> int | None:
 def _opt_float(value: Any) -> float | None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     return float(value) if ok else None
+
+
+# --------------------------------------------------------------------------- kvplan verify
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    """Everything ``kvplan verify`` fixes: the serving flags and how to probe."""
+
+    device: str = "cpu"
+    memory_budget_bytes: int | None = None
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    max_memory_bytes: int | None = None
+    tp: int = 1
+    kv_cache_dtype: KVDtype = KVDtype.AUTO
+    block_size: int | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    prefix_caching: bool = True
+    weights_bytes: int | None = None
+    weights_buffer: bool = False
+    tolerance_pct: float = 2.0
+    num_gpu_blocks: int | None = None
+    decode_steps: int = 2
+    max_chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    all_layers_profile: bool | None = None
+    expected_bytes_per_block: int | None = None
+
+    def with_plan(self, plan: PlanFile) -> VerifyRequest:
+        """The serving settings of a saved plan over these flags (the plan is the claim)."""
+        return replace(
+            self,
+            tp=plan.tensor_parallel_size,
+            kv_cache_dtype=KVDtype.parse(plan.kv_cache_dtype),
+            block_size=plan.block_size,
+            max_model_len=plan.max_model_len,
+            max_num_batched_tokens=plan.max_num_batched_tokens or self.max_num_batched_tokens,
+            max_num_seqs=plan.max_num_seqs or self.max_num_seqs,
+            gpu_memory_utilization=plan.gpu_memory_utilization or self.gpu_memory_utilization,
+            num_gpu_blocks=plan.num_gpu_blocks,
+            expected_bytes_per_block=plan.bytes_per_block,
+        )
+
+
+def check_request(req: VerifyRequest) -> None:
+    """Refuse a request whose flags cannot make a probe, before anything is loaded: the
+    CLI calls it before it imports torch, :func:`probes.probe.verify` again."""
+    check_tolerance(req.tolerance_pct)
+    if not 0 < req.gpu_memory_utilization <= 1:
+        raise UsageError(
+            f"--gpu-memory-utilization must be in (0, 1], got {req.gpu_memory_utilization}"
+        )
+    if not 1 <= req.decode_steps <= MAX_DECODE_STEPS:
+        raise UsageError(
+            f"--decode-steps must be from 1 to {MAX_DECODE_STEPS:,} (each is a decode step of "
+            f"every sequence through every layer), got {req.decode_steps:,}"
+        )
+    kind, _, index = req.device.partition(":")
+    if kind not in ("cpu", "cuda") or not (index == "" or (index.isascii() and index.isdigit())):
+        raise UsageError(f"--device {req.device!r}: use cpu or cuda (cuda:N for one device)")
+    if req.device.startswith("cpu") and req.memory_budget_bytes is None:
+        raise UsageError(
+            "--device cpu needs --memory-budget SIZE (e.g. 6GiB): a CPU has no device memory "
+            "to plan against"
+        )
+    for name, value in (
+        ("--memory-budget", req.memory_budget_bytes),
+        ("--max-memory", req.max_memory_bytes),
+        ("--weights-bytes", req.weights_bytes),
+    ):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be positive, got {value:,} B")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One allocation attempt: pool size, outcome, and memory before/after."""
+
+    num_blocks: int
+    fits: bool
+    peak_bytes: int
+    allocated_after_bytes: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Where the budget went, in bytes (device memory readings where the device has them)."""
+
+    budget_bytes: int
+    limit_bytes: int
+    weights_bytes: int
+    persistent_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    non_kv_bytes: int
+    available_kv_bytes: int
+    profile_peak_bytes: int
+    planned_run_peak_bytes: int | None
+    free_bytes_after_profile: int
+    free_bytes_in_planned_run: int | None
+    baseline_bytes: int
+    final_allocated_bytes: int
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """Step 5: the planned pool with sequences decoding in it."""
+
+    ran: bool
+    num_sequences: int
+    full_length_sequences: int
+    decode_steps: int
+    error: str | None = None
+
+
+@dataclass
+class ProbeResult:
+    """Predicted vs measured for one model on one device (``kvplan verify --json``)."""
+
+    model: str
+    device: str
+    engine: str
+    kv_cache_dtype: str
+    tensor_parallel_size: int
+    block_size: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    bytes_per_block: int
+    pool_bytes_per_block: int
+    blocks_per_request: int
+    predicted: Figures
+    measured: Figures
+    error_pct: dict[str, float | None]
+    tolerance_pct: float
+    passed: bool
+    memory: MemoryReport
+    planned_run: PlannedRun
+    trials: list[Trial]
+    oom_recovered: bool
+    prediction_source: str
+    weights_mode: str
+    page_mismatches: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    tokens: int
+    tensor_bytes: int
+    storage_bytes: int
+
+
+@dataclass
+class CacheCheck:
+    """One config's cross-check (``status``: ok, mismatch, skipped or error)."""
+
+    model: str
+    model_type: str
+    status: str
+    reason: str = ""
+    cache_class: str = ""
+    num_layers_built: int = 0
+    shrunk: dict[str, Any] = field(default_factory=dict)
+    predicted_bytes_per_token: int = 0
+    measured_bytes_per_token: int = 0
+    predicted_bytes_per_sequence: dict[int, int] = field(default_factory=dict)
+    measured_tensor_bytes: dict[int, int] = field(default_factory=dict)
+    measured_storage_bytes: dict[int, int] = field(default_factory=dict)
+    mismatches: list[str] = field(default_factory=list)
+    storage_excess: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"

@@ -32,17 +32,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import torch
 
 import planner
 from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate
-from planner.model.specs import KVDtype, ModelSpec
+from planner.model.specs import ModelSpec
 from probes.alloc import CudaMemory, DeviceMemory, open_device, require_cuda
-from probes.attention import DEFAULT_CHUNK_BYTES
-from probes.frontier import FrontierSearch, Trial, find_frontier, oom_trial
+from probes.frontier import FrontierSearch, find_frontier, oom_trial
 from probes.model import ProbeModel, allocate_weights, model_windows
 from probes.paged import (
     NoFreeBlocksError,
@@ -54,123 +53,21 @@ from probes.paged import (
     rank_layers,
 )
 from probes.plan import (
-    Figures,
-    PlanFile,
+    MemoryReport,
+    PlannedRun,
+    ProbeResult,
+    Trial,
+    VerifyRequest,
     capacity,
     check_one_request,
-    check_tolerance,
+    check_request,
     error_pct,
     planner_num_gpu_blocks,
     predict_num_gpu_blocks,
 )
 from probes.weights import ModelDims, model_dims, total_weight_bytes
 
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 CacheConfig
 MIN_CHUNK_BYTES = 64 << 10
-MAX_DECODE_STEPS = 1024  # the planned run proves the pool; more steps only take longer
-
-
-@dataclass(frozen=True)
-class VerifyRequest:
-    """Everything ``kvplan verify`` fixes: the serving flags and how to probe."""
-
-    device: str = "cpu"
-    memory_budget_bytes: int | None = None
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
-    max_memory_bytes: int | None = None
-    tp: int = 1
-    kv_cache_dtype: KVDtype = KVDtype.AUTO
-    block_size: int | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    prefix_caching: bool = True
-    weights_bytes: int | None = None
-    weights_buffer: bool = False
-    tolerance_pct: float = 2.0
-    num_gpu_blocks: int | None = None
-    decode_steps: int = 2
-    max_chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    all_layers_profile: bool | None = None
-    expected_bytes_per_block: int | None = None
-
-    def with_plan(self, plan: PlanFile) -> VerifyRequest:
-        """The serving settings of a saved plan over these flags (the plan is the claim)."""
-        return replace(
-            self,
-            tp=plan.tensor_parallel_size,
-            kv_cache_dtype=KVDtype.parse(plan.kv_cache_dtype),
-            block_size=plan.block_size,
-            max_model_len=plan.max_model_len,
-            max_num_batched_tokens=plan.max_num_batched_tokens or self.max_num_batched_tokens,
-            max_num_seqs=plan.max_num_seqs or self.max_num_seqs,
-            gpu_memory_utilization=plan.gpu_memory_utilization or self.gpu_memory_utilization,
-            num_gpu_blocks=plan.num_gpu_blocks,
-            expected_bytes_per_block=plan.bytes_per_block,
-        )
-
-
-@dataclass(frozen=True)
-class MemoryReport:
-    """Where the budget went, in bytes (device memory readings where the device has them)."""
-
-    budget_bytes: int
-    limit_bytes: int
-    weights_bytes: int
-    persistent_bytes: int
-    activation_bytes: int
-    non_torch_bytes: int
-    non_kv_bytes: int
-    available_kv_bytes: int
-    profile_peak_bytes: int
-    planned_run_peak_bytes: int | None
-    free_bytes_after_profile: int
-    free_bytes_in_planned_run: int | None
-    baseline_bytes: int
-    final_allocated_bytes: int
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """Step 5: the planned pool with sequences decoding in it."""
-
-    ran: bool
-    num_sequences: int
-    full_length_sequences: int
-    decode_steps: int
-    error: str | None = None
-
-
-@dataclass
-class ProbeResult:
-    """Predicted vs measured for one model on one device (``kvplan verify --json``)."""
-
-    model: str
-    device: str
-    engine: str
-    kv_cache_dtype: str
-    tensor_parallel_size: int
-    block_size: int
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    bytes_per_block: int
-    pool_bytes_per_block: int
-    blocks_per_request: int
-    predicted: Figures
-    measured: Figures
-    error_pct: dict[str, float | None]
-    tolerance_pct: float
-    passed: bool
-    memory: MemoryReport
-    planned_run: PlannedRun
-    trials: list[Trial]
-    oom_recovered: bool
-    prediction_source: str
-    weights_mode: str
-    page_mismatches: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    timings_s: dict[str, float] = field(default_factory=dict)
 
 
 def estimate_for(spec: ModelSpec, req: VerifyRequest, gpu_memory_bytes: int | None) -> KVEstimate:
@@ -188,31 +85,6 @@ def estimate_for(spec: ModelSpec, req: VerifyRequest, gpu_memory_bytes: int | No
     )
     gpu = custom_gpu(gpu_memory_bytes) if gpu_memory_bytes else None
     return planner.estimate(spec, settings, gpu)
-
-
-def _check(req: VerifyRequest) -> None:
-    check_tolerance(req.tolerance_pct)
-    if not 0 < req.gpu_memory_utilization <= 1:
-        raise UsageError(
-            f"--gpu-memory-utilization must be in (0, 1], got {req.gpu_memory_utilization}"
-        )
-    if not 1 <= req.decode_steps <= MAX_DECODE_STEPS:
-        raise UsageError(
-            f"--decode-steps must be from 1 to {MAX_DECODE_STEPS:,} (each is a decode step of "
-            f"every sequence through every layer), got {req.decode_steps:,}"
-        )
-    if req.device.startswith("cpu") and req.memory_budget_bytes is None:
-        raise UsageError(
-            "--device cpu needs --memory-budget SIZE (e.g. 6GiB): a CPU has no device memory "
-            "to plan against"
-        )
-    for name, value in (
-        ("--memory-budget", req.memory_budget_bytes),
-        ("--max-memory", req.max_memory_bytes),
-        ("--weights-bytes", req.weights_bytes),
-    ):
-        if value is not None and value < 1:
-            raise UsageError(f"{name} must be positive, got {value:,} B")
 
 
 def _gpu_total_bytes(device: str) -> int | None:
@@ -244,7 +116,7 @@ def verify(
         The :class:`ProbeResult`. Raises :class:`DoesNotFitError` when the weights, the
         profile or one request do not fit, and ``KvplanError`` when CUDA is missing.
     """
-    _check(req)
+    check_request(req)
     total = _gpu_total_bytes(req.device)
     est = estimate_for(spec, req, total)
     assert est.vllm is not None

@@ -20,7 +20,7 @@ from planner.cli._options import (
     _size,
     user_errors,
 )
-from planner.errors import UsageError
+from planner.errors import ProbeUnavailableError, UsageError
 
 SizeOpt = Annotated[
     str | None,
@@ -106,11 +106,13 @@ def verify(
     from planner.render._output import err_console
 
     with user_errors():
-        from probes.plan import PlanNotMetError, read_plan
+        # probes.plan is torch-free: every flag is parsed and checked before torch is imported
+        from probes.plan import PlanNotMetError, VerifyRequest, check_request, read_plan
 
         if hf_cache:
             if model is None:
                 raise UsageError("--hf-cache needs MODEL")
+            _require_torch()
             from probes.hfcache import cross_check_spec
 
             spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
@@ -121,9 +123,6 @@ def verify(
                     f"{spec.name}: the planner's --engine hf bytes differ from transformers' cache"
                 )
             return
-        from probes.probe import VerifyRequest
-        from probes.probe import verify as run_verify
-
         request = VerifyRequest(
             device=device or ("cuda" if gpu else "cpu"),
             memory_budget_bytes=_size(memory_budget, "--memory-budget"),
@@ -146,6 +145,10 @@ def verify(
             request, model = request.with_plan(saved), model or saved.source
         if model is None:
             raise UsageError("give MODEL or --plan FILE")
+        check_request(request)
+        _require_torch()
+        from probes.probe import verify as run_verify
+
         spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
         progress = render.trial_progress(enabled=not json_ and err_console().is_terminal)
         with progress as on_trial:
@@ -157,3 +160,15 @@ def verify(
                 f"plan's {result.predicted.num_gpu_blocks:,} by more than "
                 f"{result.tolerance_pct:g}%"
             )
+
+
+def _require_torch() -> None:
+    """Import torch, or say in one line how to get it (exit 2) instead of a traceback."""
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":  # torch is there but broken: its own error says why
+            raise
+        raise ProbeUnavailableError(
+            "kvplan verify needs torch: pip install 'kvplan[probe]'"
+        ) from None

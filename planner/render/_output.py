@@ -1,34 +1,49 @@
 """What every view shares: the consoles (redacted), JSON, warnings, user text made safe to
-print, and the memory bar."""
+print, and the memory bar.
+
+rich is imported where a console is made, not at the top: ``--json`` prints without it.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import sys
-from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
+from typing import TYPE_CHECKING, Any
 
 from planner.errors import one_line
 from planner.secrets import RedactingStream
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def _user(text: object) -> str:
     """Text that came from the user's files or flags, safe to print: one line without control
     characters (:func:`planner.errors.one_line`), and rich markup in it shown, not applied."""
+    from rich.markup import escape
+
     return escape(one_line(str(text)))
 
 
 def console() -> Console:
     """stdout, with any Hugging Face token redacted (:mod:`planner.secrets`)."""
+    from rich.console import Console
+
     return Console(file=RedactingStream(sys.stdout), highlight=False)  # type: ignore[arg-type]
 
 
 def err_console() -> Console:
     """stderr for warnings and `Error:` lines, redacted like :func:`console`."""
+    from rich.console import Console
+
     return Console(file=RedactingStream(sys.stderr), highlight=False)  # type: ignore[arg-type]
+
+
+def write_out(text: str) -> None:
+    """``text`` as is on stdout, redacted like :func:`console` (JSON and reports need no
+    console, and so no rich)."""
+    RedactingStream(sys.stdout).write(text)
 
 
 def to_json(obj: Any) -> str:
@@ -48,6 +63,8 @@ def _finite(value: Any) -> Any:
 
 
 def warnings_(messages: list[str]) -> None:
+    if not messages:
+        return
     out = err_console()
     for message in messages:
         out.print(f"[yellow]Warning:[/] {_user(message)}", soft_wrap=True)

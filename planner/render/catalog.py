@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from planner.render._output import console, to_json
+from planner.render._output import console, to_json, write_out
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
     if as_json:
-        console().file.write(to_json([asdict(r) for r in rows]))
+        write_out(to_json([asdict(r) for r in rows]))
         return
     table = Table(title="Bundled catalog (offline) — KV bytes/token for vLLM, TP 1, dtype auto")
     table.add_column("name", overflow="fold")
@@ -42,7 +42,7 @@ def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
 
 def gpus(rows: list[Gpu], *, as_json: bool = False) -> None:
     if as_json:
-        console().file.write(to_json([asdict(g) for g in rows]))
+        write_out(to_json([asdict(g) for g in rows]))
         return
     table = Table(title="GPU catalog — memory as the CUDA driver reports it")
     for col in ("name", "memory", "bytes", "bandwidth", "BF16 dense", "source"):

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.errors import one_line
-from planner.render._output import _user, console, err_console, to_json
+from planner.render._output import _user, console, err_console, to_json, write_out
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -265,7 +265,7 @@ def check(rep: CheckReport, *, fmt: str = "table", output: str | None = None) ->
 
         write_atomic(output, text, flag="-o")
     elif text:
-        console().file.write(text)
+        write_out(text)
     err = err_console()
     for problem in sorted(rep.problems, key=lambda p: p.line):
         err.print(f"Error: {one_line(str(problem))}", markup=False, soft_wrap=True)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from planner.render._output import _user, console, to_json
+from planner.render._output import _user, console, to_json, write_out
 from planner.units import GIB, fmt_bytes
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def diagnose_dict(dg: Diagnosis) -> dict[str, Any]:
 def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
     """Print ``kvplan diagnose``: what the log says, the plan beside it, the findings."""
     if as_json:
-        console().file.write(to_json(diagnose_dict(dg)))
+        write_out(to_json(diagnose_dict(dg)))
         return
     out = console()
     log = dg.log

@@ -1,18 +1,20 @@
 """``kvplan estimate``: the KV estimate, then the plan on a GPU (memory bar, what vLLM would
-log, the grid) or the table of common GPUs."""
+log, the grid) or the table of common GPUs.
+
+rich's tables are imported by the functions that draw them: ``--json`` prints without them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
-from planner.render._output import BAR_CHARS, _bar, _user, console, to_json, warnings_
+from planner.render._output import BAR_CHARS, _bar, _user, console, to_json, warnings_, write_out
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from planner.kv_layout import KVEstimate
     from planner.recommend import Plan, Report
 
@@ -28,8 +30,10 @@ def estimate(est: KVEstimate, *, as_json: bool = False) -> None:
     """Print an estimate: header, per-kind table, totals, vLLM layout, batch examples."""
     warnings_(est.warnings)
     if as_json:
-        console().file.write(to_json(estimate_dict(est)))
+        write_out(to_json(estimate_dict(est)))
         return
+    from rich.table import Table
+
     out = console()
     out.print(f"[bold]{_user(est.model)}[/]  ({_user(est.source)})")
     heads = (
@@ -118,6 +122,8 @@ def _savings(est: KVEstimate) -> str:
 
 
 def _vllm_layout(out: Console, est: KVEstimate) -> None:
+    from rich.table import Table
+
     layout = est.vllm
     assert layout is not None
     table = Table(title="vLLM KV-cache groups (one block table each)", title_justify="left")
@@ -198,7 +204,7 @@ def report(rep: Report, *, as_json: bool = False, show_grid: bool = False) -> No
     """Print ``kvplan estimate``: the KV estimate, then the plan or the GPU table."""
     if as_json:
         warnings_(rep.estimate.warnings)
-        console().file.write(to_json(report_dict(rep)))
+        write_out(to_json(report_dict(rep)))
         return
     estimate(rep.estimate)
     if rep.gpu_table:
@@ -208,6 +214,8 @@ def report(rep: Report, *, as_json: bool = False, show_grid: bool = False) -> No
 
 
 def _gpu_table(rep: Report) -> None:
+    from rich.table import Table
+
     est = rep.estimate
     out = console()
     table = Table(
@@ -230,6 +238,8 @@ def _gpu_table(rep: Report) -> None:
 
 
 def _plan(p: Plan, show_grid: bool) -> None:
+    from rich.table import Table
+
     out = console()
     cap = p.vllm
     out.print()
@@ -340,6 +350,8 @@ def _plan(p: Plan, show_grid: bool) -> None:
 
 
 def _grid(p: Plan) -> None:
+    from rich.table import Table
+
     seqs = sorted({c.max_num_seqs for c in p.grid})
     table = Table(
         title="max_model_len × max_num_seqs: KV usage at full concurrency (✗ = does not fit)",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from planner.render._output import _user, console, to_json, warnings_
+from planner.render._output import _user, console, to_json, warnings_, write_out
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def simulate(report: SimReport, *, as_json: bool = False) -> None:
     """Print a simulation: one run in detail, or several side by side with the best marked."""
     warnings_(report.warnings)
     if as_json:
-        console().file.write(to_json(simulate_dict(report)))
+        write_out(to_json(simulate_dict(report)))
         return
     out = console()
     seed = f", seed {report.seed}" if report.seed is not None else ""

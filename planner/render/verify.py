@@ -9,16 +9,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from planner.render._output import _user, console, err_console, to_json
+from planner.render._output import _user, console, err_console, to_json, write_out
 from planner.units import fmt_bytes
+
+if TYPE_CHECKING:  # probes.plan is torch-free, but render needs its types only for annotations
+    from probes.plan import CacheCheck, ProbeResult, Trial
 
 
 @contextlib.contextmanager
-def trial_progress(*, enabled: bool = True) -> Iterator[Callable[[Any], None]]:
+def trial_progress(*, enabled: bool = True) -> Iterator[Callable[[Trial], None]]:
     """A progress line on stderr while the probe runs; yields the per-trial callback."""
     if not enabled:
         yield lambda trial: None
@@ -35,7 +38,7 @@ def trial_progress(*, enabled: bool = True) -> Iterator[Callable[[Any], None]]:
         task = progress.add_task("probing: weights, profile step, planned run", total=None)
         count = 0
 
-        def on_trial(trial: Any) -> None:
+        def on_trial(trial: Trial) -> None:
             nonlocal count
             count += 1
             outcome = "fits" if trial.fits else "out of memory"
@@ -52,10 +55,10 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{value:+.2f}%"
 
 
-def verify(result: Any, *, as_json: bool = False) -> None:
+def verify(result: ProbeResult, *, as_json: bool = False) -> None:
     """Print a probe result: budget, predicted vs measured, planned run, frontier, verdict."""
     if as_json:
-        console().file.write(to_json(asdict(result)))
+        write_out(to_json(asdict(result)))
         return
     out = console()
     mem = result.memory
@@ -146,10 +149,10 @@ def verify(result: Any, *, as_json: bool = False) -> None:
     out.print(f"[dim]Time: {laps}. Sizes in binary units (1 GiB = 2^30 bytes).[/]")
 
 
-def hf_cache(check: Any, *, as_json: bool = False) -> None:
+def hf_cache(check: CacheCheck, *, as_json: bool = False) -> None:
     """Print the transformers cross-check of one model."""
     if as_json:
-        console().file.write(to_json(asdict(check)))
+        write_out(to_json(asdict(check)))
         return
     out = console()
     if check.status in ("skipped", "error"):

@@ -313,7 +313,7 @@ def test_unreadable_logs_exit_2(tmp_path: Path, content: bytes | None, expected:
 
 
 def test_oversized_log_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("planner.diagnose.MAX_LOG_BYTES", 1000)
+    monkeypatch.setattr("planner.diagnose.diagnosis.MAX_LOG_BYTES", 1000)
     path = tmp_path / "big.log"
     path.write_text("x" * 1001)
     with pytest.raises(LogFileError, match="1,001 bytes is larger than the 1,000-byte limit"):

@@ -159,12 +159,12 @@ def _non_default(log: BootLog, m: re.Match[str], line: int) -> None:
     names = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp"}
     for key, value in args.items():
         name = names.get(key, key)
-        if name in SETTINGS and isinstance(value, int | float | str | bool):
+        if name in _SETTINGS and isinstance(value, int | float | str | bool):
             log.settings[name] = value
             log.lines[name] = line
 
 
-SETTINGS = (
+_SETTINGS = (
     "max_model_len",
     "tp",
     "pp",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from planner.diagnose.boot_log import GIB, BootLog
 
 if TYPE_CHECKING:
+    from planner.deployment import ServeSettings
     from planner.recommend import Plan
 
 LOG_ROUNDING_BYTES = GIB // 200  # format_gib rounds to 0.01 GiB: +-0.005 GiB
@@ -160,7 +161,7 @@ def _layout(log: BootLog, p: Plan) -> Finding | None:
     )
 
 
-def troubleshoot(log: BootLog, p: Plan | None, s: dict[str, Any]) -> list[Finding]:
+def troubleshoot(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Finding]:
     """The troubleshooting table, applied to what the log shows."""
     out: list[Finding] = []
     cap = p.vllm if p else None
@@ -238,7 +239,7 @@ def _oom_finding(log: BootLog, p: Plan | None) -> Finding:
     )
 
 
-def _usage_findings(log: BootLog, p: Plan | None, s: dict[str, Any]) -> list[Finding]:
+def _usage_findings(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Finding]:
     out: list[Finding] = []
     usage = log.kv_usage_pct
     high = sum(u >= PINNED_PCT for u in usage)
@@ -291,8 +292,7 @@ def _usage_findings(log: BootLog, p: Plan | None, s: dict[str, Any]) -> list[Fin
                 lines,
             )
         )
-    prefix = s.get("enable_prefix_caching")
-    if prefix in (False, "False", "false"):
+    if not s.enable_prefix_caching:
         out.append(
             Finding(
                 "prefix-off",
@@ -323,11 +323,11 @@ def _usage_findings(log: BootLog, p: Plan | None, s: dict[str, Any]) -> list[Fin
     return out
 
 
-def _lower_gmu(log: BootLog, p: Plan | None, s: dict[str, Any], peak_pct: float) -> float | None:
+def _lower_gmu(log: BootLog, p: Plan | None, s: ServeSettings, peak_pct: float) -> float | None:
     """The gpu_memory_utilization that keeps the observed peak at 80 % of a smaller cache:
     requested - (available - peak_used / 0.8), over the GPU total, rounded up to 0.01."""
     total = log.total_gpu_bytes or (p.vllm.gpu_memory_bytes if p else None)
-    gmu = float(s["gpu_memory_utilization"])
+    gmu = s.gmu
     requested = log.requested_bytes or (math.ceil(total * gmu) if total else None)
     available = log.available_kv_bytes or (p.vllm.available_kv_bytes if p else None)
     if not (total and requested and available):

@@ -4,10 +4,14 @@ the cache layout matches, and the troubleshooting rules applied to what the log 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from planner.deployment import SPELLINGS, as_flags
 from planner.diagnose.boot_log import GIB, BootLog
+from planner.model.specs import KVDtype
 
 if TYPE_CHECKING:
     from planner.deployment import ServeSettings
@@ -17,6 +21,20 @@ LOG_ROUNDING_BYTES = GIB // 200  # format_gib rounds to 0.01 GiB: +-0.005 GiB
 PINNED_PCT = 95.0  # "KV usage pinned near 100 %"
 LOW_PCT = 50.0  # "usage under 50 %"
 MIN_SAMPLES = 3  # runtime stat lines needed before judging usage
+
+# Changes a fix suggests, as data (rendered by as_flags, or by as_named beside the log's names).
+FP8_KV: dict[str, Any] = {"kv_cache_dtype": KVDtype.FP8}
+PREFIX_CACHING_ON: dict[str, Any] = {"enable_prefix_caching": True}
+
+
+def as_named(changes: Mapping[str, Any]) -> str:
+    """Settings as vLLM names them in its boot log (and Python API), the spelling a fix uses
+    beside the log's own lines: ``{"max_model_len": 37744}`` -> ``max_model_len 37744``."""
+    return ", ".join(
+        f"{SPELLINGS[key].log or SPELLINGS[key].yaml} "
+        f"{value.value if isinstance(value, Enum) else value}"
+        for key, value in changes.items()
+    )
 
 
 @dataclass(frozen=True)
@@ -168,8 +186,9 @@ def troubleshoot(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Finding
     if log.estimated_max_model_len is not None or log.error_max_model_len is not None:
         fix = []
         if log.estimated_max_model_len:
-            fix.append(f"max_model_len {log.estimated_max_model_len} (vLLM's estimate)")
-        fix += ["kv_cache_dtype fp8", "a higher gpu_memory_utilization or more TP"]
+            estimate = {"max_model_len": log.estimated_max_model_len}
+            fix.append(f"{as_named(estimate)} (vLLM's estimate)")
+        fix += [as_named(FP8_KV), "a higher gpu_memory_utilization or more TP"]
         out.append(
             Finding(
                 "startup-max-len",
@@ -250,17 +269,19 @@ def _usage_findings(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Find
     if pinned:
         fix = []
         if p is not None and p.recommended is not None:
+            fewer = {"max_num_seqs": p.recommended.max_num_seqs}
             fix.append(
-                f"fewer sequences: max_num_seqs {p.recommended.max_num_seqs} keeps "
+                f"fewer sequences: {as_named(fewer)} keeps "
                 f"{p.estimate.max_model_len:,}-token requests at ~90 % of the blocks"
             )
         else:
             fix.append("fewer max_num_seqs")
-        fp8 = next((a for a in p.alternatives if "fp8" in a.change), None) if p else None
+        # KVDtype is a str: the alternative's {"kv_cache_dtype": "fp8"} equals FP8_KV
+        fp8 = next((a for a in p.alternatives if a.changes == FP8_KV), None) if p else None
         fix.append(
-            f"fp8 KV (--kv-cache-dtype fp8: {fp8.max_concurrency:.2f}x concurrency)"
+            f"fp8 KV ({as_flags(FP8_KV)}: {fp8.max_concurrency:.2f}x concurrency)"
             if fp8
-            else "fp8 KV (--kv-cache-dtype fp8)"
+            else f"fp8 KV ({as_flags(FP8_KV)})"
         )
         fix += [
             "more KV memory: a higher gpu_memory_utilization, or more TP",
@@ -288,7 +309,11 @@ def _usage_findings(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Find
                 "kv-low",
                 "info",
                 {"samples": len(usage), "peak_pct": max(usage), "suggested_gmu": gmu},
-                [f"gpu_memory_utilization {gmu}" if gmu else "a lower gpu_memory_utilization"],
+                [
+                    as_named({"gpu_memory_utilization": gmu})
+                    if gmu
+                    else "a lower gpu_memory_utilization"
+                ],
                 lines,
             )
         )
@@ -299,7 +324,7 @@ def _usage_findings(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Find
                 "info",
                 {},
                 [
-                    "--enable-prefix-caching",
+                    as_flags(PREFIX_CACHING_ON),
                     "put the fixed part of the prompt (system prompt, tools) first",
                 ],
                 [log.lines.get("enable_prefix_caching", 0)],

@@ -23,8 +23,12 @@ MIB = 1 << 20
 class BootLog:
     """What a vLLM log states, in bytes (from its GiB) and counts; None when not logged.
 
-    ``lines`` maps each fact to the 1-based line it came from (the last occurrence wins: a log
-    with several boots describes the last one).
+    ``settings`` holds the serve settings the log states, keyed by kvplan's names (the keys of
+    :data:`~planner.deployment.SPELLINGS`: ``tp`` for vLLM's ``tensor_parallel_size``), each
+    value as the log printed it (``16000``, ``False``, ``"auto"``): checking them is the
+    reader's job (:mod:`planner.diagnose.settings`). ``lines`` maps each fact to the 1-based
+    line it came from (the last occurrence wins: a log with several boots describes the last
+    one).
     """
 
     engine: str | None = None  # "V1" or "V0"
@@ -58,19 +62,6 @@ class BootLog:
     preemptions: int = 0
     lines: dict[str, int] = field(default_factory=dict)
     recognised: int = 0
-
-    @property
-    def has_startup(self) -> bool:
-        return any(
-            v is not None
-            for v in (
-                self.available_kv_bytes,
-                self.num_gpu_blocks,
-                self.kv_cache_tokens,
-                self.weights_bytes,
-                self.estimated_max_model_len,
-            )
-        )
 
 
 def _float(text: str) -> float:

@@ -9,6 +9,12 @@ max_seq_len, TP, gpu_memory_utilization, GPU total) fill in what the command lin
 
 Every memory figure a log prints is GiB rounded to 0.01 (``format_gib``), so a logged value is
 exact only to +-0.005 GiB; comparisons allow for that.
+
+The stages, one module each: :mod:`~planner.diagnose.boot_log` parses the log (:func:`parse_log`,
+its :data:`RULES`), :mod:`~planner.diagnose.settings` layers the plan's settings (the flags over
+the log over vLLM's defaults), :mod:`~planner.diagnose.diagnosis` plans and compares them
+(:func:`diagnose_file`, :class:`Diagnosis`), and :mod:`~planner.diagnose.findings` draws the
+conclusions (:class:`Finding`).
 """
 
 from planner.diagnose.boot_log import _PREFILTER, GIB, MIB, RULES, BootLog, parse_log

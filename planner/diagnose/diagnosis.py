@@ -31,7 +31,23 @@ class NothingRecognisedError(KvplanError):
 
 @dataclass(frozen=True)
 class Term:
-    """One figure in the log and in the plan. ``unit``: bytes, tokens, blocks or x."""
+    """One figure as the log states it and as the plan has it, per GPU rank (JSON ``terms[]``,
+    which adds ``diff``).
+
+    Attributes:
+        name: "GPU total", "requested", "weights", "activation peak", "non-torch",
+            "weights + non-torch" (vLLM >= 0.2x logs the two together), "CUDA graphs",
+            "available KV", "GPU blocks", "KV cache tokens" or "max concurrency".
+        unit: "bytes", "tokens", "blocks" or "x" (requests of ``max_model_len`` at once).
+        log: the log's figure (bytes from its GiB, exact to +-0.005 GiB); None when not logged.
+        plan: kvplan's figure for the same model, GPU and settings; None without a plan.
+        note: why the figures are not alike, e.g. "captured after sizing" for the CUDA graphs
+            of a V0 log (the plan has 0: V0 took them after sizing the KV cache).
+
+    Terms neither the log states nor the plan has (0 or None) are left out. Qwen2.5-7B on the
+    V0 log's A100-40GB: activation peak log 2,254,857,830 B (2.10 GiB), plan 1,527,268,323 B
+    (1.42 GiB), so ``diff`` (log - plan) is +727,589,507 B.
+    """
 
     name: str
     unit: str
@@ -46,11 +62,34 @@ class Term:
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """``kvplan diagnose``: what the log says, the plan for the same settings, and findings."""
+    """``kvplan diagnose``: what the log says, the plan for the same settings, and findings.
+
+    The JSON is this, field by field (``dataclasses.asdict``); it adds ``terms[].diff`` and
+    ``findings[].text`` and gives the runtime samples of ``log`` as a count and a peak.
+
+    Attributes:
+        file: the log's path as given.
+        log: everything the log states (:class:`~planner.diagnose.boot_log.BootLog`).
+        settings: what the plan used, each value as stated (the flag's, or the log's own
+            literal): "model", the serve settings, then "gpu" and "gpu_memory_bytes".
+        sources: where each of ``settings`` came from: "command line", "log line N",
+            "vLLM V1 default" (or V0); "log" for a GPU known from the log's totals.
+        terms: the figures side by side (:class:`Term`); empty when the log has none.
+        findings: the conclusions (:class:`~planner.diagnose.findings.Finding`): the budget
+            and layout checks when there is a plan, then the troubleshooting rules.
+        notes: what kvplan could not use and why: a log value vLLM could not have run with,
+            a model named by the log that cannot be loaded, no model or no GPU to plan for.
+
+    Worked example: ``kvplan diagnose vllm-v0-qwen7b-a100.log --json``. settings: model
+    Qwen/Qwen2.5-7B-Instruct, tp 1, pp 1, max_model_len 8192, gpu_memory_utilization 0.9,
+    kv_cache_dtype "auto", enforce_eager false, enable_prefix_caching false (sources "log line
+    3", gpu_memory_utilization "log line 8"), gpu "from the log" of 42,283,953,029 B (source
+    "log": 39.38 GiB); findings budget, layout-matches, kv-pinned and prefix-off; no notes.
+    """
 
     file: str
     log: BootLog
-    settings: dict[str, Any]  # what the plan used, and where each value came from
+    settings: dict[str, Any]
     sources: dict[str, str]
     terms: list[Term]
     findings: list[Finding]

@@ -39,15 +39,31 @@ def as_named(changes: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Finding:
-    """A conclusion with the numbers behind it (``data``, integer bytes) and what to change.
+    """A conclusion with the numbers behind it and what to change (JSON ``findings[]``, which
+    adds ``text``, the sentence rendered from ``data``).
 
-    ``kind`` names the rule: ``budget`` (which term explains the KV difference), ``layout``,
-    ``startup-max-len``, ``startup-no-memory``, ``oom-fragmentation``, ``oom``, ``kv-pinned``,
-    ``kv-low``, ``prefix-off``, ``prefix-low-hit``, ``matches``.
+    Attributes:
+        kind: the rule. "budget" (which budget term explains the available-KV difference) or
+            "matches" (within the log's rounding); "layout" (the plan's bytes per token do not
+            reproduce the log's token count) or "layout-matches"; "startup-max-len",
+            "startup-no-memory" (vLLM refused to start); "oom" or "oom-fragmentation" (memory
+            looked free); "kv-pinned", "kv-low"; "prefix-off", "prefix-low-hit";
+            "plan-does-not-fit" (kvplan's own plan fails).
+        severity: "info", "warning" or "error".
+        data: the numbers, by kind; sizes in integer bytes.
+        fix: what to change, one suggestion each, settings spelled as vLLM's flags
+            (``--enable-prefix-caching``) or as its log names them (``max_model_len 37744``).
+        lines: the 1-based log lines it rests on (0: none).
+
+    Worked example (``kvplan diagnose vllm-v0-qwen7b-a100.log``): kind "budget", severity
+    "info", no fix, lines [9]; data: log_available_bytes 20,379,619,820 (18.98 GiB),
+    plan_available_bytes 21,157,727,991 (19.70 GiB), difference_bytes -778,108,171, term
+    "activation peak", share_bytes -727,589,507: the log's 2.10 GiB activation peak against
+    the plan's 1.42 GiB accounts for -0.68 of the -0.72 GiB.
     """
 
     kind: str
-    severity: str  # info, warning, error
+    severity: str
     data: dict[str, Any]
     fix: list[str] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)

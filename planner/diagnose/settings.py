@@ -8,8 +8,8 @@
 3. the command line's flags (:func:`~planner.diagnose.diagnose_file`'s keyword arguments),
    whose mistakes are errors.
 
-Worked example: ``kvplan diagnose vllm-v0-qwen7b-a100.log --gpu a100-40gb``. The V0 config line
-(line 3) states tp 1, pp 1, max_model_len 8192, kv_cache_dtype auto, enforce_eager False and
+Worked example: ``kvplan diagnose vllm-v0-qwen7b-a100.log``. The V0 config line (line 3) states
+tp 1, pp 1, max_model_len 8192, kv_cache_dtype auto, enforce_eager False and
 enable_prefix_caching False; the budget line (line 8) gpu_memory_utilization 0.90. No setting is
 on the command line, so each source is "log line 3" or "log line 8", and the plan runs with
 ``ServeSettings(max_model_len=8192, gpu_memory_utilization=0.9, enable_prefix_caching=False)``.

@@ -17,7 +17,7 @@ the log over vLLM's defaults), :mod:`~planner.diagnose.diagnosis` plans and comp
 conclusions (:class:`Finding`).
 """
 
-from planner.diagnose.boot_log import _PREFILTER, GIB, MIB, RULES, BootLog, parse_log
+from planner.diagnose.boot_log import _PREFILTER, RULES, BootLog, parse_log
 from planner.diagnose.diagnosis import (
     MAX_LOG_BYTES,
     Diagnosis,
@@ -33,6 +33,7 @@ from planner.diagnose.findings import (
     PINNED_PCT,
     Finding,
 )
+from planner.units import GIB, MIB
 
 __all__ = [
     "GIB",

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-GIB = 1 << 30
-MIB = 1 << 20
+from planner.units import GIB, MIB
 
 
 @dataclass

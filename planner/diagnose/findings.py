@@ -10,8 +10,9 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from planner.deployment import SPELLINGS, as_flags
-from planner.diagnose.boot_log import GIB, BootLog
+from planner.diagnose.boot_log import BootLog
 from planner.model.specs import KVDtype
+from planner.units import GIB
 
 if TYPE_CHECKING:
     from planner.deployment import ServeSettings

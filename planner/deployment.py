@@ -422,7 +422,9 @@ def _as_count(value: Any) -> int:
         raise SettingError(f"expected a whole number, got {value!r}", rule="whole", value=value)
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    # isdecimal, not isdigit: int() refuses digits that are not decimal ("²"), and a single
+    # "-" only, so "--5" is not a number either
+    if isinstance(value, str) and value.strip().removeprefix("-").isdecimal():
         return int(value)
     raise SettingError(f"expected a whole number, got {value!r}", rule="whole", value=value)
 

@@ -215,6 +215,15 @@ def test_from_mapping_reports_each_bad_key_and_keeps_the_rest() -> None:
     assert fitted.auto_fit_max_model_len and fitted.max_model_len is None
 
 
+@pytest.mark.parametrize("text", ["²", "--5", "-", ""])
+def test_a_count_that_int_cannot_read_is_a_problem_not_a_crash(text: str) -> None:
+    # was: ValueError from int() ("²" is a digit to str.isdigit, not a decimal; "--5" lost
+    # both dashes to lstrip)
+    parsed, problems = ServeSettings.from_mapping({"tp": text}, spelling="yaml")
+    assert parsed == ServeSettings()
+    assert problems == [("tp", f"expected a whole number, got {text!r}")]
+
+
 def test_a_typed_document_refuses_what_a_log_would_parse() -> None:
     # A log's "2" and "on" are strings by nature; in YAML they are a mistake, and null is a
     # value to refuse, not "not given".

@@ -313,7 +313,7 @@ def test_unreadable_logs_exit_2(tmp_path: Path, content: bytes | None, expected:
 
 
 def test_oversized_log_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("planner.diagnose.MAX_LOG_BYTES", 1000)
+    monkeypatch.setattr("planner.diagnose.diagnosis.MAX_LOG_BYTES", 1000)
     path = tmp_path / "big.log"
     path.write_text("x" * 1001)
     with pytest.raises(LogFileError, match="1,001 bytes is larger than the 1,000-byte limit"):
@@ -408,6 +408,9 @@ def nondefault_log(tmp_path: Path, args: str, extra: str = "") -> Path:
         ("'tensor_parallel_size': -1", "ignored tp -1"),
         ("'kv_cache_dtype': 'fp7'", "ignored kv_cache_dtype 'fp7'"),
         ("'max_model_len': 1" + "0" * 30, "ignored max_model_len"),
+        ("'max_model_len': '²'", "ignored max_model_len '²'"),  # was: ValueError
+        # was: OverflowError
+        ("'gpu_memory_utilization': 1" + "0" * 400, "ignored gpu_memory_utilization 1000"),
     ],
 )
 def test_a_logs_impossible_setting_is_ignored_with_a_note(
@@ -429,3 +432,64 @@ def test_a_logs_tp_the_model_cannot_take_is_a_note_even_with_flags(tmp_path: Pat
     assert any("--tp 5 does not divide" in n and "defaults for tp" in n for n in dg.notes), dg.notes
     result = runner.invoke(app, ["diagnose", str(log), "--gpu", "h100", "--tp", "3"])
     assert result.exit_code == 2 and "--tp 3 does not divide" in result.stderr  # the user's own
+
+
+# ------------------------------------------------------------------ settings, layered
+
+
+def test_the_logs_settings_are_layered_as_serve_settings() -> None:
+    # planner.diagnose.settings' worked example: everything from the V0 log, nothing given
+    from planner.deployment import ServeSettings
+    from planner.diagnose.settings import layer_settings
+
+    log = parse_log(V0_A100.read_text())
+    layered = layer_settings(log, {})
+    assert layered.serve == ServeSettings(
+        max_model_len=8192, gpu_memory_utilization=0.9, enable_prefix_caching=False
+    )
+    assert layered.model == "Qwen/Qwen2.5-7B-Instruct"
+    assert layered.sources["max_model_len"] == "log line 3"
+    assert layered.sources["gpu_memory_utilization"] == "log line 8"
+    assert layered.from_log() == [
+        "tp",
+        "pp",
+        "max_model_len",
+        "kv_cache_dtype",
+        "enforce_eager",
+        "enable_prefix_caching",
+    ]
+    # the command line over the log; V0's own default fraction when no line states one
+    without_budget = parse_log(
+        "\n".join(line for line in V0_A100.read_text().splitlines() if "x gpu_memory" not in line)
+    )
+    flagged = layer_settings(without_budget, {"max_model_len": 4096, "enforce_eager": True})
+    assert flagged.serve.max_model_len == 4096 and flagged.serve.cuda_graph_bytes == 0
+    assert flagged.stated["max_model_len"] == 4096
+    assert flagged.sources["max_model_len"] == flagged.sources["enforce_eager"] == "command line"
+    assert flagged.serve.gmu == flagged.stated["gpu_memory_utilization"] == 0.9
+    assert flagged.sources["gpu_memory_utilization"] == "vLLM V0 default"
+
+
+def test_a_logs_max_model_len_of_minus_one_is_vllms_auto_fit(tmp_path: Path) -> None:
+    # `vllm serve --max-model-len -1` fits the longest context the pool holds; the plan does too
+    log = nondefault_log(tmp_path, "'max_model_len': -1")
+    dg = diagnose_file(log, model="llama-3.1-8b", gpu=gpu("l4"))
+    assert (dg.settings["max_model_len"], dg.sources["max_model_len"]) == (-1, "log line 2")
+    assert not any("ignored" in note for note in dg.notes)
+    p = plan_for(
+        planner.load_model_spec("llama-3.1-8b"),
+        gpu("l4"),
+        auto_fit_max_model_len=True,
+        gpu_memory_utilization=0.9,
+    )
+    tokens = next(t for t in dg.terms if t.name == "KV cache tokens")
+    assert tokens.plan == p.vllm.kv_cache_size_tokens
+
+
+def test_a_flag_vllm_would_refuse_is_an_error_even_with_nothing_to_plan() -> None:
+    # was: shown as "tp 0 (command line)" when there was no model to plan, and planned as
+    # TP 1 when there was
+    for flags in (["--tp", "0"], ["--tp", "0", "--model", "llama-3.1-8b", "--gpu", "h100"]):
+        result = runner.invoke(app, ["diagnose", str(V1_OOM), *flags])
+        assert result.exit_code == 2
+        assert result.stderr.strip() == "Error: --tp must be a positive integer, got 0"

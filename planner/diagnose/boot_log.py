@@ -1,0 +1,454 @@
+"""The vLLM boot-log parser: every startup and runtime fact ``kvplan diagnose`` reads.
+
+:func:`parse_log` runs each line through :data:`RULES` (a literal the line must contain, a
+pattern, and a handler that stores what it matched on a :class:`BootLog`); lines no rule knows
+are ignored. Every memory figure a log prints is GiB rounded to 0.01 (``format_gib``).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.units import GIB, MIB
+
+
+@dataclass
+class BootLog:
+    """What a vLLM log states, in bytes (from its GiB) and counts; None when not logged.
+
+    ``settings`` holds the serve settings the log states, keyed by kvplan's names (the keys of
+    :data:`~planner.deployment.SPELLINGS`: ``tp`` for vLLM's ``tensor_parallel_size``), each
+    value as the log printed it (``16000``, ``False``, ``"auto"``): checking them is the
+    reader's job (:mod:`planner.diagnose.settings`). ``lines`` maps each fact to the 1-based
+    line it came from (the last occurrence wins: a log with several boots describes the last
+    one).
+    """
+
+    engine: str | None = None  # "V1" or "V0"
+    version: str | None = None
+    model: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    total_gpu_bytes: int | None = None
+    requested_bytes: int | None = None
+    weights_bytes: int | None = None
+    activation_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    consumed_bytes: int | None = None  # weights + non-torch, as vLLM >= 0.2x logs it
+    cuda_graph_bytes: int | None = None
+    cuda_graph_capture_bytes: int | None = None  # "Graph capturing finished ..., took X GiB"
+    available_kv_bytes: int | None = None
+    num_gpu_blocks: int | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_len: int | None = None
+    error_max_model_len: int | None = None
+    error_needed_bytes: int | None = None
+    error_available_bytes: int | None = None
+    estimated_max_model_len: int | None = None
+    no_kv_memory: bool = False
+    oom_tried_bytes: int | None = None
+    oom_free_bytes: int | None = None
+    oom_reserved_unallocated_bytes: int | None = None
+    kv_usage_pct: list[float] = field(default_factory=list)
+    max_waiting: int = 0
+    prefix_hit_pct: list[float] = field(default_factory=list)
+    preemptions: int = 0
+    lines: dict[str, int] = field(default_factory=dict)
+    recognised: int = 0
+
+
+def _float(text: str) -> float:
+    """A logged number; ValueError for what is not one (``1.2.3``, ``.``, 400 digits): the line
+    is then not recognised."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {text[:20]!r}")
+    return value
+
+
+def _gib(text: str, unit: str = "GiB") -> int:
+    """Bytes of a logged size (vLLM's V0 ``GB`` is GiB: it divides by 2**30)."""
+    scale = MIB if unit.lower().startswith("m") else GIB
+    value = _float(text) * scale
+    if not math.isfinite(value):
+        raise ValueError(f"not a size: {text[:20]!r}")
+    return round(value)
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+_NUM = r"(-?[\d.]+)"
+Handler = Callable[[BootLog, "re.Match[str]", int], None]
+
+
+def _many(*pairs: tuple[str, Callable[[re.Match[str]], Any]]) -> Handler:
+    def handler(log: BootLog, m: re.Match[str], line: int) -> None:
+        values = [(name, convert(m)) for name, convert in pairs]  # all parse, or none is set
+        for name, value in values:
+            setattr(log, name, value)
+            log.lines[name] = line
+
+    return handler
+
+
+def _set(name: str, convert: Callable[[re.Match[str]], Any]) -> Handler:
+    return _many((name, convert))
+
+
+def _g(i: int, unit: int | None = None) -> Callable[[re.Match[str]], int]:
+    return lambda m: _gib(m.group(i), m.group(unit) if unit else "GiB")
+
+
+def _config(log: BootLog, m: re.Match[str], line: int) -> None:
+    """``Initializing a V1 LLM engine (v0.10.1) with config: model='...', max_seq_len=...``."""
+    log.engine = "V0" if "an LLM engine" in m.group(0) else "V1"
+    log.version = m.group(1)
+    pairs = dict(re.findall(r"(\w+)=('[^']*'|[^,]+)", m.string[m.end() :]))
+    model = pairs.get("model", "").strip("'")
+    if model:
+        log.model = model
+        log.lines["model"] = line
+    for key, name in (
+        ("max_seq_len", "max_model_len"),
+        ("tensor_parallel_size", "tp"),
+        ("pipeline_parallel_size", "pp"),
+        ("kv_cache_dtype", "kv_cache_dtype"),
+        ("enforce_eager", "enforce_eager"),
+        ("enable_prefix_caching", "enable_prefix_caching"),
+    ):
+        if key in pairs:
+            log.settings[name] = _literal(pairs[key].strip())
+            log.lines[name] = line
+
+
+def _literal(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text.strip("'")
+
+
+def _non_default(log: BootLog, m: re.Match[str], line: int) -> None:
+    """``non-default args: {'model': ..., 'max_model_len': 16000, ...}`` (newer vLLM)."""
+    if len(m.group(1)) > 20_000:
+        return
+    args = _literal(m.group(1))
+    if not isinstance(args, dict):
+        return
+    if isinstance(args.get("model"), str):
+        log.model = args["model"]
+        log.lines["model"] = line
+    names = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp"}
+    for key, value in args.items():
+        name = names.get(key, key)
+        if name in _SETTINGS and isinstance(value, int | float | str | bool):
+            log.settings[name] = value
+            log.lines[name] = line
+
+
+_SETTINGS = (
+    "max_model_len",
+    "tp",
+    "pp",
+    "kv_cache_dtype",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enforce_eager",
+    "enable_prefix_caching",
+    "block_size",
+)
+
+
+def _gmu(log: BootLog, m: re.Match[str], line: int, gmu: str, requested: str) -> None:
+    fraction, requested_bytes = _float(gmu), _gib(requested)
+    log.settings["gpu_memory_utilization"] = fraction
+    log.lines["gpu_memory_utilization"] = line
+    log.requested_bytes = requested_bytes
+    log.lines["requested_bytes"] = line
+
+
+def _v0_budget(log: BootLog, m: re.Match[str], line: int) -> None:
+    """``total_gpu_memory (23.58GiB) x gpu_memory_utilization (0.90) = 21.22GiB`` (V0)."""
+    total = _gib(m.group(1))
+    _gmu(log, m, line, m.group(2), m.group(3))
+    log.total_gpu_bytes = total
+    log.lines["total_gpu_bytes"] = line
+
+
+def _usage(log: BootLog, m: re.Match[str], line: int) -> None:
+    log.kv_usage_pct.append(_float(m.group(1)))
+    log.lines.setdefault("kv_usage_first", line)
+    log.lines["kv_usage_last"] = line
+    waiting = re.search(r"(?:Waiting|Pending): (\d+) reqs", m.string)
+    if waiting:
+        log.max_waiting = max(log.max_waiting, int(waiting.group(1)))
+    hit = re.search(r"[Pp]refix cache hit rate: (?:GPU: )?([\d.]+)%", m.string)
+    if hit:
+        with contextlib.suppress(ValueError):
+            log.prefix_hit_pct.append(_float(hit.group(1)))
+
+
+def _preempted(log: BootLog, m: re.Match[str], line: int) -> None:
+    log.preemptions += 1
+    log.lines.setdefault("preemption_first", line)
+    total = re.search(r"total_num_cumulative_preemption=(\d+)", m.string)
+    if total:
+        log.preemptions = max(log.preemptions, int(total.group(1)))
+
+
+def _oom(log: BootLog, m: re.Match[str], line: int) -> None:
+    log.oom_tried_bytes = _gib(m.group(1), m.group(2))
+    log.lines["oom"] = line
+    text = m.string
+    with contextlib.suppress(ValueError):  # the optional figures, each on its own
+        free = re.search(r"of which ([\d.]+) (GiB|MiB) is free", text)
+        if free:
+            log.oom_free_bytes = _gib(free.group(1), free.group(2))
+    with contextlib.suppress(ValueError):
+        unallocated = re.search(r"([\d.]+) (GiB|MiB) is reserved by PyTorch but unallocated", text)
+        if unallocated:
+            log.oom_reserved_unallocated_bytes = _gib(unallocated.group(1), unallocated.group(2))
+    with contextlib.suppress(ValueError):
+        total = re.search(r"total capacity of ([\d.]+) GiB", text)
+        if total and log.total_gpu_bytes is None:
+            log.total_gpu_bytes = _gib(total.group(1))
+
+
+def _v0_profile(log: BootLog, m: re.Match[str], line: int) -> None:
+    """``Memory profiling results: total_gpu_memory=44.53GiB, ..., kv_cache_size=17.11GiB``."""
+    values = dict(re.findall(r"(\w+)=([\d.]+)", m.string[m.end() :]))
+    for key, name in (
+        ("total_gpu_memory", "total_gpu_bytes"),
+        ("non_torch_memory", "non_torch_bytes"),
+        ("kv_cache_size", "available_kv_bytes"),
+    ):
+        if key in values:
+            with contextlib.suppress(ValueError):
+                setattr(log, name, _gib(values[key]))
+                log.lines[name] = line
+    if "gpu_memory_utilization" in values:
+        with contextlib.suppress(ValueError):
+            log.settings["gpu_memory_utilization"] = _float(values["gpu_memory_utilization"])
+            log.lines["gpu_memory_utilization"] = line
+    log.engine = log.engine or "V0"
+
+
+# (literal that must be in the line, pattern, handler); the literal keeps 50 MiB logs fast.
+RULES: list[tuple[str, re.Pattern[str], Handler]] = [
+    (
+        "with config:",
+        re.compile(r"Initializing (?:a V1 LLM engine|an LLM engine) \(v([^)]+)\) with config:"),
+        _config,
+    ),
+    ("non-default args", re.compile(r"non-default args: (\{.*\})"), _non_default),
+    (
+        "took",
+        re.compile(rf"(?:Model loading|Loading model weights) took {_NUM} ?(GiB|GB)"),
+        _set("weights_bytes", _g(1)),
+    ),
+    (
+        "Available KV cache memory",
+        re.compile(rf"Available KV cache memory: {_NUM} ?GiB"),
+        _set("available_kv_bytes", _g(1)),
+    ),
+    (
+        "GPU KV cache size",
+        re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
+        _set("kv_cache_tokens", lambda m: _int(m.group(1))),
+    ),
+    (
+        "Maximum concurrency",
+        re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x?"),
+        _many(
+            ("concurrency_len", lambda m: _int(m.group(1))),
+            ("max_concurrency", lambda m: _float(m.group(2))),
+        ),
+    ),
+    (
+        "blocks:",
+        re.compile(r"# (?:GPU|gpu|cuda|CUDA) blocks: (\d+), # CPU blocks: (\d+)"),
+        _set("num_gpu_blocks", lambda m: int(m.group(1))),
+    ),
+    # V1 DEBUG: "Memory profiling takes 5.12 seconds. Total non KV cache memory: 19.88GiB;
+    # torch peak memory increase: 4.76GiB; non-torch forward increase memory: 0.13GiB; ..."
+    (
+        "torch peak memory increase",
+        re.compile(rf"torch peak memory increase: {_NUM} ?GiB"),
+        _set("activation_bytes", _g(1)),
+    ),
+    (
+        "non-torch",
+        re.compile(
+            rf"(?:non-torch forward increase memory|Total non-torch memory used): {_NUM} ?GiB"
+        ),
+        _set("non_torch_bytes", _g(1)),
+    ),
+    ("weights memory:", re.compile(rf"weights memory: {_NUM} ?GiB"), _set("weights_bytes", _g(1))),
+    # vLLM >= 0.11: "Actual usage is 14.99 GiB for weight, 4.76 GiB for peak activation, ..."
+    (
+        "for weight,",
+        re.compile(
+            rf"Actual usage is {_NUM} GiB for weight, {_NUM} GiB for peak activation, "
+            rf"{_NUM} GiB for non-torch memory, and {_NUM} GiB for CUDAGraph memory"
+        ),
+        _many(
+            ("weights_bytes", _g(1)),
+            ("activation_bytes", _g(2)),
+            ("non_torch_bytes", _g(3)),
+            ("cuda_graph_bytes", _g(4)),
+        ),
+    ),
+    (
+        "for consumed memory",
+        re.compile(
+            rf"Actual usage is {_NUM} GiB for consumed memory \(weights \+ non-torch\), "
+            rf"{_NUM} GiB for peak activation, and {_NUM} GiB for CUDAGraph memory"
+        ),
+        _many(
+            ("consumed_bytes", _g(1)),
+            ("activation_bytes", _g(2)),
+            ("cuda_graph_bytes", _g(3)),
+        ),
+    ),
+    (
+        "Free memory on device",
+        re.compile(rf"Free memory on device \({_NUM}/{_NUM} GiB\) on startup"),
+        _set("total_gpu_bytes", _g(2)),
+    ),
+    (
+        "Desired GPU memory utilization",
+        re.compile(r"Desired GPU memory utilization is \(([\d.]+), ([\d.]+) GiB\)"),
+        lambda log, m, line: _gmu(log, m, line, m.group(1), m.group(2)),
+    ),
+    (
+        "Requested memory",
+        re.compile(r"Requested memory: ([\d.]+) \(util\), ([\d.]+) GiB"),
+        lambda log, m, line: _gmu(log, m, line, m.group(1), m.group(2)),
+    ),
+    # V0 0.6.4+: "the current vLLM instance can use total_gpu_memory (39.38GiB) x
+    # gpu_memory_utilization (0.90) = 35.44GiB" / "model weights take 14.25GiB; ..."
+    (
+        "x gpu_memory_utilization",
+        re.compile(
+            r"total_gpu_memory \(([\d.]+) ?GiB\) x gpu_memory_utilization \(([\d.]+)\) = "
+            r"([\d.]+) ?GiB"
+        ),
+        _v0_budget,
+    ),
+    (
+        "model weights take",
+        re.compile(rf"model weights take {_NUM} ?GiB"),
+        _set("weights_bytes", _g(1)),
+    ),
+    (
+        "non_torch_memory takes",
+        re.compile(rf"non_torch_memory takes {_NUM} ?GiB"),
+        _set("non_torch_bytes", _g(1)),
+    ),
+    (
+        "activation peak memory takes",
+        re.compile(rf"activation peak memory takes {_NUM} ?GiB"),
+        _set("activation_bytes", _g(1)),
+    ),
+    (
+        "reserved for KV Cache is",
+        re.compile(rf"reserved for KV Cache is {_NUM} ?GiB"),
+        _set("available_kv_bytes", _g(1)),
+    ),
+    ("Memory profiling results:", re.compile(r"Memory profiling results:"), _v0_profile),
+    (
+        "Graph capturing finished",
+        re.compile(rf"Graph capturing finished in [\d.]+ secs?, took {_NUM} ?GiB"),
+        _set("cuda_graph_capture_bytes", _g(1)),
+    ),
+    (
+        "KV cache is needed",
+        re.compile(
+            rf"max seq len \((\d+)\), \({_NUM} GiB KV cache is needed, which is larger than the "
+            rf"available KV cache memory \({_NUM} GiB\)"
+        ),
+        _many(
+            ("error_max_model_len", lambda m: int(m.group(1))),
+            ("error_needed_bytes", _g(2)),
+            ("error_available_bytes", _g(3)),
+        ),
+    ),
+    (
+        "estimated maximum model length is",
+        re.compile(r"estimated maximum model length is (\d+)"),
+        _set("estimated_max_model_len", lambda m: int(m.group(1))),
+    ),
+    (  # V0: "The model's max seq len (32768) is larger than the maximum number of tokens ..."
+        "maximum number of tokens that can be stored in KV cache",
+        re.compile(
+            r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be "
+            r"stored in KV cache \((\d+)\)"
+        ),
+        _many(
+            ("error_max_model_len", lambda m: int(m.group(1))),
+            ("estimated_max_model_len", lambda m: int(m.group(2))),
+        ),
+    ),
+    (
+        "No available memory for the cache blocks",
+        re.compile(r"No available memory for the cache blocks"),
+        _set("no_kv_memory", lambda m: True),
+    ),
+    ("KV cache usage", re.compile(r"GPU KV cache usage: ([\d.]+)%"), _usage),
+    ("is preempted by", re.compile(r"is preempted by PreemptionMode\.\w+"), _preempted),
+    (
+        "CUDA out of memory",
+        re.compile(r"CUDA out of memory\. Tried to allocate ([\d.]+) (GiB|MiB)"),
+        _oom,
+    ),
+]
+_PREFILTER = re.compile("|".join(re.escape(lit) for lit, _, _ in RULES))
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def parse_log(text: str) -> BootLog:
+    """Every vLLM fact in ``text``; unknown lines are ignored.
+
+    Args:
+        text: the log (startup and runtime lines, any prefix: timestamps, ``(EngineCore pid=)``).
+
+    Returns:
+        The :class:`BootLog`; ``recognised`` counts the lines that matched.
+    """
+    log = BootLog()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not _PREFILTER.search(raw):
+            continue
+        line = _ANSI.sub("", raw)
+        matched = False
+        for literal, pattern, handler in RULES:
+            if literal in line:
+                m = pattern.search(line)
+                if m:
+                    try:
+                        handler(log, m, number)
+                    except ValueError:  # a number that is not one: not a line kvplan knows
+                        continue
+                    matched = True
+        log.recognised += matched
+    if log.engine is None:
+        if log.num_gpu_blocks is not None:
+            log.engine = "V0"
+        elif log.kv_cache_tokens is not None or log.available_kv_bytes is not None:
+            log.engine = "V1"
+    if log.concurrency_len and "max_model_len" not in log.settings:
+        log.settings["max_model_len"] = log.concurrency_len
+        log.lines["max_model_len"] = log.lines["concurrency_len"]
+    if log.error_max_model_len and "max_model_len" not in log.settings:
+        log.settings["max_model_len"] = log.error_max_model_len
+        log.lines["max_model_len"] = log.lines["error_max_model_len"]
+    return log

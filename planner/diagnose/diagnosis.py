@@ -1,0 +1,265 @@
+"""``kvplan diagnose``: the boot log against the plan for the same model, GPU and settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from planner.deployment import Deployment, Gpu
+from planner.diagnose.boot_log import BootLog, parse_log
+from planner.diagnose.findings import Finding, explain, troubleshoot
+from planner.diagnose.settings import COMMAND_LINE, PlanSettings, layer_settings
+from planner.errors import InputFileError, KvplanError
+from planner.files import read_text_file
+from planner.model.specs import KVDtype
+
+if TYPE_CHECKING:
+    from planner.recommend import Plan
+
+MAX_LOG_BYTES = 50 << 20
+
+
+class LogFileError(InputFileError):
+    """The log cannot be read (missing, binary, too large): exit 2."""
+
+
+class NothingRecognisedError(KvplanError):
+    """The file is text but holds no vLLM line kvplan knows."""
+
+
+@dataclass(frozen=True)
+class Term:
+    """One figure as the log states it and as the plan has it, per GPU rank (JSON ``terms[]``,
+    which adds ``diff``).
+
+    Attributes:
+        name: "GPU total", "requested", "weights", "activation peak", "non-torch",
+            "weights + non-torch" (vLLM >= 0.2x logs the two together), "CUDA graphs",
+            "available KV", "GPU blocks", "KV cache tokens" or "max concurrency".
+        unit: "bytes", "tokens", "blocks" or "x" (requests of ``max_model_len`` at once).
+        log: the log's figure (bytes from its GiB, exact to +-0.005 GiB); None when not logged.
+        plan: kvplan's figure for the same model, GPU and settings; None without a plan.
+        note: why the figures are not alike, e.g. "captured after sizing" for the CUDA graphs
+            of a V0 log (the plan has 0: V0 took them after sizing the KV cache).
+
+    Terms neither the log states nor the plan has (0 or None) are left out. Qwen2.5-7B on the
+    V0 log's A100-40GB: activation peak log 2,254,857,830 B (2.10 GiB), plan 1,527,268,323 B
+    (1.42 GiB), so ``diff`` (log - plan) is +727,589,507 B.
+    """
+
+    name: str
+    unit: str
+    log: float | None
+    plan: float | None
+    note: str = ""
+
+    @property
+    def diff(self) -> float | None:
+        return None if self.log is None or self.plan is None else self.log - self.plan
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """``kvplan diagnose``: what the log says, the plan for the same settings, and findings.
+
+    The JSON is this, field by field (``dataclasses.asdict``); it adds ``terms[].diff`` and
+    ``findings[].text`` and gives the runtime samples of ``log`` as a count and a peak.
+
+    Attributes:
+        file: the log's path as given.
+        log: everything the log states (:class:`~planner.diagnose.boot_log.BootLog`).
+        settings: what the plan used, each value as stated (the flag's, or the log's own
+            literal): "model", the serve settings, then "gpu" and "gpu_memory_bytes".
+        sources: where each of ``settings`` came from: "command line", "log line N",
+            "vLLM V1 default" (or V0); "log" for a GPU known from the log's totals.
+        terms: the figures side by side (:class:`Term`); empty when the log has none.
+        findings: the conclusions (:class:`~planner.diagnose.findings.Finding`): the budget
+            and layout checks when there is a plan, then the troubleshooting rules.
+        notes: what kvplan could not use and why: a log value vLLM could not have run with,
+            a model named by the log that cannot be loaded, no model or no GPU to plan for.
+
+    Worked example: ``kvplan diagnose vllm-v0-qwen7b-a100.log --json``. settings: model
+    Qwen/Qwen2.5-7B-Instruct, tp 1, pp 1, max_model_len 8192, gpu_memory_utilization 0.9,
+    kv_cache_dtype "auto", enforce_eager false, enable_prefix_caching false (sources "log line
+    3", gpu_memory_utilization "log line 8"), gpu "from the log" of 42,283,953,029 B (source
+    "log": 39.38 GiB); findings budget, layout-matches, kv-pinned and prefix-off; no notes.
+    """
+
+    file: str
+    log: BootLog
+    settings: dict[str, Any]
+    sources: dict[str, str]
+    terms: list[Term]
+    findings: list[Finding]
+    notes: list[str]
+
+
+def diagnose_file(
+    path: str | Path,
+    *,
+    model: str | None = None,
+    gpu: Gpu | None = None,
+    tp: int | None = None,
+    pp: int | None = None,
+    max_model_len: int | None = None,
+    gpu_memory_utilization: float | None = None,
+    kv_cache_dtype: KVDtype | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    enforce_eager: bool | None = None,
+    offline: bool | None = None,
+) -> Diagnosis:
+    """Parse the log at ``path`` and compare it with the plan for the same model and settings.
+
+    Settings given here win; then the values the log states; then vLLM's defaults
+    (:func:`~planner.diagnose.settings.layer_settings`).
+
+    Args:
+        path: the vLLM log.
+        model: the model (default: the one the log names).
+        gpu: the GPU (default: the total the log reports, if it does).
+        tp, pp, max_model_len, gpu_memory_utilization, kv_cache_dtype, max_num_batched_tokens,
+            max_num_seqs, enforce_eager: as ``vllm serve`` takes them.
+        offline: only the catalog and the local HF cache for the model.
+
+    Returns:
+        The :class:`Diagnosis`; raises :class:`LogFileError` for an unreadable file,
+        :class:`NothingRecognisedError` when no line is a vLLM line kvplan knows, and
+        :class:`~planner.errors.UsageError` for a setting given here that vLLM would refuse.
+    """
+    file = Path(path)
+    text = read_text_file(file, limit=MAX_LOG_BYTES, what="log file", error=LogFileError)
+    log = parse_log(text)
+    if not log.recognised:
+        raise NothingRecognisedError(
+            f"{path}: no vLLM line recognised (looked for 'Available KV cache memory', "
+            "'GPU KV cache size', '# GPU blocks', 'Model loading took', 'GPU KV cache usage', "
+            "preemption warnings and CUDA OOM); is this a vLLM log?"
+        )
+    given = {
+        "model": model,
+        "tp": tp,
+        "pp": pp,
+        "max_model_len": max_model_len,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "kv_cache_dtype": kv_cache_dtype,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_num_seqs": max_num_seqs,
+        "enforce_eager": enforce_eager,
+    }
+    notes: list[str] = []
+    settings = layer_settings(log, given, notes)
+    gpu = gpu or _gpu_from_log(log, settings.serve.gmu)
+    the_plan = None
+    findings: list[Finding] = []
+    if settings.model and gpu is not None:
+        strict = any(value is not None for value in given.values()) or gpu.source != "log"
+        the_plan, settings = _plan_for(log, settings, given, gpu, offline, findings, notes, strict)
+    elif not settings.model:
+        notes.append("no model: pass --model (the log names none) to compare with the plan")
+    else:
+        notes.append("no GPU: pass --gpu or --gpu-memory (the log states no total) to compare")
+    terms = _terms(log, the_plan)
+    if the_plan is not None:
+        findings += explain(log, the_plan)
+    findings += troubleshoot(log, the_plan, settings.serve)
+    stated, sources = dict(settings.stated), dict(settings.sources)
+    if gpu is not None:
+        where = "log" if gpu.source == "log" else COMMAND_LINE
+        stated["gpu"], stated["gpu_memory_bytes"] = gpu.name, gpu.memory_bytes
+        sources["gpu"] = sources["gpu_memory_bytes"] = where
+    return Diagnosis(str(path), log, stated, sources, terms, findings, notes)
+
+
+def _gpu_from_log(log: BootLog, gmu: float) -> Gpu | None:
+    """The GPU the log describes: its total, or the requested memory over the fraction."""
+    total = log.total_gpu_bytes
+    if total is None and log.requested_bytes:
+        total = round(log.requested_bytes / gmu)
+    return Gpu(name="from the log", memory_bytes=total, source="log") if total else None
+
+
+def _plan_for(
+    log: BootLog,
+    settings: PlanSettings,
+    given: Mapping[str, Any],
+    gpu: Gpu,
+    offline: bool | None,
+    findings: list[Finding],
+    notes: list[str],
+    strict: bool,
+) -> tuple[Plan | None, PlanSettings]:
+    """The plan for the settings (None, with a note or finding, when there is none), and the
+    settings it was made with.
+
+    ``strict``: the user named settings, so their mistakes are errors; when the settings only
+    the log states make the plan fail, it is planned again with vLLM's defaults for those (and
+    a note says so).
+    """
+    from planner.errors import DoesNotFitError, UsageError
+    from planner.model.load import load_model
+    from planner.recommend import PlanOptions, plan
+
+    assert settings.model
+    try:
+        loaded = load_model(settings.model, offline=offline)
+    except KvplanError as exc:
+        if not settings.sources["model"].startswith("log"):
+            raise
+        notes.append(f"cannot load {settings.model!r} named in the log ({exc}); pass --model")
+        return None, settings
+    while True:
+        serve = settings.serve
+        if log.engine == "V0":
+            # NOTE: V0 captured CUDA graphs after sizing the KV cache, so they never reduced it.
+            serve = serve.but(cuda_graph_bytes=0)
+        options = PlanOptions(
+            batch_sizes=(), grid_lens=[serve.max_model_len or loaded.spec.max_model_len]
+        )
+        try:
+            return plan(Deployment(model=loaded, gpu=gpu, settings=serve), options), settings
+        except DoesNotFitError as exc:
+            findings.append(Finding("plan-does-not-fit", "error", {"message": str(exc)}))
+            return None, settings
+        except UsageError as exc:
+            from_log = settings.from_log()
+            if strict and not from_log:
+                raise  # the command line's own mistake
+            notes.append(f"cannot plan with the settings the log states: {exc}")
+            if not strict:
+                return None, settings
+            # The user named other settings; plan with theirs and vLLM's defaults for the log's.
+            notes[-1] += f"; planned with vLLM's defaults for {', '.join(from_log)}"
+            settings = layer_settings(log, given, defaults_for=from_log)
+
+
+def _terms(log: BootLog, p: Plan | None) -> list[Term]:
+    cap = p.vllm if p else None
+
+    def plan_of(attr: str) -> float | None:
+        return getattr(cap, attr) if cap is not None else None
+
+    terms = [
+        Term("GPU total", "bytes", log.total_gpu_bytes, plan_of("gpu_memory_bytes")),
+        Term("requested", "bytes", log.requested_bytes, plan_of("requested_bytes")),
+        Term("weights", "bytes", log.weights_bytes, plan_of("weights_bytes")),
+        Term("activation peak", "bytes", log.activation_bytes, plan_of("activation_peak_bytes")),
+        Term("non-torch", "bytes", log.non_torch_bytes, plan_of("non_torch_bytes")),
+    ]
+    if log.consumed_bytes is not None:
+        both = cap.weights_bytes + cap.non_torch_bytes if cap else None
+        terms.append(Term("weights + non-torch", "bytes", log.consumed_bytes, both))
+    graphs = log.cuda_graph_bytes
+    note = ""
+    if graphs is None and log.cuda_graph_capture_bytes is not None:
+        graphs, note = log.cuda_graph_capture_bytes, "captured after sizing"
+    terms += [
+        Term("CUDA graphs", "bytes", graphs, plan_of("cuda_graph_bytes"), note),
+        Term("available KV", "bytes", log.available_kv_bytes, plan_of("available_kv_bytes")),
+        Term("GPU blocks", "blocks", log.num_gpu_blocks, plan_of("num_gpu_blocks")),
+        Term("KV cache tokens", "tokens", log.kv_cache_tokens, plan_of("kv_cache_size_tokens")),
+        Term("max concurrency", "x", log.max_concurrency, plan_of("max_concurrency")),
+    ]
+    return [t for t in terms if t.log is not None or (t.plan is not None and t.plan != 0)]

@@ -1,0 +1,379 @@
+"""The findings of ``kvplan diagnose``: which budget term explains the KV difference, whether
+the cache layout matches, and the troubleshooting rules applied to what the log shows."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from planner.deployment import SPELLINGS, as_flags
+from planner.diagnose.boot_log import BootLog
+from planner.model.specs import KVDtype
+from planner.units import GIB
+
+if TYPE_CHECKING:
+    from planner.deployment import ServeSettings
+    from planner.recommend import Plan
+
+LOG_ROUNDING_BYTES = GIB // 200  # format_gib rounds to 0.01 GiB: +-0.005 GiB
+PINNED_PCT = 95.0  # "KV usage pinned near 100 %"
+LOW_PCT = 50.0  # "usage under 50 %"
+MIN_SAMPLES = 3  # runtime stat lines needed before judging usage
+
+# Changes a fix suggests, as data (rendered by as_flags, or by as_named beside the log's names).
+FP8_KV: dict[str, Any] = {"kv_cache_dtype": KVDtype.FP8}
+PREFIX_CACHING_ON: dict[str, Any] = {"enable_prefix_caching": True}
+
+
+def as_named(changes: Mapping[str, Any]) -> str:
+    """Settings as vLLM names them in its boot log (and Python API), the spelling a fix uses
+    beside the log's own lines: ``{"max_model_len": 37744}`` -> ``max_model_len 37744``."""
+    return ", ".join(
+        f"{SPELLINGS[key].log or SPELLINGS[key].yaml} "
+        f"{value.value if isinstance(value, Enum) else value}"
+        for key, value in changes.items()
+    )
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A conclusion with the numbers behind it and what to change (JSON ``findings[]``, which
+    adds ``text``, the sentence rendered from ``data``).
+
+    Attributes:
+        kind: the rule. "budget" (which budget term explains the available-KV difference) or
+            "matches" (within the log's rounding); "layout" (the plan's bytes per token do not
+            reproduce the log's token count) or "layout-matches"; "startup-max-len",
+            "startup-no-memory" (vLLM refused to start); "oom" or "oom-fragmentation" (memory
+            looked free); "kv-pinned", "kv-low"; "prefix-off", "prefix-low-hit";
+            "plan-does-not-fit" (kvplan's own plan fails).
+        severity: "info", "warning" or "error".
+        data: the numbers, by kind; sizes in integer bytes.
+        fix: what to change, one suggestion each, settings spelled as vLLM's flags
+            (``--enable-prefix-caching``) or as its log names them (``max_model_len 37744``).
+        lines: the 1-based log lines it rests on (0: none).
+
+    Worked example (``kvplan diagnose vllm-v0-qwen7b-a100.log``): kind "budget", severity
+    "info", no fix, lines [9]; data: log_available_bytes 20,379,619,820 (18.98 GiB),
+    plan_available_bytes 21,157,727,991 (19.70 GiB), difference_bytes -778,108,171, term
+    "activation peak", share_bytes -727,589,507: the log's 2.10 GiB activation peak against
+    the plan's 1.42 GiB accounts for -0.68 of the -0.72 GiB.
+    """
+
+    kind: str
+    severity: str
+    data: dict[str, Any]
+    fix: list[str] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+
+
+def explain(log: BootLog, p: Plan) -> list[Finding]:
+    """Which budget term explains the available-KV difference, and whether the layout (bytes per
+    token) matches given the KV memory the log reports.
+
+    ``available = requested - weights - activation - non-torch - CUDA graphs``, so each term's
+    share of the difference is ``-(log - plan)`` (``+`` for requested); terms the log does not
+    state share the remainder.
+    """
+    cap = p.vllm
+    out: list[Finding] = []
+    available = log.available_kv_bytes
+    implied = available is None and log.num_gpu_blocks is not None
+    if implied:
+        available = (log.num_gpu_blocks or 0) * cap.bytes_per_block  # V0: blocks x plan block
+    if available is not None:
+        difference = available - cap.available_kv_bytes
+        shares: list[tuple[str, int, int | None, int | None]] = []
+        unlogged = []
+        if log.requested_bytes is not None:
+            shares.append(
+                (
+                    "requested",
+                    log.requested_bytes - cap.requested_bytes,
+                    log.requested_bytes,
+                    cap.requested_bytes,
+                )
+            )
+        elif log.total_gpu_bytes is None:
+            unlogged.append("requested")
+        if log.consumed_bytes is not None:  # vLLM >= 0.2x logs weights + non-torch together
+            both = cap.weights_bytes + cap.non_torch_bytes
+            terms: list[tuple[str, int | None, int]] = [
+                ("weights + non-torch", log.consumed_bytes, both)
+            ]
+        else:
+            terms = [
+                ("weights", log.weights_bytes, cap.weights_bytes),
+                ("non-torch", log.non_torch_bytes, cap.non_torch_bytes),
+            ]
+        terms.append(("activation peak", log.activation_bytes, cap.activation_peak_bytes))
+        if log.engine != "V0":  # V0 captured graphs after sizing the cache (the plan has 0)
+            terms.append(("CUDA graphs", log.cuda_graph_bytes, cap.cuda_graph_bytes))
+        for name, term_log, term_plan in terms:
+            if term_log is None:
+                unlogged.append(name)
+            else:
+                shares.append((name, -(term_log - term_plan), term_log, term_plan))
+        if unlogged:
+            residual = difference - sum(share[1] for share in shares)
+            shares.append((" + ".join(unlogged), residual, None, None))
+        term, share, logged, planned = max(shares, key=lambda c: abs(c[1]))
+        out.append(
+            Finding(
+                "budget" if abs(difference) > 2 * LOG_ROUNDING_BYTES else "matches",
+                "info",
+                {
+                    "log_available_bytes": available,
+                    "available_implied_by_blocks": implied,
+                    "plan_available_bytes": cap.available_kv_bytes,
+                    "difference_bytes": difference,
+                    "term": term,
+                    "share_bytes": share,
+                    "term_log_bytes": logged,
+                    "term_plan_bytes": planned,
+                    "unlogged": unlogged,
+                },
+                lines=[log.lines.get("available_kv_bytes") or log.lines.get("num_gpu_blocks", 0)],
+            )
+        )
+    layout = _layout(log, p)
+    if layout is not None:
+        out.append(layout)
+    return out
+
+
+def _layout(log: BootLog, p: Plan) -> Finding | None:
+    """Given the KV memory the log reports, do the plan's blocks reproduce its token count? A
+    mismatch means the cache layout differs (KV heads, head size, dtype, TP, window)."""
+    cap = p.vllm
+    block = p.estimate.block_size
+    if log.kv_cache_tokens is not None and log.available_kv_bytes is not None:
+        logged_tokens = log.kv_cache_tokens
+        lo = max(0, log.available_kv_bytes - LOG_ROUNDING_BYTES)
+        hi = log.available_kv_bytes + LOG_ROUNDING_BYTES
+        per_token_plan = cap.bytes_per_block / block
+        # tokens = int(num_blocks / blocks_per_request * max_model_len); num_blocks = kv // bpb
+        expect_lo = int((lo // cap.bytes_per_block) / cap.blocks_per_request * cap.max_model_len)
+        expect_hi = int((hi // cap.bytes_per_block) / cap.blocks_per_request * cap.max_model_len)
+        line = log.lines["kv_cache_tokens"]
+    elif log.num_gpu_blocks is not None and log.available_kv_bytes is not None:
+        logged_tokens = log.num_gpu_blocks * block
+        lo = max(0, log.available_kv_bytes - LOG_ROUNDING_BYTES)
+        hi = log.available_kv_bytes + LOG_ROUNDING_BYTES
+        per_token_plan = cap.bytes_per_block / block
+        expect_lo = lo // cap.bytes_per_block * block
+        expect_hi = hi // cap.bytes_per_block * block
+        line = log.lines["num_gpu_blocks"]
+    else:
+        return None
+    if not logged_tokens:
+        return None
+    per_token_log = log.available_kv_bytes / logged_tokens
+    ok = expect_lo <= logged_tokens <= expect_hi
+    ratio = per_token_log / per_token_plan if per_token_plan else math.inf
+    return Finding(
+        "layout-matches" if ok else "layout",
+        "info" if ok else "warning",
+        {
+            "log_tokens": logged_tokens,
+            "expected_tokens_low": expect_lo,
+            "expected_tokens_high": expect_hi,
+            "log_bytes_per_token": round(per_token_log, 1),
+            "plan_bytes_per_token": round(per_token_plan, 1),
+            "ratio": round(ratio, 3),
+            "kv_heads_per_rank": p.estimate.kv_heads_per_rank,
+        },
+        []
+        if ok
+        else [
+            "compare num_key_value_heads, head_dim, kv_cache_dtype and tp with what vLLM loaded "
+            "(a KV-head count read wrongly changes bytes per token by a whole factor)"
+        ],
+        [line],
+    )
+
+
+def troubleshoot(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Finding]:
+    """The troubleshooting table, applied to what the log shows."""
+    out: list[Finding] = []
+    cap = p.vllm if p else None
+    if log.estimated_max_model_len is not None or log.error_max_model_len is not None:
+        fix = []
+        if log.estimated_max_model_len:
+            estimate = {"max_model_len": log.estimated_max_model_len}
+            fix.append(f"{as_named(estimate)} (vLLM's estimate)")
+        fix += [as_named(FP8_KV), "a higher gpu_memory_utilization or more TP"]
+        out.append(
+            Finding(
+                "startup-max-len",
+                "error",
+                {
+                    "max_model_len": log.error_max_model_len,
+                    "needed_bytes": log.error_needed_bytes,
+                    "available_bytes": log.error_available_bytes,
+                    "estimated_max_model_len": log.estimated_max_model_len,
+                    "plan_estimated_max_model_len": cap.estimated_max_model_len if cap else None,
+                },
+                fix,
+                [log.lines.get("estimated_max_model_len") or log.lines["error_max_model_len"]],
+            )
+        )
+    if log.no_kv_memory:
+        out.append(
+            Finding(
+                "startup-no-memory",
+                "error",
+                {},
+                ["a higher gpu_memory_utilization", "more TP", "a smaller max_num_batched_tokens"],
+                [log.lines["no_kv_memory"]],
+            )
+        )
+    if log.oom_tried_bytes is not None:
+        out.append(_oom_finding(log, p))
+    out += _usage_findings(log, p, s)
+    return out
+
+
+def _oom_finding(log: BootLog, p: Plan | None) -> Finding:
+    """OOM while memory looks free: fragmentation, or a KV-head count the plan got wrong."""
+    tried = log.oom_tried_bytes or 0
+    spare = (log.oom_free_bytes or 0) + (log.oom_reserved_unallocated_bytes or 0)
+    looks_free = spare >= tried or (
+        len(log.kv_usage_pct) >= MIN_SAMPLES and max(log.kv_usage_pct) < LOW_PCT
+    )
+    data = {
+        "tried_bytes": tried,
+        "free_bytes": log.oom_free_bytes,
+        "reserved_unallocated_bytes": log.oom_reserved_unallocated_bytes,
+    }
+    if looks_free:
+        return Finding(
+            "oom-fragmentation",
+            "error",
+            data,
+            [
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (fragmentation)",
+                "check the KV-head count: num_key_value_heads in config.json against what the "
+                "engine loaded (kvplan's layout check above)",
+                "a lower gpu_memory_utilization leaves the allocator room",
+            ],
+            [log.lines["oom"]],
+        )
+    return Finding(
+        "oom",
+        "error",
+        data,
+        [
+            "a lower gpu_memory_utilization",
+            "a smaller max_num_batched_tokens (the activation peak)",
+            "fewer max_num_seqs",
+        ],
+        [log.lines["oom"]],
+    )
+
+
+def _usage_findings(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Finding]:
+    out: list[Finding] = []
+    usage = log.kv_usage_pct
+    high = sum(u >= PINNED_PCT for u in usage)
+    pinned = log.preemptions > 0 or (
+        len(usage) >= MIN_SAMPLES and (high * 4 >= len(usage) or max(usage) >= 99.0)
+    )
+    lines = [n for n in (log.lines.get("kv_usage_first"), log.lines.get("preemption_first")) if n]
+    if pinned:
+        fix = []
+        if p is not None and p.recommended is not None:
+            fewer = {"max_num_seqs": p.recommended.max_num_seqs}
+            fix.append(
+                f"fewer sequences: {as_named(fewer)} keeps "
+                f"{p.estimate.max_model_len:,}-token requests at ~90 % of the blocks"
+            )
+        else:
+            fix.append("fewer max_num_seqs")
+        # KVDtype is a str: the alternative's {"kv_cache_dtype": "fp8"} equals FP8_KV
+        fp8 = next((a for a in p.alternatives if a.changes == FP8_KV), None) if p else None
+        fix.append(
+            f"fp8 KV ({as_flags(FP8_KV)}: {fp8.max_concurrency:.2f}x concurrency)"
+            if fp8
+            else f"fp8 KV ({as_flags(FP8_KV)})"
+        )
+        fix += [
+            "more KV memory: a higher gpu_memory_utilization, or more TP",
+            "prefix sharing: enable prefix caching and put the shared part of prompts first",
+        ]
+        out.append(
+            Finding(
+                "kv-pinned",
+                "warning",
+                {
+                    "samples": len(usage),
+                    "high_samples": high,
+                    "peak_pct": max(usage) if usage else None,
+                    "preemptions": log.preemptions,
+                    "max_waiting": log.max_waiting,
+                },
+                fix,
+                lines,
+            )
+        )
+    elif len(usage) >= MIN_SAMPLES and max(usage) < LOW_PCT:
+        gmu = _lower_gmu(log, p, s, max(usage))
+        out.append(
+            Finding(
+                "kv-low",
+                "info",
+                {"samples": len(usage), "peak_pct": max(usage), "suggested_gmu": gmu},
+                [
+                    as_named({"gpu_memory_utilization": gmu})
+                    if gmu
+                    else "a lower gpu_memory_utilization"
+                ],
+                lines,
+            )
+        )
+    if not s.enable_prefix_caching:
+        out.append(
+            Finding(
+                "prefix-off",
+                "info",
+                {},
+                [
+                    as_flags(PREFIX_CACHING_ON),
+                    "put the fixed part of the prompt (system prompt, tools) first",
+                ],
+                [log.lines.get("enable_prefix_caching", 0)],
+            )
+        )
+    elif len(log.prefix_hit_pct) >= MIN_SAMPLES:
+        busy = [h for h, u in zip(log.prefix_hit_pct, usage, strict=False) if u > 0] or [
+            *log.prefix_hit_pct
+        ]
+        mean = sum(busy) / len(busy)
+        if mean < 10.0:
+            out.append(
+                Finding(
+                    "prefix-low-hit",
+                    "info",
+                    {"mean_hit_pct": round(mean, 1), "samples": len(busy)},
+                    ["put the fixed part of the prompt first so requests share whole blocks"],
+                    lines,
+                )
+            )
+    return out
+
+
+def _lower_gmu(log: BootLog, p: Plan | None, s: ServeSettings, peak_pct: float) -> float | None:
+    """The gpu_memory_utilization that keeps the observed peak at 80 % of a smaller cache:
+    requested - (available - peak_used / 0.8), over the GPU total, rounded up to 0.01."""
+    total = log.total_gpu_bytes or (p.vllm.gpu_memory_bytes if p else None)
+    gmu = s.gmu
+    requested = log.requested_bytes or (math.ceil(total * gmu) if total else None)
+    available = log.available_kv_bytes or (p.vllm.available_kv_bytes if p else None)
+    if not (total and requested and available):
+        return None
+    keep = available * peak_pct / 100 / 0.8
+    new = math.ceil((requested - (available - keep)) / total * 100) / 100
+    return new if new < gmu else None

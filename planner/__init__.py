@@ -17,37 +17,99 @@ Public API (``examples/`` and ``benchmarks/`` use only this)::
 
 from __future__ import annotations
 
-from planner.deployment import Deployment, Gpu, ServeSettings
-from planner.errors import (
-    ConfigError,
-    DoesNotFitError,
-    KvplanError,
-    ModelNotFoundError,
-    UsageError,
-)
-from planner.gpus import get_gpu
-from planner.kv_layout import KVEstimate, estimate, get_pp_indices
-from planner.model.config import load_model_spec, parse_config
-from planner.model.load import LoadedModel, load_model
-from planner.model.specs import (
-    MLA,
-    ChunkedLocal,
-    Engine,
-    FullAttention,
-    GatedDeltaNetState,
-    KVDtype,
-    LayerSpec,
-    Mamba1State,
-    Mamba2State,
-    ModelSpec,
-    SlidingWindow,
-    StateSpec,
-    cdiv,
-)
-from planner.model_list import ModelRow, list_models
-from planner.recommend import Plan, PlanOptions, Report, plan, report
-from planner.weights import Weights
-from planner.weights import per_rank as weights_per_rank
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below, for type checkers; at run time they load on first use
+    from planner.deployment import Deployment, Gpu, ServeSettings
+    from planner.errors import (
+        ConfigError,
+        DoesNotFitError,
+        KvplanError,
+        ModelNotFoundError,
+        UsageError,
+    )
+    from planner.gpus import get_gpu
+    from planner.kv_layout import KVEstimate, estimate, get_pp_indices
+    from planner.model.config import load_model_spec, parse_config
+    from planner.model.load import LoadedModel, load_model
+    from planner.model.specs import (
+        MLA,
+        ChunkedLocal,
+        Engine,
+        FullAttention,
+        GatedDeltaNetState,
+        KVDtype,
+        LayerSpec,
+        Mamba1State,
+        Mamba2State,
+        ModelSpec,
+        SlidingWindow,
+        StateSpec,
+        cdiv,
+    )
+    from planner.model_list import ModelRow, list_models
+    from planner.recommend import Plan, PlanOptions, Report, plan, report
+    from planner.weights import Weights
+    from planner.weights import per_rank as weights_per_rank
+
+# Public name -> (module, attribute). Loaded on first use (PEP 562), so that `kvplan --help`
+# and a command that needs only some stages do not import every stage through this package.
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "Deployment": ("planner.deployment", "Deployment"),
+    "Gpu": ("planner.deployment", "Gpu"),
+    "ServeSettings": ("planner.deployment", "ServeSettings"),
+    "ConfigError": ("planner.errors", "ConfigError"),
+    "DoesNotFitError": ("planner.errors", "DoesNotFitError"),
+    "KvplanError": ("planner.errors", "KvplanError"),
+    "ModelNotFoundError": ("planner.errors", "ModelNotFoundError"),
+    "UsageError": ("planner.errors", "UsageError"),
+    "get_gpu": ("planner.gpus", "get_gpu"),
+    "KVEstimate": ("planner.kv_layout", "KVEstimate"),
+    "estimate": ("planner.kv_layout", "estimate"),
+    "get_pp_indices": ("planner.kv_layout", "get_pp_indices"),
+    "load_model_spec": ("planner.model.config", "load_model_spec"),
+    "parse_config": ("planner.model.config", "parse_config"),
+    "LoadedModel": ("planner.model.load", "LoadedModel"),
+    "load_model": ("planner.model.load", "load_model"),
+    "ChunkedLocal": ("planner.model.specs", "ChunkedLocal"),
+    "Engine": ("planner.model.specs", "Engine"),
+    "FullAttention": ("planner.model.specs", "FullAttention"),
+    "GatedDeltaNetState": ("planner.model.specs", "GatedDeltaNetState"),
+    "KVDtype": ("planner.model.specs", "KVDtype"),
+    "LayerSpec": ("planner.model.specs", "LayerSpec"),
+    "MLA": ("planner.model.specs", "MLA"),
+    "Mamba1State": ("planner.model.specs", "Mamba1State"),
+    "Mamba2State": ("planner.model.specs", "Mamba2State"),
+    "ModelSpec": ("planner.model.specs", "ModelSpec"),
+    "SlidingWindow": ("planner.model.specs", "SlidingWindow"),
+    "StateSpec": ("planner.model.specs", "StateSpec"),
+    "cdiv": ("planner.model.specs", "cdiv"),
+    "ModelRow": ("planner.model_list", "ModelRow"),
+    "list_models": ("planner.model_list", "list_models"),
+    "Plan": ("planner.recommend", "Plan"),
+    "PlanOptions": ("planner.recommend", "PlanOptions"),
+    "Report": ("planner.recommend", "Report"),
+    "plan": ("planner.recommend", "plan"),
+    "report": ("planner.recommend", "report"),
+    "Weights": ("planner.weights", "Weights"),
+    "weights_per_rank": ("planner.weights", "per_rank"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'planner' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 __version__ = "0.1.0"
 

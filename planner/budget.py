@@ -169,7 +169,7 @@ def vllm_capacity(
             "`gpu_memory_utilization` when initializing the engine."
         )
     elif bpb * bpr > check:
-        estimated = _max_len_that_fits(estimate_at, est.max_model_len, check)
+        estimated = _max_len_that_fits(estimate_at, est.max_model_len, check, bpb * bpr)
         error = (
             f"To serve at least one request with the model's max seq len "
             f"({est.max_model_len}), ({_gib(bpb * bpr)} GiB KV cache is needed, which is larger "
@@ -210,19 +210,42 @@ def vllm_capacity(
     )
 
 
-def _max_len_that_fits(estimate_at: Callable[[int], KVEstimate], max_len: int, budget: int) -> int:
-    """vLLM ``_estimate_max_model_len_from_groups``: binary search over [1, max_len] for the
-    longest request whose blocks fit ``budget`` bytes (0 when not even one token fits)."""
+def _max_len_that_fits(
+    estimate_at: Callable[[int], KVEstimate], max_len: int, budget: int, full_bytes: int
+) -> int:
+    """vLLM ``_estimate_max_model_len_from_groups``: the longest request in [1, max_len] whose
+    blocks fit ``budget`` bytes (0 when not even one token fits).
 
-    def needed(length: int) -> int:
-        e = estimate_at(length)
-        assert e.vllm is not None
-        return int(e.vllm.bytes_per_block * e.vllm.blocks_per_request)
+    vLLM bisects [1, max_len]; the bytes a request needs never fall as it grows, so the answer
+    is the same from any bracket. This one starts at the proportional guess
+    ``max_len x budget / full_bytes`` (``full_bytes``: what ``max_len`` needs), exact for full
+    attention up to a block, and widens a bracket around it: 3-6 estimates instead of ~17.
+    """
+    cache: dict[int, int] = {max_len: full_bytes}
 
-    lo, hi, best = 1, max_len, 0
+    def fits(length: int) -> bool:
+        if length not in cache:
+            e = estimate_at(length)
+            assert e.vllm is not None
+            cache[length] = int(e.vllm.bytes_per_block * e.vllm.blocks_per_request)
+        return cache[length] <= budget
+
+    guess = min(max_len, max(1, max_len * budget // full_bytes)) if full_bytes else max_len
+    lo, hi, step = 1, max_len, 16  # the answer is in [lo - 1, hi]
+    if fits(guess):
+        lo = guess + 1
+        while lo <= hi and fits(min(hi, guess + step)):
+            lo, step = min(hi, guess + step) + 1, step * 2
+        hi = min(hi, guess + step)
+    else:
+        hi = guess - 1
+        while hi >= lo and not fits(max(lo, guess - step)):
+            hi, step = max(lo, guess - step) - 1, step * 2
+        lo = max(lo, guess - step)
+    best = lo - 1
     while lo <= hi:
         mid = (lo + hi) // 2
-        if needed(mid) <= budget:
+        if fits(mid):
             best, lo = mid, mid + 1
         else:
             hi = mid - 1

@@ -53,6 +53,10 @@ def main() -> None:
     config = Path(args.config).resolve()
     kvplan = [args.kvplan] if args.kvplan else [sys.executable, "-m", "planner.cli"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    # pip byte-compiles what it installs; a checkout gets its caches from the untimed first run,
+    # which PYTHONDONTWRITEBYTECODE (set on some machines) would forbid: kvplan alone would then
+    # compile its sources on every run.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if not args.kvplan:  # this checkout's planner, wherever the command is run from
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     estimate = [*kvplan, "estimate", str(config), "--json"]

@@ -246,14 +246,7 @@ def estimate(
 
     # Engines serve float32 checkpoints in bf16 (vLLM _resolve_auto_dtype); transformers does not.
     run_dtype_bytes = 2 if spec.dtype == "float32" and engine is not Engine.HF else spec.dtype_bytes
-    rank_layers = [
-        None
-        if s is None
-        else s.for_rank(
-            tp=tp, kv_dtype_bytes=dtype.bytes, engine=engine, model_dtype_bytes=run_dtype_bytes
-        )
-        for s in spec.layers
-    ]
+    rank_layers = _rank_layers(spec, tp, dtype.bytes, engine, run_dtype_bytes)
     tokens, seqs = settings.batch_defaults(length, gpu)
     in_flight = (pp + 1) * tokens  # async scheduling: max_concurrent_batches = pp + 1
     has_state = any(isinstance(s, StateSpec) for s in rank_layers)
@@ -341,6 +334,35 @@ def estimate(
         notes=notes,
         warnings=warnings,
     )
+
+
+# The per-rank layer specs of the last few (model, tp, dtype, engine): a plan estimates the same
+# model at dozens of lengths and sequence counts (grid, alternatives, vLLM's max-length search),
+# and the specs depend on none of them. Keyed by the spec's identity, which the entry pins.
+_RANK_LAYERS: dict[tuple[int, int, int, Engine, int], tuple[ModelSpec, list[LayerSpec | None]]] = {}
+_RANK_LAYERS_KEPT = 16
+
+
+def _rank_layers(
+    spec: ModelSpec, tp: int, kv_dtype_bytes: int, engine: Engine, run_dtype_bytes: int
+) -> list[LayerSpec | None]:
+    """``spec``'s layers as one tensor-parallel rank holds them (:meth:`LayerSpec.for_rank`)."""
+    key = (id(spec), tp, kv_dtype_bytes, engine, run_dtype_bytes)
+    hit = _RANK_LAYERS.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    layers = [
+        None
+        if s is None
+        else s.for_rank(
+            tp=tp, kv_dtype_bytes=kv_dtype_bytes, engine=engine, model_dtype_bytes=run_dtype_bytes
+        )
+        for s in spec.layers
+    ]
+    if len(_RANK_LAYERS) >= _RANK_LAYERS_KEPT:
+        del _RANK_LAYERS[next(iter(_RANK_LAYERS))]
+    _RANK_LAYERS[key] = (spec, layers)
+    return layers
 
 
 def settings_from_flags(flags: dict[str, Any]) -> ServeSettings:

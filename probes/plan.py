@@ -27,12 +27,16 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from planner.deployment import ServeSettings
 from planner.errors import ConfigError, DoesNotFitError, KvplanError, UsageError
 from planner.model.specs import KVDtype
 
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33 CacheConfig
+if TYPE_CHECKING:
+    from planner.deployment import Deployment
+    from planner.kv_layout import KVEstimate
+
 MAX_DECODE_STEPS = 1024  # the planned run proves the pool; more steps only take longer
 DEFAULT_CHUNK_BYTES = 32 << 20  # the most extra memory one attention chunk may take
 
@@ -70,31 +74,16 @@ def predict_num_gpu_blocks(
     return max(0, (memory_budget_bytes - non_kv_bytes) // bytes_per_block)
 
 
-def planner_num_gpu_blocks(
-    spec: Any, est: Any, *, total_bytes: int, gpu_memory_utilization: float
-) -> int:
-    """The planner's own claim for a device of ``total_bytes``: exactly what
-    ``kvplan estimate --gpu`` reports (weights from the planner's loader, activation, non-torch
-    and CUDA-graph estimates from :mod:`planner.budget`). Used on CUDA, where the claim can be
-    tested against the real allocator."""
-    from planner.budget import activation_peak_bytes, vllm_capacity
-    from planner.model.load import with_headers
+def planner_num_gpu_blocks(dep: Deployment, est: KVEstimate) -> int:
+    """The planner's own claim for ``dep`` on its GPU: exactly what ``kvplan estimate --gpu``
+    reports (weights from the fetched model, activation, non-torch and CUDA-graph estimates
+    from :func:`planner.budget.vllm_budget`). Used on CUDA, where the claim can be tested
+    against the real allocator."""
+    from planner.budget import vllm_budget
     from planner.weights import per_rank
 
-    weights = per_rank(
-        with_headers(spec, offline=True),
-        tp=est.tensor_parallel_size,
-        pp=est.pipeline_parallel_size,
-    )
-    cap = vllm_capacity(
-        est,
-        estimate_at=lambda n: est,
-        gpu_memory_bytes=total_bytes,
-        weights_bytes=weights.bytes_per_rank,
-        activation_bytes=activation_peak_bytes(spec, est.vllm.max_num_batched_tokens),
-        gpu_memory_utilization=gpu_memory_utilization,
-    )
-    return int(cap.num_gpu_blocks)
+    weights = per_rank(dep.model, tp=dep.settings.tp, pp=dep.settings.pp)
+    return int(vllm_budget(dep, est, weights, estimate_at=lambda n: est).num_gpu_blocks)
 
 
 def capacity(
@@ -259,19 +248,14 @@ def _opt_float(value: Any) -> float | None:
 
 @dataclass(frozen=True)
 class VerifyRequest:
-    """Everything ``kvplan verify`` fixes: the serving flags and how to probe."""
+    """Everything ``kvplan verify`` fixes: the deployment's serve settings (the same
+    :class:`~planner.deployment.ServeSettings` ``kvplan estimate`` plans with) and how to
+    probe them."""
 
+    settings: ServeSettings = field(default_factory=ServeSettings)
     device: str = "cpu"
     memory_budget_bytes: int | None = None
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     max_memory_bytes: int | None = None
-    tp: int = 1
-    kv_cache_dtype: KVDtype = KVDtype.AUTO
-    block_size: int | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    prefix_caching: bool = True
     weights_bytes: int | None = None
     weights_buffer: bool = False
     tolerance_pct: float = 2.0
@@ -283,15 +267,20 @@ class VerifyRequest:
 
     def with_plan(self, plan: PlanFile) -> VerifyRequest:
         """The serving settings of a saved plan over these flags (the plan is the claim)."""
-        return replace(
-            self,
+        s = self.settings
+        settings = replace(
+            s,
             tp=plan.tensor_parallel_size,
             kv_cache_dtype=KVDtype.parse(plan.kv_cache_dtype),
             block_size=plan.block_size,
             max_model_len=plan.max_model_len,
-            max_num_batched_tokens=plan.max_num_batched_tokens or self.max_num_batched_tokens,
-            max_num_seqs=plan.max_num_seqs or self.max_num_seqs,
-            gpu_memory_utilization=plan.gpu_memory_utilization or self.gpu_memory_utilization,
+            max_num_batched_tokens=plan.max_num_batched_tokens or s.max_num_batched_tokens,
+            max_num_seqs=plan.max_num_seqs or s.max_num_seqs,
+            gpu_memory_utilization=plan.gpu_memory_utilization or s.gpu_memory_utilization,
+        )
+        return replace(
+            self,
+            settings=settings,
             num_gpu_blocks=plan.num_gpu_blocks,
             expected_bytes_per_block=plan.bytes_per_block,
         )
@@ -301,10 +290,6 @@ def check_request(req: VerifyRequest) -> None:
     """Refuse a request whose flags cannot make a probe, before anything is loaded: the
     CLI calls it before it imports torch, :func:`probes.probe.verify` again."""
     check_tolerance(req.tolerance_pct)
-    if not 0 < req.gpu_memory_utilization <= 1:
-        raise UsageError(
-            f"--gpu-memory-utilization must be in (0, 1], got {req.gpu_memory_utilization}"
-        )
     if not 1 <= req.decode_steps <= MAX_DECODE_STEPS:
         raise UsageError(
             f"--decode-steps must be from 1 to {MAX_DECODE_STEPS:,} (each is a decode step of "

@@ -37,6 +37,7 @@ from dataclasses import replace
 import torch
 
 import planner
+from planner.deployment import Gpu
 from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate
 from planner.model.specs import ModelSpec
@@ -70,30 +71,23 @@ from probes.weights import ModelDims, model_dims, total_weight_bytes
 MIN_CHUNK_BYTES = 64 << 10
 
 
-def estimate_for(spec: ModelSpec, req: VerifyRequest, gpu_memory_bytes: int | None) -> KVEstimate:
-    """The vLLM estimate the probe verifies (the one ``kvplan estimate`` prints)."""
-    from planner.deployment import ServeSettings, custom_gpu
-
-    settings = ServeSettings(
-        tp=req.tp,
-        kv_cache_dtype=req.kv_cache_dtype,
-        block_size=req.block_size,
-        max_model_len=req.max_model_len,
-        max_num_batched_tokens=req.max_num_batched_tokens,
-        max_num_seqs=req.max_num_seqs,
-        enable_prefix_caching=req.prefix_caching,
-    )
-    gpu = custom_gpu(gpu_memory_bytes) if gpu_memory_bytes else None
-    return planner.estimate(spec, settings, gpu)
+def estimate_for(spec: ModelSpec, req: VerifyRequest, gpu: Gpu | None) -> KVEstimate:
+    """The vLLM estimate the probe verifies (the one ``kvplan estimate`` prints for the same
+    settings on the same GPU: an A100 gets vLLM's small batch defaults here too)."""
+    return planner.estimate(spec, req.settings, gpu)
 
 
-def _gpu_total_bytes(device: str) -> int | None:
+def device_gpu(device: str) -> Gpu | None:
+    """The CUDA device as a :class:`~planner.deployment.Gpu` (its driver name and total), or
+    None on CPU or without CUDA."""
     if not device.startswith("cuda"):
         return None
     if not torch.cuda.is_available():
         return None  # open_device raises the user-facing error
     index = int(device.partition(":")[2] or torch.cuda.current_device())
-    return int(torch.cuda.mem_get_info(index)[1])
+    total = int(torch.cuda.mem_get_info(index)[1])
+    name = torch.cuda.get_device_name(index)
+    return Gpu(name=name, memory_bytes=total, source="torch.cuda.mem_get_info")
 
 
 def verify(
@@ -117,19 +111,20 @@ def verify(
         profile or one request do not fit, and ``KvplanError`` when CUDA is missing.
     """
     check_request(req)
-    total = _gpu_total_bytes(req.device)
-    est = estimate_for(spec, req, total)
+    gpu = device_gpu(req.device)
+    total = gpu.memory_bytes if gpu is not None else None
+    est = estimate_for(spec, req, gpu)
     assert est.vllm is not None
     budget = req.memory_budget_bytes
     if budget is None:
         if total is None:
             require_cuda()
             raise UsageError(f"--device {req.device}: no device to take a budget from")
-        budget = math.ceil(total * req.gpu_memory_utilization)
+        budget = math.ceil(total * req.settings.gmu)
     limit = min(budget, req.max_memory_bytes or budget)
     dtype = model_dtype(spec)
     item = torch.empty((), dtype=dtype).element_size()
-    dims = model_dims(spec, req.tp, est.kv_heads_per_rank or None)
+    dims = model_dims(spec, req.settings.tp, est.kv_heads_per_rank or None)
     weights_bytes = req.weights_bytes or total_weight_bytes(dims, item)
     if weights_bytes >= limit:
         raise DoesNotFitError(
@@ -216,12 +211,15 @@ def _probe(
     if req.num_gpu_blocks is not None:
         predicted_blocks, source = req.num_gpu_blocks, "plan file"
     elif isinstance(mem, CudaMemory) and req.memory_budget_bytes is None:
-        predicted_blocks = planner_num_gpu_blocks(
-            spec,
-            est,
-            total_bytes=mem.total_bytes,
-            gpu_memory_utilization=req.gpu_memory_utilization,
+        from planner.deployment import Deployment
+        from planner.model.load import with_headers
+
+        found = device_gpu(req.device)  # its name: vLLM's batch defaults set A100s apart
+        on_device = Gpu(name=found.name if found else "cuda", memory_bytes=mem.total_bytes)
+        dep = Deployment(
+            model=with_headers(spec, offline=True), gpu=on_device, settings=req.settings
         )
+        predicted_blocks = planner_num_gpu_blocks(dep, est)
         source = "planner budget (kvplan estimate --gpu)"
     else:
         predicted_blocks = predict_num_gpu_blocks(

@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import planner  # noqa: E402
+from planner.deployment import ServeSettings  # noqa: E402
 from probes.alloc import CudaMemory  # noqa: E402
 from probes.attention import paged_attention  # noqa: E402
 from probes.probe import VerifyRequest, verify  # noqa: E402
@@ -74,9 +75,7 @@ def test_verify_tiny_model_on_gpu(name: str) -> None:
         VerifyRequest(
             device="cuda",
             memory_budget_bytes=64 * MIB,
-            max_model_len=256,
-            max_num_batched_tokens=64,
-            max_num_seqs=8,
+            settings=ServeSettings(max_model_len=256, max_num_batched_tokens=64, max_num_seqs=8),
         ),
     )
     assert result.pool_bytes_per_block == result.bytes_per_block
@@ -90,7 +89,9 @@ def test_verify_qwen3_0_6b_on_gpu_meets_plan() -> None:
     spec = planner.load_model_spec("qwen3-0.6b")
     result = verify(
         spec,
-        VerifyRequest(device="cuda", memory_budget_bytes=4 * GIB, max_model_len=4096),
+        VerifyRequest(
+            device="cuda", memory_budget_bytes=4 * GIB, settings=ServeSettings(max_model_len=4096)
+        ),
     )
     assert result.pool_bytes_per_block == 1_835_008
     assert result.passed and result.oom_recovered

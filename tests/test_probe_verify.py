@@ -11,12 +11,16 @@ from typer.testing import CliRunner
 torch = pytest.importorskip("torch")
 
 from planner.cli import app, main  # noqa: E402
+from planner.deployment import settings_fields  # noqa: E402
 from planner.errors import DoesNotFitError, KvplanError, UsageError  # noqa: E402
 from planner.model.specs import KVDtype  # noqa: E402
 from probes.alloc import BudgetedAllocator  # noqa: E402
 from probes.plan import read_plan  # noqa: E402
 from probes.probe import VerifyRequest, verify  # noqa: E402
+from tests.helpers import settings  # noqa: E402
 from tests.probe_helpers import tiny_config, tiny_spec  # noqa: E402
+
+SETTINGS = {*settings_fields(), "prefix_caching"}
 
 runner = CliRunner()
 MIB = 1 << 20
@@ -25,7 +29,12 @@ SMALL_FLAGS = ["--max-model-len", "256", "--max-num-batched-tokens", "64", "--ma
 
 
 def request(**overrides) -> VerifyRequest:
-    return VerifyRequest(**{"device": "cpu", "memory_budget_bytes": 4 * MIB, **SMALL, **overrides})
+    """A CPU request in 4 MiB with SMALL settings; serve flags go to its ServeSettings."""
+    flags = {**SMALL, **{k: v for k, v in overrides.items() if k in SETTINGS}}
+    probe = {k: v for k, v in overrides.items() if k not in SETTINGS}
+    return VerifyRequest(
+        **{"device": "cpu", "memory_budget_bytes": 4 * MIB, **probe}, settings=settings(**flags)
+    )
 
 
 @pytest.mark.parametrize("name", ["llama", "gemma3", "mla", "hybrid"])

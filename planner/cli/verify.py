@@ -17,6 +17,7 @@ from planner.cli._options import (
     PrefixOpt,
     RevisionOpt,
     TpOpt,
+    _serve_settings,
     _size,
     user_errors,
 )
@@ -55,8 +56,13 @@ def verify(
     ] = None,
     memory_budget: SizeOpt = None,
     gpu_memory_utilization: Annotated[
-        float, typer.Option("--gpu-memory-utilization", help="vLLM's share of the GPU.")
-    ] = 0.92,
+        float | None,
+        typer.Option(
+            "--gpu-memory-utilization",
+            help="vLLM's share of the GPU [default: 0.92].",
+            show_default=False,
+        ),
+    ] = None,
     max_memory: Annotated[
         str | None,
         typer.Option(
@@ -101,7 +107,6 @@ def verify(
     Example: kvplan verify qwen3-0.6b --device cpu --memory-budget 3GiB --max-model-len 4096
     """
     import planner
-    from planner.model.specs import KVDtype
     from planner.render import verify as render
     from planner.render._output import err_console
 
@@ -123,18 +128,21 @@ def verify(
                     f"{spec.name}: the planner's --engine hf bytes differ from transformers' cache"
                 )
             return
-        request = VerifyRequest(
-            device=device or ("cuda" if gpu else "cpu"),
-            memory_budget_bytes=_size(memory_budget, "--memory-budget"),
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_memory_bytes=_size(max_memory, "--max-memory"),
+        settings = _serve_settings(
             tp=tp,
-            kv_cache_dtype=KVDtype.parse(kv_cache_dtype),
+            kv_cache_dtype=kv_cache_dtype,
             block_size=block_size,
             max_model_len=max_model_len,
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
-            prefix_caching=enable_prefix_caching,
+            enable_prefix_caching=enable_prefix_caching,
+            gpu_memory_utilization=gpu_memory_utilization,
+        )
+        request = VerifyRequest(
+            settings=settings,
+            device=device or ("cuda" if gpu else "cpu"),
+            memory_budget_bytes=_size(memory_budget, "--memory-budget"),
+            max_memory_bytes=_size(max_memory, "--max-memory"),
             weights_bytes=_size(weights_bytes, "--weights-bytes"),
             weights_buffer=weights_buffer,
             tolerance_pct=tolerance,

@@ -145,7 +145,7 @@ SPELLINGS: dict[str, Names] = {
 
 def _shown(value: Any) -> str:
     if isinstance(value, Engine | KVDtype):
-        return value.value
+        return str(value.value)
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

@@ -48,12 +48,15 @@ def gpus(rows: list[Gpu], *, as_json: bool = False) -> None:
     for col in ("name", "memory", "bytes", "bandwidth", "BF16 dense", "source"):
         table.add_column(col, justify="right" if col not in ("name", "source") else "left")
     for g in rows:
+        bandwidth, flops = g.bandwidth_bytes_per_s, g.bf16_flops
         table.add_row(
             g.name,
             fmt_bytes(g.memory_bytes),
             f"{g.memory_bytes:,}",
-            f"{g.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
-            f"{g.bf16_flops / 1e12:,.0f} TFLOP/s",
+            "—"
+            if g.bandwidth_bytes_per_s is None
+            else f"{g.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
+            "—" if g.bf16_flops is None else f"{g.bf16_flops / 1e12:,.0f} TFLOP/s",
             g.source,
         )
     console().print(table)

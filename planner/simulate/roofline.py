@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from planner.deployment import Gpu
+from planner.errors import UsageError
 from planner.kv_layout import KVEstimate
 from planner.model.specs import ModelSpec
 from planner.weights import Weights, from_config
@@ -144,6 +145,11 @@ def roofline_for(spec: ModelSpec, est: KVEstimate, gpu: Gpu, params: ModelParams
     """The roofline of ``spec`` on one ``gpu`` rank at ``est``'s tensor-parallel size."""
     tp = est.tensor_parallel_size
     n_attn = len(spec.attention_layers)
+    if gpu.bandwidth_bytes_per_s is None or gpu.bf16_flops is None:
+        raise UsageError(
+            f"{gpu.name}: no bandwidth or BF16 rate to time steps with; name a catalog GPU "
+            "(`kvplan gpus`)"
+        )
     return Roofline(
         weight_bytes=params.weight_bytes // tp,
         kv_bytes_per_token=est.kv_bytes_per_token,

@@ -53,10 +53,8 @@ def gpus(rows: list[Gpu], *, as_json: bool = False) -> None:
             g.name,
             fmt_bytes(g.memory_bytes),
             f"{g.memory_bytes:,}",
-            "—"
-            if g.bandwidth_bytes_per_s is None
-            else f"{g.bandwidth_bytes_per_s / 1e12:.2f} TB/s",
-            "—" if g.bf16_flops is None else f"{g.bf16_flops / 1e12:,.0f} TFLOP/s",
+            "—" if bandwidth is None else f"{bandwidth / 1e12:.2f} TB/s",
+            "—" if flops is None else f"{flops / 1e12:,.0f} TFLOP/s",
             g.source,
         )
     console().print(table)

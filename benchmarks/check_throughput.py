@@ -20,8 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.check import check_file  # noqa: E402
-from planner.diagnose import parse_log  # noqa: E402
+from planner import check_file, parse_log  # noqa: E402
 
 MODELS = ("llama-3.1-8b", "qwen3-8b", "qwen2.5-7b", "gemma-2-9b", "gpt-oss-20b", "qwen3-14b")
 GPUS = ("h100", "l40s", "a100-80gb", "rtx-4090", "h200", "l4")

@@ -21,7 +21,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below, for type checkers; at run time they load on first use
+    from planner.check import check_file
     from planner.deployment import Deployment, Gpu, ServeSettings
+    from planner.diagnose import diagnose_file, parse_log
     from planner.errors import (
         ConfigError,
         DoesNotFitError,
@@ -50,12 +52,17 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time they load o
     )
     from planner.model_list import ModelRow, list_models
     from planner.recommend import Plan, PlanOptions, Report, plan, report
+    from planner.simulate import simulate_model
     from planner.weights import Weights
     from planner.weights import per_rank as weights_per_rank
 
 # Public name -> (module, attribute). Loaded on first use (PEP 562), so that `kvplan --help`
 # and a command that needs only some stages do not import every stage through this package.
 _EXPORTS: dict[str, tuple[str, str]] = {
+    "check_file": ("planner.check", "check_file"),
+    "diagnose_file": ("planner.diagnose", "diagnose_file"),
+    "parse_log": ("planner.diagnose", "parse_log"),
+    "simulate_model": ("planner.simulate", "simulate_model"),
     "Deployment": ("planner.deployment", "Deployment"),
     "Gpu": ("planner.deployment", "Gpu"),
     "ServeSettings": ("planner.deployment", "ServeSettings"),
@@ -142,6 +149,8 @@ __all__ = [
     "StateSpec",
     "UsageError",
     "cdiv",
+    "check_file",
+    "diagnose_file",
     "estimate",
     "get_gpu",
     "get_pp_indices",
@@ -149,7 +158,9 @@ __all__ = [
     "load_model",
     "load_model_spec",
     "parse_config",
+    "parse_log",
     "plan",
     "report",
+    "simulate_model",
     "weights_per_rank",
 ]

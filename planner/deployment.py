@@ -483,11 +483,11 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
         number = _as_count(value)
         if number == -1 and auto_fit:
             return {"auto_fit_max_model_len": True}
-        positive_count(SPELLINGS[name].cli, number)
+        positive_count(_FLAG_NAMES.get(name, SPELLINGS[name].cli), number)
         return {name: number}
     if name in _COUNT_FIELDS:
         number = _as_count(value)
-        positive_count(SPELLINGS[name].cli, number)
+        positive_count(_FLAG_NAMES.get(name, SPELLINGS[name].cli), number)
         return {name: number}
     raise AssertionError(f"no parser for setting {name}")  # SPELLINGS and this table disagree
 

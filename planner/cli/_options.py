@@ -160,30 +160,26 @@ def _serve_settings(
     enforce_eager: bool = False,
     **counts: Any,
 ) -> ServeSettings:
-    """The serve flags every command shares, parsed once into :class:`ServeSettings`
-    (``--max-model-len -1`` is vLLM's auto-fit)."""
-    from planner.deployment import ServeSettings, kv_dtype_for
+    """The serve flags every command shares, parsed once into :class:`ServeSettings` by the
+    parser plans files and boot logs go through (:meth:`ServeSettings.from_mapping`, the CLI
+    spelling); ``--max-model-len -1`` is vLLM's auto-fit. The first problem is the error."""
+    from planner.deployment import SPELLINGS, ServeSettings, kv_dtype_for
     from planner.model.specs import Engine
-    from planner.units import parse_size
 
-    graphs = (
-        0
-        if enforce_eager
-        else parse_size(cuda_graph_memory, flag="--cuda-graph-memory")
-        if cuda_graph_memory
-        else None
-    )
-    engine_ = Engine.parse(engine)
-    return ServeSettings(
-        engine=engine_,
-        kv_cache_dtype=kv_dtype_for(kv_cache_dtype, engine_),
-        max_model_len=None if max_model_len == -1 else max_model_len,
-        auto_fit_max_model_len=max_model_len == -1,
-        gpu_memory_utilization=gpu_memory_utilization,
-        kv_cache_memory_bytes=parse_size(kv_cache_memory, flag="--kv-cache-memory")
-        if kv_cache_memory
-        else None,
-        headroom_bytes=parse_size(headroom, flag="--headroom") if headroom else 0,
-        cuda_graph_bytes=graphs,
+    given: dict[str, Any] = {
+        "engine": engine,
+        "kv_cache_dtype": kv_cache_dtype,
+        "max_model_len": max_model_len,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "kv_cache_memory_bytes": kv_cache_memory,
+        "headroom_bytes": headroom,
+        "cuda_graph_bytes": cuda_graph_memory,
+        "enforce_eager": enforce_eager or None,  # after the graph size: eager wins
         **counts,
-    )
+    }
+    raw = {SPELLINGS[name].cli: value for name, value in given.items()}
+    settings, problems = ServeSettings.from_mapping(raw, spelling="cli")
+    if problems:
+        raise UsageError(problems[0][1])
+    kv_dtype_for(kv_cache_dtype, Engine.parse(engine))  # fp32 is transformers' alone
+    return settings

@@ -61,7 +61,29 @@ def non_torch_bytes(tp: int, pp: int = 1) -> int:
 
 @dataclass(frozen=True)
 class VllmCapacity:
-    """vLLM's startup numbers for one plan, per GPU rank (the most-loaded one)."""
+    """vLLM's startup numbers for one plan, per GPU rank (the most-loaded one): the budget
+    terms and capacity of ``kvplan estimate --gpu --json`` (flattened to the top level).
+
+    Attributes:
+        requested_bytes: ``ceil(total x gpu_memory_utilization)``.
+        weights_bytes: exact from safetensors headers, else derived from the config.
+        activation_peak_bytes, non_torch_bytes, cuda_graph_bytes: *estimates* (see the module
+            docstring for the calibration); ``headroom_bytes`` is the user's own reserve.
+        available_kv_bytes: requested minus those terms, or ``--kv-cache-memory`` when
+            ``kv_cache_memory_override``; vLLM's "Available KV cache memory".
+        num_gpu_blocks: ``available // bytes_per_block`` (one of them is the null block).
+        kv_cache_size_tokens, max_concurrency: vLLM's "GPU KV cache size" and "Maximum
+            concurrency" lines: ``num_gpu_blocks / blocks_per_request`` requests of
+            ``max_model_len``, and that many times the length in tokens.
+        fits: vLLM starts, i.e. one ``max_model_len`` request fits the pool less the null
+            block; else ``error`` is vLLM's message and ``estimated_max_model_len`` its
+            estimate of the longest length that would.
+        mamba_max_num_seqs: for hybrids, the most sequences the state blocks can hold.
+        max_num_batched_tokens, max_num_seqs: vLLM's resolved batch settings for this GPU.
+
+    Worked example (CALIBRATION.md row 1, Llama-3.1-8B on an H100 at gmu 0.9): requested
+    71.26 GiB - weights 14.96 - activation 4.76 - non-torch 0.13 = 51.41 GiB available.
+    """
 
     gpu_memory_bytes: int
     gpu_memory_utilization: float

@@ -96,7 +96,32 @@ class BatchExample:
 
 @dataclass(frozen=True)
 class KVEstimate:
-    """Result of :func:`estimate`; every byte figure is per GPU rank on the most-loaded stage."""
+    """Result of :func:`estimate` (the top-level keys of ``kvplan estimate --json``); every
+    byte figure is per GPU rank on the most-loaded pipeline stage.
+
+    Attributes:
+        model, source, model_type: the model's Hub id, where its config came from (catalog,
+            local path, ``hub:org/name@rev``) and its ``model_type``.
+        attention_type: MHA / GQA / MQA / MLA, ``+ sliding`` / ``+ chunked``, ``hybrid ...``.
+        engine, kv_cache_dtype, kv_dtype_bytes: whose layout, and the resolved cache dtype
+            (``auto`` becomes the checkpoint's).
+        tensor_parallel_size, pipeline_parallel_size, block_size, max_model_len: the
+            settings as resolved (block size after hybrid alignment).
+        kv_bytes_per_token: K and V of every layer of the stage for one token. Llama-3.1-8B
+            at TP 1: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 131,072.
+        state_bytes_per_sequence: Mamba / linear-attention state, fixed per sequence.
+        kv_bytes_per_sequence: token KV one ``max_model_len`` request keeps (window layers
+            keep only their window plus what is in flight); ``request_bytes`` adds the state
+            (vLLM: whole pages, as the block tables allocate them).
+        layer_groups: layers of one kind and size; ``examples``: ``batch`` x requests.
+        num_layers, num_attention_heads, num_kv_heads, kv_heads_per_rank, head_dim,
+            model_dtype, derived_max_model_len: from the config (``kv_heads_per_rank``
+            replicates when TP exceeds the KV heads).
+        pp_stage, pp_layers: the reported stage and its layer range (vLLM's split).
+        mha_bytes_per_token: what the same layers would cache with one KV head per query
+            head (``mha_savings`` is the share GQA/MQA/MLA saves).
+        vllm: vLLM's groups, pages and blocks (:class:`VllmLayout`); None for other engines.
+    """
 
     model: str
     source: str

@@ -477,15 +477,6 @@ def _runs(lengths: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def weights_total(weights: dict[str, Weight]) -> int:
-    """Bytes the stored weights occupy (views into one buffer counted once)."""
-    seen: dict[int, int] = {}
-    for w in weights.values():
-        storage = w.stored.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-    return sum(seen.values())
-
-
 def model_windows(layout_specs: dict[int, object]) -> dict[int, tuple[int | None, int | None]]:
     """(window, chunk) of each attention layer from its cache spec."""
     from planner.model.specs import ChunkedLocal, SlidingWindow

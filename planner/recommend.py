@@ -37,6 +37,35 @@ from planner.weights import Weights, per_rank
 
 TARGET_KV_USAGE = 0.9
 GRID_SEQS = (16, 32, 64, 128, 256)
+# What vLLM does with a deployment, in the words every view uses: it refuses to start (weights,
+# one max_model_len request, or Mamba state blocks < max_num_seqs); it starts but, with every
+# sequence at max_model_len, runs fewer than max_num_seqs at once (the rest queue or are
+# preempted); or all max_num_seqs full-length sequences fit at once.
+WONT_START = "wont_start"
+QUEUES_AT_WORST_CASE = "queues_at_worst_case"
+FITS_AT_WORST_CASE = "fits_at_worst_case"
+
+
+def worst_case(cap: VllmCapacity) -> tuple[str, int, str | None]:
+    """The outcome of ``cap``'s settings when every one of ``max_num_seqs`` requests is
+    ``max_model_len`` tokens long: (outcome, how many run at once, why vLLM refuses to start).
+
+    Qwen2.5-7B, 24 GiB, gmu 0.9: 6,275 blocks, 6,274 usable; at 8,192 tokens a request takes
+    512 blocks, so 6,274 // 512 = 12 run at once: max_num_seqs 32 queues (12 of 32), 8 fits.
+    """
+    if not cap.fits:
+        return WONT_START, 0, cap.error
+    if cap.mamba_max_num_seqs is not None and cap.max_num_seqs > cap.mamba_max_num_seqs:
+        return (
+            WONT_START,
+            0,
+            f"max_num_seqs {cap.max_num_seqs:,} exceeds the {cap.mamba_max_num_seqs:,} KV "
+            "blocks: each running sequence of a hybrid model holds a Mamba state block",
+        )
+    usable = max(cap.num_gpu_blocks - 1, 0)  # one null block is never handed out
+    running = min(cap.max_num_seqs, usable // cap.blocks_per_request)
+    outcome = FITS_AT_WORST_CASE if running >= cap.max_num_seqs else QUEUES_AT_WORST_CASE
+    return outcome, running, None
 
 
 @dataclass(frozen=True)
@@ -45,7 +74,8 @@ class GridCell:
 
     Attributes:
         max_model_len, max_num_seqs: the cell's settings.
-        fits: vLLM starts and all ``max_num_seqs`` full-length requests fit at once.
+        fits: vLLM starts with them (the outcome is not ``wont_start``).
+        outcome, worst_case_running: :func:`worst_case` for the cell.
         kv_usage: blocks those requests need / usable blocks (the pool less the null block);
             above 1 they do not all fit. Qwen2.5-7B on 24 GiB at gmu 0.92: 6,837 blocks of
             896 KiB; 4,096 tokens = 256 blocks, so 16 sequences use 4,096 / 6,836 = 0.60.
@@ -57,6 +87,8 @@ class GridCell:
     fits: bool
     kv_usage: float  # blocks used at full concurrency / blocks available (>1: does not fit)
     num_gpu_blocks: int
+    outcome: str
+    worst_case_running: int
 
 
 @dataclass(frozen=True)
@@ -149,6 +181,9 @@ class Plan:
     naive_vs_paged: NaiveVsPaged
     commands: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    outcome: str = FITS_AT_WORST_CASE  # worst_case() of the user's own settings
+    worst_case_running: int = 0
+    outcome_reason: str | None = None  # why vLLM refuses to start (wont_start only)
 
 
 @dataclass(frozen=True)
@@ -247,7 +282,8 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
             ),
         ]
     )
-    grid = _grid(at_length, capacity, options.grid_lens, length)
+    grid = _grid(at_length, capacity, options.grid_lens, length, cap.max_num_seqs)
+    outcome, running, why = worst_case(cap)
     recommended = _recommend(est, cap, s.gmu, s.max_num_seqs)
     alternatives = _alternatives(at_length, est, capacity)
     assert est.vllm is not None
@@ -289,6 +325,9 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         naive,
         commands,
         notes,
+        outcome,
+        running,
+        why,
     )
 
 
@@ -335,14 +374,16 @@ def _grid(
     capacity: Callable[[Deployment, KVEstimate], VllmCapacity],
     grid_lens: Sequence[int] | None,
     length: int,
+    max_num_seqs: int,
 ) -> list[GridCell]:
+    """The grid of outcomes; the user's length and max_num_seqs are a row and a column."""
     # NOTE: an empty grid_lens means no grid (kvplan check needs none); None means the default.
     lens = (
         list(grid_lens) if grid_lens is not None else _default_lens(dep.spec.max_model_len, length)
     )
     cells = []
     for n in lens:
-        for seqs in GRID_SEQS:
+        for seqs in sorted({*GRID_SEQS, max_num_seqs}):
             cell = dep.with_settings(max_model_len=n, max_num_seqs=seqs)
             e = estimate(cell.spec, cell.settings, cell.gpu, batch_sizes=())
             cap = capacity(cell, e)
@@ -350,8 +391,17 @@ def _grid(
             need = seqs * e.vllm.blocks_per_request
             usable = max(cap.num_gpu_blocks - 1, 0)  # one null block is never handed out
             usage = need / usable if usable else float("inf")
+            outcome, running, _ = worst_case(cap)
             cells.append(
-                GridCell(n, seqs, cap.fits and need <= usable, round(usage, 4), cap.num_gpu_blocks)
+                GridCell(
+                    n,
+                    seqs,
+                    outcome != WONT_START,
+                    round(usage, 4),
+                    cap.num_gpu_blocks,
+                    outcome,
+                    running,
+                )
             )
     return cells
 

@@ -17,7 +17,7 @@ CASES: list[tuple[str, list[str], int]] = [
     # estimate: no GPU (the common-GPU table), a GPU, a custom memory size, a fixed KV pool
     ("estimate-llama-3.1-8b", ["estimate", "llama-3.1-8b"], 0),
     ("estimate-llama-3.1-8b-a100", ["estimate", "llama-3.1-8b", "--gpu", "a100-80gb"], 0),
-    ("estimate-llama-3.1-8b-l4", ["estimate", "llama-3.1-8b", "--gpu", "l4"], 0),
+    ("estimate-llama-3.1-8b-l4", ["estimate", "llama-3.1-8b", "--gpu", "l4"], 1),
     (
         "estimate-llama-3.1-8b-l4-autofit",
         ["estimate", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "-1"],
@@ -58,7 +58,7 @@ CASES: list[tuple[str, list[str], int]] = [
     (
         "estimate-nemotron-h-56b-h200",
         ["estimate", "nemotron-h-56b-base-8k", "--gpu", "h200", "--tp", "2"],
-        0,
+        1,
     ),
     (
         "estimate-qwen3-next-h200-tp2",

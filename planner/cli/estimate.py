@@ -110,7 +110,11 @@ def estimate(
     json_: JsonOpt = False,
 ) -> None:
     """KV-cache bytes per token and per sequence for MODEL, per GPU rank; with a GPU, what
-    vLLM will report at startup and what to set.
+    vLLM will report at startup, what happens with your settings and what to set.
+
+    Exit code 0: vLLM starts with these settings (it may queue at worst case); 1: it won't
+    start (weights, one --max-model-len request, or Mamba blocks < --max-num-seqs; try
+    --max-model-len -1 to fit the longest that does) or the model cannot be read; 2: a bad flag.
 
     \b
     Examples:
@@ -150,3 +154,5 @@ def estimate(
         loaded = load_model(model, revision=revision, offline=offline or None)
         result = report(Deployment(model=loaded, gpu=gpu_, settings=settings), options)
         render.report(result, as_json=json_, show_grid=grid)
+    if result.plan is not None and result.plan.outcome == "wont_start":
+        raise typer.Exit(1)

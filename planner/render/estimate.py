@@ -178,7 +178,10 @@ def report_dict(rep: Report) -> dict[str, Any]:
         kv_cache_size_tokens=cap.kv_cache_size_tokens,
         max_concurrency=round(cap.max_concurrency, 4),
         estimated_max_model_len=cap.estimated_max_model_len,
-        fits=cap.fits,
+        fits=p.outcome != "wont_start",
+        outcome=p.outcome,
+        worst_case_running=p.worst_case_running,
+        outcome_reason=p.outcome_reason,
         error=cap.error,
         mamba_max_num_seqs=cap.mamba_max_num_seqs,
         vllm_log=cap.log_lines,
@@ -231,10 +234,21 @@ def _gpu_table(rep: Report) -> None:
             fmt_bytes(r.memory_bytes),
             fmt_bytes(r.weights_bytes),
             fmt_bytes(r.available_kv_bytes) if r.available_kv_bytes > 0 else "none",
-            f"{r.kv_cache_size_tokens:,}" if r.fits else "does not fit",
+            f"{r.kv_cache_size_tokens:,}" if r.fits else "won't start",
             f"{r.max_concurrency:.2f}x" if r.fits else "—",
         )
     out.print(table)
+
+
+def outcome_text(outcome: str, running: int, max_num_seqs: int, max_model_len: int) -> str:
+    """One outcome in the words every view uses (JSON ``outcome``: wont_start,
+    queues_at_worst_case, fits_at_worst_case)."""
+    if outcome == "wont_start":
+        return "won't start"
+    requests = f"{max_num_seqs:,} requests of {max_model_len:,} tokens"
+    if outcome == "queues_at_worst_case":
+        return f"starts, queues at worst case: {running:,} of {requests} run at once"
+    return f"fits at worst case: all {requests} run at once"
 
 
 def _plan(p: Plan, show_grid: bool) -> None:
@@ -243,6 +257,11 @@ def _plan(p: Plan, show_grid: bool) -> None:
     out = console()
     cap = p.vllm
     out.print()
+    verdict = outcome_text(p.outcome, p.worst_case_running, cap.max_num_seqs, cap.max_model_len)
+    mark = "✗" if p.outcome == "wont_start" else "✓"
+    out.print(f"{mark} Your settings: {verdict}", markup=False, soft_wrap=True)
+    if p.outcome_reason and p.outcome_reason != cap.error:
+        out.print(f"  {p.outcome_reason}", markup=False, soft_wrap=True)
     if p.gpu.memory_bytes:
         out.print(
             f"[bold]vLLM on {p.gpu.name}[/] — {fmt_bytes(p.gpu.memory_bytes)} as the driver "
@@ -354,7 +373,8 @@ def _grid(p: Plan) -> None:
 
     seqs = sorted({c.max_num_seqs for c in p.grid})
     table = Table(
-        title="max_model_len × max_num_seqs: KV usage at full concurrency (✗ = does not fit)",
+        title="max_model_len × max_num_seqs: requests of max_model_len running at once, and KV "
+        "usage if all ran (✗ = won't start)",
         title_justify="left",
     )
     table.add_column("max_model_len", justify="right")
@@ -364,12 +384,9 @@ def _grid(p: Plan) -> None:
         row = [f"{length:,}"]
         for s in seqs:
             cell = next(c for c in p.grid if c.max_model_len == length and c.max_num_seqs == s)
+            usage = f"{cell.kv_usage:.0%}" if cell.kv_usage != float("inf") else "—"
             row.append(
-                f"{cell.kv_usage:.0%}"
-                if cell.fits
-                else f"✗ {cell.kv_usage:.0%}"
-                if cell.kv_usage != float("inf")
-                else "✗"
+                f"{cell.worst_case_running:,} · {usage}" if cell.outcome != "wont_start" else "✗"
             )
         table.add_row(*row)
     console().print(table)

@@ -1,0 +1,136 @@
+"""What the user's own settings do, in one vocabulary: won't start, starts but queues at worst
+case, fits at worst case (issue 11, first part). Expected values are arithmetic in the tests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
+from tests.helpers import plan_for
+
+runner = CliRunner()
+GIB = 1 << 30
+
+# The field guide's example: Qwen2.5-7B-Instruct on a 24 GiB card at gpu_memory_utilization 0.9.
+# 28 layers x 16 tokens x 4 KV heads x 128 x 2 (K, V) x 2 B = 917,504 B (896 KiB) per block;
+# the pool is 6,275 blocks (one of them vLLM's null block), so 6,274 are usable.
+GUIDE = {"gpu_memory_utilization": 0.9}
+
+
+@pytest.mark.parametrize(
+    ("max_model_len", "max_num_seqs", "outcome", "running"),
+    [
+        # 4,096 tokens = 256 blocks: 6,274 // 256 = 24 at once, fewer than 64
+        (4_096, 64, QUEUES_AT_WORST_CASE, 24),
+        # 8,192 tokens = 512 blocks: 6,274 // 512 = 12
+        (8_192, 32, QUEUES_AT_WORST_CASE, 12),
+        (8_192, 64, QUEUES_AT_WORST_CASE, 12),
+        # 16,384 tokens = 1,024 blocks: 6,274 // 1,024 = 6
+        (16_384, 16, QUEUES_AT_WORST_CASE, 6),
+        # 8 x 512 = 4,096 <= 6,274: all run
+        (8_192, 8, FITS_AT_WORST_CASE, 8),
+    ],
+)
+def test_the_guides_pairs_start_and_say_how_many_run(
+    max_model_len: int, max_num_seqs: int, outcome: str, running: int
+) -> None:
+    p = _guide_plan(max_model_len, max_num_seqs)
+    assert p.vllm.num_gpu_blocks == 6_275
+    assert (p.outcome, p.worst_case_running) == (outcome, running)
+    assert p.vllm.fits  # vLLM starts in every case: it queues instead of refusing
+
+
+def _guide_plan(max_model_len: int, max_num_seqs: int):  # type: ignore[no-untyped-def]
+    from planner.deployment import custom_gpu
+
+    return plan_for(
+        "qwen2.5-7b-instruct",
+        custom_gpu(24 * GIB),
+        **GUIDE,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+    )
+
+
+def test_halving_the_length_doubles_who_runs_at_once() -> None:
+    # 16,384 -> 8,192 tokens halves the blocks per request: 6 -> 12 requests at once
+    assert _guide_plan(16_384, 64).worst_case_running == 6
+    assert _guide_plan(8_192, 64).worst_case_running == 12
+
+
+def test_the_grid_holds_the_users_column_and_marks_only_wont_start() -> None:
+    # max_num_seqs 11 is not a default column; the user's value is one
+    p = _guide_plan(8_192, 11)
+    cells = {(c.max_model_len, c.max_num_seqs): c for c in p.grid}
+    assert (8_192, 11) in cells
+    assert cells[(8_192, 11)].outcome == FITS_AT_WORST_CASE  # 11 x 512 = 5,632 <= 6,274
+    cell = cells[(8_192, 32)]
+    assert (cell.outcome, cell.worst_case_running, cell.fits) == (QUEUES_AT_WORST_CASE, 12, True)
+
+
+def test_one_request_too_long_wont_start_and_exits_1() -> None:
+    # Llama-3.1-8B on an L4: 131,072 tokens need 8,192 blocks of 2 MiB (16 GiB); the L4's
+    # budget leaves 3.43 GiB. vLLM refuses; the JSON says why and estimate exits 1.
+    result = runner.invoke(app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["outcome"] == WONT_START and data["worst_case_running"] == 0
+    assert data["fits"] is False
+    assert "estimated maximum model length" in data["outcome_reason"]
+    # the auto-fit length starts
+    fitted = runner.invoke(
+        app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "-1", "--json"]
+    )
+    assert fitted.exit_code == 0 and json.loads(fitted.stdout)["outcome"] != WONT_START
+
+
+def test_hybrid_with_more_seqs_than_mamba_blocks_wont_start() -> None:
+    # Nemotron-H-56B with a 20 GiB pool: 127 blocks (test_budget), one Mamba state block per
+    # running sequence: max_num_seqs 128 cannot start, 127 can.
+    over = plan_for(
+        "nemotron-h-56b-base-8k",
+        None,
+        kv_cache_memory_bytes=20 * GIB,
+        max_model_len=8_192,
+        max_num_seqs=128,
+    )
+    assert over.vllm.num_gpu_blocks == 127
+    assert over.outcome == WONT_START
+    assert "max_num_seqs 128 exceeds the 127" in (over.outcome_reason or "")
+    ok = plan_for(
+        "nemotron-h-56b-base-8k",
+        None,
+        kv_cache_memory_bytes=20 * GIB,
+        max_model_len=8_192,
+        max_num_seqs=6,
+    )
+    # 20 blocks per 8,192-token request: 126 usable // 20 = 6 -> all 6 run at once
+    assert (ok.outcome, ok.worst_case_running) == (FITS_AT_WORST_CASE, 6)
+
+
+def test_text_output_opens_the_plan_with_the_verdict() -> None:
+    result = runner.invoke(
+        app,
+        [
+            "estimate",
+            "qwen2.5-7b-instruct",
+            "--gpu-memory",
+            "24GiB",
+            "--gpu-memory-utilization",
+            "0.9",
+            "--max-model-len",
+            "8192",
+            "--max-num-seqs",
+            "32",
+        ],
+        env={"COLUMNS": "80", "NO_COLOR": "1"},
+    )
+    assert result.exit_code == 0
+    assert (
+        "✓ Your settings: starts, queues at worst case: 12 of 32 requests of 8,192 tokens run "
+        "at once" in result.stdout
+    )

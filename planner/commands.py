@@ -6,15 +6,28 @@ import shlex
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from planner.deployment import ServeSettings
     from planner.recommend import Recommended
 
 _SGLANG_KV = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+# vLLM's --kv-cache-dtype spells the 16-bit caches out (CacheConfig: bfloat16, float16).
+_VLLM_KV = {"bf16": "bfloat16", "fp16": "float16"}
 
 
 def engine_commands(
-    model: str, rec: Recommended, *, tp: int, pp: int, kv_cache_dtype: str, mem_fraction: str
+    model: str,
+    rec: Recommended,
+    *,
+    tp: int,
+    pp: int,
+    kv_cache_dtype: str,
+    mem_fraction: str,
+    settings: ServeSettings | None = None,
 ) -> dict[str, str]:
-    """Ready-to-paste launch commands, flags spelled as each engine accepts them."""
+    """Ready-to-paste launch commands, flags spelled as each engine accepts them. The vLLM
+    command carries every setting the plan assumed that is not vLLM's default (``settings``):
+    a fixed KV pool as ``--kv-cache-memory-bytes <bytes>`` (instead of the utilisation), the
+    token budget, eager mode, prefix caching off."""
     vllm = ["vllm", "serve", model, "--tensor-parallel-size", str(tp)]
     if pp > 1:
         vllm += ["--pipeline-parallel-size", str(pp)]
@@ -23,13 +36,21 @@ def engine_commands(
         str(rec.max_model_len),
         "--max-num-seqs",
         str(rec.max_num_seqs),
-        "--gpu-memory-utilization",
-        str(rec.gpu_memory_utilization),
-        "--block-size",
-        str(rec.block_size),
     ]
+    if settings is not None and settings.kv_cache_memory_bytes is not None:
+        vllm += ["--kv-cache-memory-bytes", str(settings.kv_cache_memory_bytes)]
+    else:
+        vllm += ["--gpu-memory-utilization", str(rec.gpu_memory_utilization)]
+    vllm += ["--block-size", str(rec.block_size)]
     if kv_cache_dtype != "auto":
-        vllm += ["--kv-cache-dtype", kv_cache_dtype]
+        vllm += ["--kv-cache-dtype", _VLLM_KV.get(kv_cache_dtype, kv_cache_dtype)]
+    if settings is not None:
+        if settings.max_num_batched_tokens is not None:
+            vllm += ["--max-num-batched-tokens", str(settings.max_num_batched_tokens)]
+        if settings.enforce_eager:
+            vllm += ["--enforce-eager"]
+        if not settings.enable_prefix_caching:
+            vllm += ["--no-enable-prefix-caching"]
     sglang = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(tp)]
     if pp > 1:
         sglang += ["--pp", str(pp)]

@@ -306,6 +306,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         pp=s.pp,
         kv_cache_dtype=s.kv_cache_dtype.value,
         mem_fraction=str(fraction) if fraction is not None else "0.9",
+        settings=s,
     )
     if not weights.source == "safetensors":
         notes.append(

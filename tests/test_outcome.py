@@ -134,3 +134,64 @@ def test_text_output_opens_the_plan_with_the_verdict() -> None:
         "✓ Your settings: starts, queues at worst case: 12 of 32 requests of 8,192 tokens run "
         "at once" in result.stdout
     )
+
+
+# vLLM 0.33 `vllm serve` flags the command may carry, with the value each takes (EngineArgs /
+# CacheConfig; a None type is a store-true flag). Only these may appear.
+VLLM_FLAGS: dict[str, type | None] = {
+    "--tensor-parallel-size": int,
+    "--pipeline-parallel-size": int,
+    "--max-model-len": int,
+    "--max-num-seqs": int,
+    "--gpu-memory-utilization": float,
+    "--kv-cache-memory-bytes": int,
+    "--block-size": int,
+    "--kv-cache-dtype": str,
+    "--max-num-batched-tokens": int,
+    "--enforce-eager": None,
+    "--no-enable-prefix-caching": None,
+}
+VLLM_KV_DTYPES = {"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}
+
+
+def parse_vllm(command: str) -> dict[str, object]:
+    import shlex
+
+    words = shlex.split(command)
+    assert words[:2] == ["vllm", "serve"]
+    out: dict[str, object] = {"model": words[2]}
+    it = iter(words[3:])
+    for flag in it:
+        assert flag in VLLM_FLAGS, f"vllm serve has no {flag}"
+        kind = VLLM_FLAGS[flag]
+        out[flag] = True if kind is None else kind(next(it))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # a fixed pool is vLLM's --kv-cache-memory-bytes, in integer bytes: int(6.51 x 2^30)
+        (["--kv-cache-memory", "6.51GiB"], {"--kv-cache-memory-bytes": 6_990_059_274}),
+        # the 16-bit cache dtypes as vLLM spells them
+        (["--kv-cache-dtype", "bf16"], {"--kv-cache-dtype": "bfloat16"}),
+        (["--kv-cache-dtype", "fp16"], {"--kv-cache-dtype": "float16"}),
+        # settings the plan assumed are not dropped
+        (["--enforce-eager"], {"--enforce-eager": True}),
+        (["--no-enable-prefix-caching"], {"--no-enable-prefix-caching": True}),
+        (["--max-num-batched-tokens", "4096"], {"--max-num-batched-tokens": 4_096}),
+        (["--gpu-memory-utilization", "0.85"], {"--gpu-memory-utilization": 0.85}),
+    ],
+)
+def test_the_vllm_command_means_the_plan(flags: list[str], expected: dict[str, object]) -> None:
+    args = ["estimate", "qwen3-14b", "--max-model-len", "32768", *flags, "--json"]
+    if "--kv-cache-memory" not in flags:
+        args += ["--gpu", "h100"]
+    result = runner.invoke(app, args)
+    assert result.exit_code in (0, 1), result.stderr
+    parsed = parse_vllm(json.loads(result.stdout)["commands"]["vllm"])
+    for flag, value in expected.items():
+        assert parsed[flag] == value
+    assert parsed.get("--kv-cache-dtype", "auto") in VLLM_KV_DTYPES
+    # a fixed pool replaces the utilisation: vLLM sizes KV from one or the other
+    assert not ("--kv-cache-memory-bytes" in parsed and "--gpu-memory-utilization" in parsed)

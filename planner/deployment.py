@@ -87,6 +87,15 @@ class Gpu:
         device name, as here: "a100-80gb" and "NVIDIA A100-SXM4-80GB" both are)."""
         return "a100" in self.name.lower()
 
+    @property
+    def has_native_fp8(self) -> bool | None:
+        """Whether the GPU computes in fp8 (Ada and Hopper, compute capability 8.9 and up);
+        None when its capability is unknown (a GPU known only by its memory)."""
+        if not self.compute_capability:
+            return None
+        major, _, minor = self.compute_capability.partition(".")
+        return (int(major), int(minor or 0)) >= (8, 9)
+
     def with_memory(self, memory_bytes: int, source: str) -> Gpu:
         """This GPU with another total (``--gpu-memory`` over ``--gpu``): a custom size keeps
         the name (so an A100 stays an A100) but loses no roofline figures."""
@@ -524,3 +533,17 @@ class Deployment:
 def settings_fields() -> list[str]:
     """The names of :class:`ServeSettings`' fields (for tests and docs)."""
     return [f.name for f in fields(ServeSettings)]
+
+
+def fp8_kv_caveat(gpu: Gpu | None) -> str:
+    """The line that goes wherever fp8 KV is chosen or suggested: accuracy, and the GPU."""
+    line = (
+        "fp8 KV can cost accuracy without calibrated k/v scales (e.g. ones the checkpoint "
+        "ships): evaluate on your task before production"
+    )
+    if gpu is not None and gpu.has_native_fp8 is False:
+        line += (
+            f"; {gpu.name} (compute capability {gpu.compute_capability}) has no native fp8, "
+            "so vLLM stores fp8 but computes in 16 bits (the memory saving holds, not the speed)"
+        )
+    return line

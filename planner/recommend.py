@@ -26,6 +26,7 @@ from planner.deployment import (
     Gpu,
     ServeSettings,
     as_flags,
+    fp8_kv_caveat,
     positive_count,
     render_changes,
 )
@@ -308,6 +309,9 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         mem_fraction=str(fraction) if fraction is not None else "0.9",
         settings=s,
     )
+    fp8 = est.kv_dtype_bytes == 1 and est.kv_cache_dtype.startswith("fp8")
+    if fp8 or any("kv_cache_dtype" in a.changes for a in alternatives):
+        notes.append(fp8_kv_caveat(dep.gpu))
     if not weights.source == "safetensors":
         notes.append(
             f"weights {weights.detail}; exact sizes need a local dir or Hub access with safetensors"

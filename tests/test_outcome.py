@@ -195,3 +195,28 @@ def test_the_vllm_command_means_the_plan(flags: list[str], expected: dict[str, o
     assert parsed.get("--kv-cache-dtype", "auto") in VLLM_KV_DTYPES
     # a fixed pool replaces the utilisation: vLLM sizes KV from one or the other
     assert not ("--kv-cache-memory-bytes" in parsed and "--gpu-memory-utilization" in parsed)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "flags", "native"),
+    [
+        ("a100-80gb", [], False),  # suggested as an alternative; compute capability 8.0
+        ("t4", ["--max-model-len", "4096", "--tp", "2"], False),  # 7.5
+        ("h100", ["--kv-cache-dtype", "fp8"], True),  # chosen; 9.0 computes in fp8
+        ("l40s", [], True),  # Ada, 8.9
+    ],
+)
+def test_fp8_kv_always_comes_with_its_caveat(gpu: str, flags: list[str], native: bool) -> None:
+    result = runner.invoke(app, ["estimate", "llama-3.1-8b", "--gpu", gpu, *flags, "--json"])
+    data = json.loads(result.stdout)
+    [caveat] = [n for n in data["plan_notes"] if n.startswith("fp8 KV can cost accuracy")]
+    assert "evaluate on your task before production" in caveat
+    assert ("has no native fp8" in caveat) is not native
+
+
+def test_no_fp8_caveat_where_fp8_is_neither_chosen_nor_suggested() -> None:
+    # an fp8 cache already (1 byte): no fp8 alternative to suggest; int8 is not fp8
+    result = runner.invoke(
+        app, ["estimate", "llama-3.1-8b", "--gpu", "h100", "--kv-cache-dtype", "int8", "--json"]
+    )
+    assert not any(n.startswith("fp8 KV") for n in json.loads(result.stdout)["plan_notes"])

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from planner.errors import UsageError
-from planner.model.specs import Engine, KVDtype
+from planner.model.specs import Engine, KVDtype, ModelSpec
 from planner.units import GIB
 
 if TYPE_CHECKING:
@@ -231,10 +231,9 @@ def vllm_batch_defaults(
     H200 (139.80 GiB) 8,192 / 1,024; with ``--max-num-seqs 4`` and ``max_model_len`` 1,000 the
     token budget drops to 4 x 1,000 = 4,000 on an H100.
     """
-    memory = gpu.memory_bytes if gpu is not None else None
-    if memory is not None and memory >= 160 * GIB:
+    if gpu is not None and gpu.memory_bytes >= 160 * GIB:
         tokens, seqs = 16384, 1024
-    elif memory is not None and memory >= 70 * GIB and not gpu.is_a100:  # type: ignore[union-attr]
+    elif gpu is not None and gpu.memory_bytes >= 70 * GIB and not gpu.is_a100:
         tokens, seqs = 8192, 1024
     else:
         tokens, seqs = 2048, 256
@@ -296,7 +295,7 @@ class ServeSettings:
             ("max_num_batched_tokens", self.max_num_batched_tokens),
             ("max_num_seqs", self.max_num_seqs),
         ):
-            positive_count(_FLAG_NAMES.get(key, SPELLINGS[key].cli), value)
+            positive_count(_flag(key), value)
         if self.gpu_memory_utilization is not None:
             check_gmu(self.gpu_memory_utilization)
         if self.auto_fit_max_model_len and self.engine is not Engine.VLLM:
@@ -393,6 +392,13 @@ class ServeSettings:
 
 
 _FLAG_NAMES = {"tp": "--tp", "pp": "--pp"}  # kvplan's short flags, as its messages name them
+
+
+def _flag(name: str) -> str:
+    """The flag a message about setting ``name`` names (kvplan's --tp / --pp, else vLLM's)."""
+    return _FLAG_NAMES.get(name, SPELLINGS[name].cli)
+
+
 _COUNT_FIELDS = (
     "tp",
     "pp",
@@ -409,9 +415,14 @@ def kv_dtype_for(text: str, engine: Engine) -> KVDtype:
     """``--kv-cache-dtype`` as a user may give it: fp32 only for transformers (the serving
     engines have no fp32 cache; the library's probes may still ask for one)."""
     dtype = KVDtype.parse(text)
+    refuse_fp32_kv(dtype, engine)
+    return dtype
+
+
+def refuse_fp32_kv(dtype: KVDtype, engine: Engine) -> None:
+    """A user's fp32 KV cache is transformers' alone (settings allow it for the probes)."""
     if dtype is KVDtype.FP32 and engine is not Engine.HF:
         raise UsageError("--kv-cache-dtype fp32 is only meaningful with --engine hf")
-    return dtype
 
 
 def parse_bool(value: Any) -> bool:
@@ -492,11 +503,11 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
         number = _as_count(value)
         if number == -1 and auto_fit:
             return {"auto_fit_max_model_len": True}
-        positive_count(_FLAG_NAMES.get(name, SPELLINGS[name].cli), number)
+        positive_count(_flag(name), number)
         return {name: number}
     if name in _COUNT_FIELDS:
         number = _as_count(value)
-        positive_count(_FLAG_NAMES.get(name, SPELLINGS[name].cli), number)
+        positive_count(_flag(name), number)
         return {name: number}
     raise AssertionError(f"no parser for setting {name}")  # SPELLINGS and this table disagree
 
@@ -518,7 +529,7 @@ class Deployment:
     settings: ServeSettings = field(default_factory=ServeSettings)
 
     @property
-    def spec(self):  # type: ignore[no-untyped-def]  # -> ModelSpec (kept lazy for cold start)
+    def spec(self) -> ModelSpec:
         return self.model.spec
 
     def with_settings(self, **changes: Any) -> Deployment:

@@ -134,13 +134,16 @@ def verify(
     layout = pool_layout(spec, est)
     mem = memory or open_device(req.device, limit)
     with torch.inference_mode(), mem:
-        return _probe(spec, est, req, layout, dims, dtype, mem, budget, weights_bytes, on_trial)
+        return _probe(
+            spec, est, req, gpu, layout, dims, dtype, mem, budget, weights_bytes, on_trial
+        )
 
 
 def _probe(
     spec: ModelSpec,
     est: KVEstimate,
     req: VerifyRequest,
+    gpu: Gpu | None,
     layout: PoolLayout,
     dims: ModelDims,
     dtype: torch.dtype,
@@ -214,8 +217,8 @@ def _probe(
         from planner.deployment import Deployment
         from planner.model.load import with_headers
 
-        found = device_gpu(req.device)  # its name: vLLM's batch defaults set A100s apart
-        on_device = Gpu(name=found.name if found else "cuda", memory_bytes=mem.total_bytes)
+        # the device's name: vLLM's batch defaults set A100s apart
+        on_device = Gpu(name=gpu.name if gpu else "cuda", memory_bytes=mem.total_bytes)
         dep = Deployment(
             model=with_headers(spec, offline=True), gpu=on_device, settings=req.settings
         )

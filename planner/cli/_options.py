@@ -163,8 +163,7 @@ def _serve_settings(
     """The serve flags every command shares, parsed once into :class:`ServeSettings` by the
     parser plans files and boot logs go through (:meth:`ServeSettings.from_mapping`, the CLI
     spelling); ``--max-model-len -1`` is vLLM's auto-fit. The first problem is the error."""
-    from planner.deployment import SPELLINGS, ServeSettings, kv_dtype_for
-    from planner.model.specs import Engine
+    from planner.deployment import SPELLINGS, ServeSettings, refuse_fp32_kv
 
     given: dict[str, Any] = {
         "engine": engine,
@@ -181,5 +180,5 @@ def _serve_settings(
     settings, problems = ServeSettings.from_mapping(raw, spelling="cli")
     if problems:
         raise UsageError(problems[0][1])
-    kv_dtype_for(kv_cache_dtype, Engine.parse(engine))  # fp32 is transformers' alone
+    refuse_fp32_kv(settings.kv_cache_dtype, settings.engine)
     return settings

@@ -69,6 +69,23 @@ def worst_case(cap: VllmCapacity) -> tuple[str, int, str | None]:
     return outcome, running, None
 
 
+def wont_start_error(p: Plan) -> DoesNotFitError:
+    """The one-line error for a plan whose settings won't start, with the change that starts
+    (as data on the error: vLLM's estimated max_model_len, or the Mamba ceiling)."""
+    cap = p.vllm
+    changes: list[dict[str, object] | str] = []
+    if cap.estimated_max_model_len:
+        changes.append({"max_model_len": cap.estimated_max_model_len})
+    elif cap.fits and cap.mamba_max_num_seqs:
+        changes.append({"max_num_seqs": cap.mamba_max_num_seqs})
+    hint = "; try " + as_flags(changes[0]) if changes and isinstance(changes[0], dict) else ""
+    return DoesNotFitError(
+        f"{p.estimate.model} won't start with these settings: "
+        f"{(p.outcome_reason or '').rstrip('.')}{hint}",
+        changes=changes,
+    )
+
+
 @dataclass(frozen=True)
 class GridCell:
     """One cell of the ``max_model_len`` x ``max_num_seqs`` grid (JSON ``grid[]``).

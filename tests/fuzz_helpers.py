@@ -197,4 +197,9 @@ def assert_one_error_line(result: Any, args: list[str]) -> None:
     lines = result.stderr.splitlines()
     assert sum(line.startswith("Error:") for line in lines) == 1, (args, result.stderr)
     assert lines[-1].startswith("Error:"), (args, result.stderr)
-    assert result.stdout == "", (args, result.stdout)
+    # `estimate` on settings vLLM would refuse prints its plan (outcome wont_start, the reason,
+    # the length that starts) and then exits 1, as `check` prints a report with a FAIL row.
+    # Every other failure writes nothing to stdout.
+    wont_start = args[:1] == ["estimate"] and "won't start with these settings" in lines[-1]
+    if not wont_start:
+        assert result.stdout == "", (args, result.stdout)

@@ -81,6 +81,14 @@ def test_one_request_too_long_wont_start_and_exits_1() -> None:
     assert data["outcome"] == WONT_START and data["worst_case_running"] == 0
     assert data["fits"] is False
     assert "estimated maximum model length" in data["outcome_reason"]
+    # and says so in one Error line with the change that starts: vLLM's estimate, 28,112
+    [line] = result.stderr.splitlines()
+    assert line.startswith("Error: meta-llama/Llama-3.1-8B won't start with these settings: ")
+    assert line.endswith(
+        "the estimated maximum model length is 28112. Try increasing "
+        "`gpu_memory_utilization` or decreasing `max_model_len` when "
+        "initializing the engine; try --max-model-len 28112"
+    )
     # the auto-fit length starts
     fitted = runner.invoke(
         app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "-1", "--json"]

@@ -124,7 +124,7 @@ def estimate(
     """
     from planner.deployment import Deployment
     from planner.model.load import load_model
-    from planner.recommend import PlanOptions, report
+    from planner.recommend import PlanOptions, report, wont_start_error
     from planner.render import estimate as render
 
     with user_errors():
@@ -154,5 +154,5 @@ def estimate(
         loaded = load_model(model, revision=revision, offline=offline or None)
         result = report(Deployment(model=loaded, gpu=gpu_, settings=settings), options)
         render.report(result, as_json=json_, show_grid=grid)
-    if result.plan is not None and result.plan.outcome == "wont_start":
-        raise typer.Exit(1)
+        if result.plan is not None and result.plan.outcome == "wont_start":
+            raise wont_start_error(result.plan)  # after the plan: it says why, then exit 1

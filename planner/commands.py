@@ -23,20 +23,25 @@ def engine_commands(
     kv_cache_dtype: str,
     mem_fraction: str,
     settings: ServeSettings | None = None,
+    vllm_default_max_num_seqs: int | None = None,
 ) -> dict[str, str]:
     """Ready-to-paste launch commands, flags spelled as each engine accepts them. The vLLM
     command carries every setting the plan assumed that is not vLLM's default (``settings``):
     a fixed KV pool as ``--kv-cache-memory-bytes <bytes>`` (instead of the utilisation), the
-    token budget, eager mode, prefix caching off."""
+    token budget, eager mode, prefix caching off. ``--max-num-seqs`` is left out only when
+    the plan keeps vLLM's own default (``vllm_default_max_num_seqs``, which depends on the GPU)
+    and the user gave none."""
     vllm = ["vllm", "serve", model, "--tensor-parallel-size", str(tp)]
     if pp > 1:
         vllm += ["--pipeline-parallel-size", str(pp)]
-    vllm += [
-        "--max-model-len",
-        str(rec.max_model_len),
-        "--max-num-seqs",
-        str(rec.max_num_seqs),
-    ]
+    vllm += ["--max-model-len", str(rec.max_model_len)]
+    # vLLM's default max_num_seqs is left to vLLM (it depends on the GPU); any other is passed
+    if (
+        rec.max_num_seqs != vllm_default_max_num_seqs
+        or rec.basis != "engine_default"
+        or (settings is not None and settings.max_num_seqs is not None)
+    ):
+        vllm += ["--max-num-seqs", str(rec.max_num_seqs)]
     if settings is not None and settings.kv_cache_memory_bytes is not None:
         vllm += ["--kv-cache-memory-bytes", str(settings.kv_cache_memory_bytes)]
     else:

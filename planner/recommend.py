@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from planner.budget import (
     EngineCapacity,
@@ -29,6 +30,7 @@ from planner.deployment import (
     fp8_kv_caveat,
     positive_count,
     render_changes,
+    vllm_batch_defaults,
 )
 from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate, estimate
@@ -36,7 +38,12 @@ from planner.model.specs import Engine, KVDtype, cdiv
 from planner.units import GIB
 from planner.weights import Weights, per_rank
 
+if TYPE_CHECKING:
+    from planner.advise import Advice
+    from planner.simulate.workload import Workload
+
 TARGET_KV_USAGE = 0.9
+ENGINE_DEFAULT, WORST_CASE, WORKLOAD = "engine_default", "worst_case", "workload"
 GRID_SEQS = (16, 32, 64, 128, 256)
 # What vLLM does with a deployment, in the words every view uses: it refuses to start (weights,
 # one max_model_len request, or Mamba state blocks < max_num_seqs); it starts but, with every
@@ -69,16 +76,30 @@ def worst_case(cap: VllmCapacity) -> tuple[str, int, str | None]:
     return outcome, running, None
 
 
+def engine_outcome(cap: EngineCapacity, max_model_len: int) -> str:
+    """SGLang / TRT-LLM / transformers in the same words: won't start when no KV memory is
+    left or one ``max_model_len`` request does not fit its pool, else whether its own running
+    limit fits at worst case."""
+    if cap.available_kv_bytes <= 0 or cap.max_total_tokens < max_model_len:
+        return WONT_START
+    if int(cap.max_concurrency) >= cap.max_running_requests:
+        return FITS_AT_WORST_CASE
+    return QUEUES_AT_WORST_CASE
+
+
 def wont_start_error(p: Plan) -> DoesNotFitError:
     """The one-line error for a plan whose settings won't start, with the change that starts
     (as data on the error: vLLM's estimated max_model_len, or the Mamba ceiling)."""
-    cap = p.vllm
+    cap, rec = p.vllm, p.recommended
     changes: list[dict[str, object] | str] = []
     if cap.estimated_max_model_len:
-        changes.append({"max_model_len": cap.estimated_max_model_len})
+        length = rec.max_model_len if rec else cap.estimated_max_model_len
+        changes.append({"max_model_len": length})
     elif cap.fits and cap.mamba_max_num_seqs:
         changes.append({"max_num_seqs": cap.mamba_max_num_seqs})
     hint = "; try " + as_flags(changes[0]) if changes and isinstance(changes[0], dict) else ""
+    if cap.estimated_max_model_len and rec and rec.max_model_len != cap.estimated_max_model_len:
+        hint += f" (or -1: vLLM fits {cap.estimated_max_model_len:,})"
     return DoesNotFitError(
         f"{p.estimate.model} won't start with these settings: "
         f"{(p.outcome_reason or '').rstrip('.')}{hint}",
@@ -111,14 +132,24 @@ class GridCell:
 
 @dataclass(frozen=True)
 class Recommended:
-    """The suggested settings (JSON ``recommended``): the largest ``max_num_seqs`` whose
-    sequences at ``max_model_len`` use at most 90 % of the usable blocks, capped by vLLM's
-    ``max_num_seqs`` (and by the Mamba blocks for hybrids).
+    """The suggested settings (JSON ``recommended``), labelled by what they rest on.
 
     Attributes:
-        kv_usage: what those sequences use of the usable blocks (0.9 at most).
-        reason: one sentence with the numbers ("N sequences of L tokens use U % of B KV
-            blocks"), saying when vLLM's ``max_num_seqs`` capped it.
+        basis: ``workload`` (a replay of the user's traffic chose ``max_num_seqs`` and maybe
+            ``gpu_memory_utilization``: :mod:`planner.advise`), ``worst_case`` (``--worst-case``:
+            the largest ``max_num_seqs`` whose requests all fit at ``max_model_len`` in 90 % of
+            the usable blocks) or ``engine_default`` (no traffic given: the user's
+            ``max_num_seqs``, else vLLM's default, kept as it is).
+        max_model_len: the user's, or when one request of it won't fit, vLLM's auto-fit
+            length (``auto_fit_max_model_len``, what ``--max-model-len -1`` picks) rounded
+            down to a multiple of 1,024 (at least 16 tokens less than that only when shorter).
+        kv_usage: what ``max_num_seqs`` requests at ``max_model_len`` would use of the usable
+            blocks (above 1 they do not all fit at once: the rest queue).
+        worst_case_running: how many of them run at once (vLLM's "Maximum concurrency",
+            rounded down, capped by ``max_num_seqs``).
+        preemptions, usage_p90, usage_max: with a workload, the replay these settings rest on
+            (None otherwise).
+        reason: one sentence with the numbers.
     """
 
     max_model_len: int
@@ -128,6 +159,12 @@ class Recommended:
     kv_cache_dtype: str
     kv_usage: float
     reason: str
+    basis: str = "engine_default"
+    worst_case_running: int = 0
+    auto_fit_max_model_len: int | None = None
+    preemptions: int | None = None
+    usage_p90: float | None = None
+    usage_max: float | None = None
 
 
 @dataclass(frozen=True)
@@ -158,12 +195,20 @@ class BlockSizeRow:
 class PrefixSharing:
     """Blocks prefix caching saves when ``requests`` share a ``shared_prefix_tokens`` prompt
     (JSON ``prefix_sharing``): only whole blocks are shared, so 800 tokens x 100 requests save
-    99 x 50 = 4,950 blocks of 16 tokens."""
+    99 x 50 = 4,950 blocks of 16 tokens.
+
+    ``running_without`` / ``running_with``: requests of ``max_model_len`` that fit the pool at
+    once without and with the shared blocks (the first request holds them all, each other
+    one holds only its own): Qwen2.5-7B, 6,274 usable blocks, 512 a request, 50 shared ->
+    12 without, 1 + (6,274 - 512) // 462 = 13 with.
+    """
 
     shared_prefix_tokens: int
     requests: int
     blocks_saved: int
     bytes_saved: int
+    running_without: int = 0
+    running_with: int = 0
 
 
 @dataclass(frozen=True)
@@ -202,6 +247,7 @@ class Plan:
     outcome: str = FITS_AT_WORST_CASE  # worst_case() of the user's own settings
     worst_case_running: int = 0
     outcome_reason: str | None = None  # why vLLM refuses to start (wont_start only)
+    advice: Advice | None = None  # what replaying the user's workload measured
 
 
 @dataclass(frozen=True)
@@ -215,14 +261,31 @@ class PlanOptions:
     requests: int = 100
     avg_tokens: int | None = None
     batch_sizes: Sequence[int] = (1, 8, 32)
+    workload: Workload | None = None  # the user's traffic: advice from replaying it
+    worst_case: bool = False  # recommend max_num_seqs so every request fits at max length
+    avg_prompt_tokens: int | None = None  # a workload from two averages (planner.advise)
+    avg_output_tokens: int | None = None
+    target_kv_usage: float = TARGET_KV_USAGE  # the peak usage the workload advice keeps under
 
     def __post_init__(self) -> None:
         for flag, value in (
             ("--requests", self.requests),
             ("--shared-prefix", self.shared_prefix_tokens),
             ("--avg-tokens", self.avg_tokens),
+            ("--avg-prompt-tokens", self.avg_prompt_tokens),
+            ("--avg-output-tokens", self.avg_output_tokens),
         ):
             positive_count(flag, value)
+        if (self.avg_prompt_tokens is None) != (self.avg_output_tokens is None):
+            raise UsageError("give --avg-prompt-tokens and --avg-output-tokens together")
+        if self.workload is not None and self.avg_prompt_tokens is not None:
+            raise UsageError(
+                "give a workload (-w) or --avg-prompt-tokens/--avg-output-tokens, not both"
+            )
+        if self.worst_case and (self.workload is not None or self.avg_prompt_tokens is not None):
+            raise UsageError("--worst-case ignores traffic; drop it or the workload")
+        if not 0 < self.target_kv_usage <= 1:
+            raise UsageError(f"--target-kv-usage must be in (0, 1], got {self.target_kv_usage}")
 
 
 # A plan when the user named no GPU, only a KV pool (--kv-cache-memory).
@@ -302,7 +365,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     )
     grid = _grid(at_length, capacity, options.grid_lens, length, cap.max_num_seqs)
     outcome, running, why = worst_case(cap)
-    recommended = _recommend(est, cap, s.gmu, s.max_num_seqs)
+    recommended, advice = _recommend(at_length, est, cap, options, capacity, est_at, weights)
     alternatives = _alternatives(at_length, est, capacity)
     assert est.vllm is not None
     avg = options.avg_tokens or max(1, length // 2)
@@ -310,8 +373,14 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     sharing = None
     if options.shared_prefix_tokens:
         requests, shared = options.requests, options.shared_prefix_tokens
-        saved = (requests - 1) * (shared // est.block_size) if requests > 1 else 0
-        sharing = PrefixSharing(shared, requests, saved, saved * est.vllm.bytes_per_block)
+        per = shared // est.block_size
+        saved = (requests - 1) * per if requests > 1 else 0
+        usable, bpr = max(cap.num_gpu_blocks - 1, 0), cap.blocks_per_request
+        own = max(bpr - min(per, bpr), 1)
+        with_ = 1 + (usable - bpr) // own if usable >= bpr else 0
+        sharing = PrefixSharing(
+            shared, requests, saved, saved * est.vllm.bytes_per_block, usable // bpr, with_
+        )
     naive = _naive(est, avg, recommended)
     target = recommended or Recommended(
         length, 1, s.gmu, est.block_size, est.kv_cache_dtype, 0.0, ""
@@ -320,6 +389,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     commands = engine_commands(
         spec.name,
         target,
+        vllm_default_max_num_seqs=vllm_batch_defaults(target.max_model_len, dep.gpu)[1],
         tp=s.tp,
         pp=s.pp,
         kv_cache_dtype=s.kv_cache_dtype.value,
@@ -329,10 +399,6 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     fp8 = est.kv_dtype_bytes == 1 and est.kv_cache_dtype.startswith("fp8")
     if fp8 or any("kv_cache_dtype" in a.changes for a in alternatives):
         notes.append(fp8_kv_caveat(dep.gpu))
-    if not weights.source == "safetensors":
-        notes.append(
-            f"weights {weights.detail}; exact sizes need a local dir or Hub access with safetensors"
-        )
     return Plan(
         est,
         gpu,
@@ -350,6 +416,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         outcome,
         running,
         why,
+        advice,
     )
 
 
@@ -435,26 +502,120 @@ def _default_lens(model_max: int, length: int) -> list[int]:
     return sorted(set(lens))[:7]
 
 
+def friendly_len(tokens: int) -> int:
+    """A length to type: rounded down to a multiple of 1,024 (16 below 2,048 tokens).
+    vLLM's auto-fit 28,112 -> 27,648."""
+    step = 1024 if tokens >= 2048 else 16
+    return max(tokens // step * step, min(tokens, 16))
+
+
+def worst_case_seqs(cap: VllmCapacity, target: float = TARGET_KV_USAGE) -> int:
+    """The most requests of ``max_model_len`` that fit at once in ``target`` of the usable
+    blocks (at least 1): 6,274 usable blocks, 512 a request, 90 % -> 11."""
+    return max(1, int(target * (cap.num_gpu_blocks - 1) // cap.blocks_per_request))
+
+
 def _recommend(
-    est: KVEstimate, cap: VllmCapacity, gmu: float, max_num_seqs: int | None
-) -> Recommended | None:
-    """Largest max_num_seqs whose sequences at max_model_len use <= 90 % of the KV blocks."""
+    dep: Deployment,
+    est: KVEstimate,
+    cap: VllmCapacity,
+    options: PlanOptions,
+    capacity: Callable[[Deployment, KVEstimate], VllmCapacity],
+    est_at: Callable[[int | None], KVEstimate],
+    weights: Weights,
+) -> tuple[Recommended | None, Advice | None]:
+    """What to set, and on what basis (:class:`Recommended`): first a change that makes the
+    settings start (vLLM's auto-fit length, or the Mamba ceiling), then ``max_num_seqs`` from
+    the workload, the worst case, or the engine's default kept."""
+    auto_fit = None
+    prefix = ""
+    users_seqs = dep.settings.max_num_seqs is not None
     if not cap.fits:
-        return None
+        if not cap.estimated_max_model_len:
+            return None, None
+        auto_fit = cap.estimated_max_model_len
+        length = friendly_len(auto_fit)
+        dep = dep.with_settings(max_model_len=length)
+        est = est_at(length)
+        cap = capacity(dep, est)
+        if not cap.fits:
+            return None, None
+        prefix = (
+            f"max_model_len {length:,}: the longest request that fits is {auto_fit:,} tokens "
+            "(what --max-model-len -1 picks), rounded down; "
+        )
+    if cap.mamba_max_num_seqs is not None and cap.max_num_seqs > cap.mamba_max_num_seqs:
+        dep = dep.with_settings(max_num_seqs=cap.mamba_max_num_seqs)
+        est = estimate(dep.spec, dep.settings, dep.gpu, batch_sizes=())
+        cap = capacity(dep, est)
+        prefix += (
+            f"max_num_seqs at most {cap.max_num_seqs:,}: one Mamba state block per running "
+            "sequence; "
+        )
+    gmu = dep.settings.gmu
     usable = cap.num_gpu_blocks - 1
-    seqs = int(TARGET_KV_USAGE * usable // cap.blocks_per_request)
-    ceiling = max_num_seqs or est.vllm.max_num_seqs if est.vllm else 256
-    if cap.mamba_max_num_seqs is not None:
-        ceiling = min(ceiling, cap.mamba_max_num_seqs)
-    seqs = max(1, min(seqs, ceiling))
-    usage = seqs * cap.blocks_per_request / usable
-    reason = (
-        f"{seqs} sequences of {est.max_model_len:,} tokens use {usage:.0%} of {usable:,} KV blocks"
-    )
-    if seqs == ceiling:
-        reason += f" (capped at max_num_seqs {ceiling})"
-    return Recommended(
-        est.max_model_len, seqs, gmu, est.block_size, est.kv_cache_dtype, round(usage, 4), reason
+    bpr = cap.blocks_per_request
+    advice = None
+    figures: dict[str, int | float] = {}
+    workload = options.workload
+    if workload is None and options.avg_prompt_tokens and options.avg_output_tokens:
+        from planner.advise import synthetic_workload
+
+        workload = synthetic_workload(
+            options.avg_prompt_tokens, options.avg_output_tokens, est.max_model_len
+        )
+    if workload is not None:
+        from planner.advise import advise
+
+        advice = advise(
+            dep, est, cap, weights, workload, target=options.target_kv_usage, capacity=capacity
+        )
+        r = advice.recommended
+        seqs, gmu, basis = r.max_num_seqs, r.gpu_memory_utilization, WORKLOAD
+        usable = r.num_gpu_blocks - 1
+        reason = advice.reason
+        if gmu != dep.settings.gmu:
+            reason += (
+                f"; gpu_memory_utilization {gmu:g} puts p90 usage in 80-90 % "
+                f"({r.num_gpu_blocks:,} blocks)"
+            )
+        figures = {"preemptions": r.preemptions, "usage_p90": r.usage_p90, "usage_max": r.usage_max}
+    elif options.worst_case:
+        ceiling = cap.max_num_seqs
+        seqs, basis = min(worst_case_seqs(cap), ceiling), WORST_CASE
+        usage = seqs * bpr / usable
+        reason = (
+            f"{seqs} sequences of {est.max_model_len:,} tokens use {usage:.0%} of {usable:,} "
+            "KV blocks"
+        )
+        if seqs == ceiling:
+            reason += f" (capped at max_num_seqs {ceiling})"
+    else:
+        seqs, basis = cap.max_num_seqs, ENGINE_DEFAULT
+        whose = "your" if users_seqs else "vLLM's default"
+        kept = "" if "Mamba" in prefix else f"{whose} max_num_seqs {seqs:,}, kept: "
+        running = min(seqs, usable // bpr)
+        reason = kept + (
+            f"with every request at {est.max_model_len:,} tokens {running:,} run at once "
+            f'(vLLM\'s "Maximum concurrency" {cap.max_concurrency:.2f}x), the rest queue'
+            if running < seqs
+            else f"all {seqs:,} fit at once even at {est.max_model_len:,} tokens each"
+        )
+    return (
+        Recommended(
+            est.max_model_len,
+            seqs,
+            gmu,
+            est.block_size,
+            est.kv_cache_dtype,
+            round(seqs * bpr / usable, 4),
+            prefix + reason,
+            basis=basis,
+            worst_case_running=min(seqs, usable // bpr),
+            auto_fit_max_model_len=auto_fit,
+            **figures,  # type: ignore[arg-type]
+        ),
+        advice,
     )
 
 
@@ -505,7 +666,7 @@ def _block_sizes(length: int, avg_tokens: int) -> list[BlockSizeRow]:
 def _naive(est: KVEstimate, avg_tokens: int, rec: Recommended | None) -> NaiveVsPaged:
     """Contiguous pre-allocation at max_model_len (transformers' static cache) vs paged blocks
     holding only what each sequence uses."""
-    seqs = rec.max_num_seqs if rec else 1
+    seqs = max(rec.worst_case_running, 1) if rec else 1  # the requests that fit at once
     per_token = est.kv_bytes_per_token
     naive = seqs * est.max_model_len * per_token
     used = min(avg_tokens, est.max_model_len)
@@ -542,6 +703,8 @@ class Report:
     estimate: KVEstimate
     plan: Plan | None
     gpu_table: list[GpuRow]
+    engine: EngineCapacity | None = None  # --engine sglang|trtllm|hf with a GPU: its plan
+    engine_outcome: str | None = None  # that engine's outcome (vocabulary of worst_case)
 
 
 def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool = True) -> Report:
@@ -555,7 +718,12 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
         dep = dep.on(detect_gpu())
     base = estimate(spec, s, dep.gpu, batch_sizes=options.batch_sizes)  # validates the flags
     if s.engine is not Engine.VLLM:
-        return Report(base, None, [])
+        if dep.gpu is None or s.kv_cache_memory_bytes is not None:
+            return Report(base, None, [])
+        # that engine on that GPU, next to vLLM's plan of the same deployment
+        vllm_plan = plan(dep.with_settings(engine=Engine.VLLM, block_size=None), options)
+        mine = next(e for e in vllm_plan.engines if e.engine == s.engine.value)
+        return Report(base, vllm_plan, [], mine, engine_outcome(mine, base.max_model_len))
     if dep.gpu is not None or s.kv_cache_memory_bytes is not None:
         the_plan = plan(dep, options)
         return Report(the_plan.estimate, the_plan, [])

@@ -495,7 +495,7 @@ MARKUP = [
             "--gpu",
             "l4",
         ],
-        "[bold]m[/] (",
+        "[bold]m[/] on l4",
         id="estimate-model-name",  # was: printed as a bold "m"
     ),
     pytest.param(

@@ -177,8 +177,9 @@ def test_v0_runtime_rules_pinned_and_prefix_off() -> None:
         gpu_memory_utilization=0.9,
         cuda_graph_bytes=0,
     )
-    assert p.recommended is not None
-    assert pinned.fix[0].startswith(f"fewer sequences: max_num_seqs {p.recommended.max_num_seqs} ")
+    # 90 % of the usable blocks over 512 blocks per 8,192-token request
+    fewer = int(0.9 * (p.vllm.num_gpu_blocks - 1) // 512)
+    assert pinned.fix[0].startswith(f"fewer sequences: max_num_seqs {fewer} ")
     assert any(fix.startswith("fp8 KV") for fix in pinned.fix)
     assert any("prefix" in fix for fix in pinned.fix)
     assert found["prefix-off"].fix[0] == "--enable-prefix-caching"

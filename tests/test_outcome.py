@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from planner.cli import app
 from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
-from tests.helpers import plan_for
+from tests.helpers import parse_command, plan_for
 
 runner = CliRunner()
 GIB = 1 << 30
@@ -84,11 +84,19 @@ def test_one_request_too_long_wont_start_and_exits_1() -> None:
     # and says so in one Error line with the change that starts: vLLM's estimate, 28,112
     [line] = result.stderr.splitlines()
     assert line.startswith("Error: meta-llama/Llama-3.1-8B won't start with these settings: ")
+    # the change: 28,112 rounded down to a multiple of 1,024 (27 x 1,024 = 27,648), and -1
     assert line.endswith(
         "the estimated maximum model length is 28112. Try increasing "
         "`gpu_memory_utilization` or decreasing `max_model_len` when "
-        "initializing the engine; try --max-model-len 28112"
+        "initializing the engine; try --max-model-len 27648 (or -1: vLLM fits 28,112)"
     )
+    rec = data["recommended"]
+    assert (rec["max_model_len"], rec["auto_fit_max_model_len"]) == (27_648, 28_112)
+    assert parse_command(data["commands"]["vllm"])["max-model-len"] == "27648"
+    shorter = runner.invoke(
+        app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "27648", "--json"]
+    )
+    assert shorter.exit_code == 0  # the printed command starts
     # the auto-fit length starts
     fitted = runner.invoke(
         app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "-1", "--json"]
@@ -138,10 +146,22 @@ def test_text_output_opens_the_plan_with_the_verdict() -> None:
         env={"COLUMNS": "80", "NO_COLOR": "1"},
     )
     assert result.exit_code == 0
-    assert (
-        "✓ Your settings: starts, queues at worst case: 12 of 32 requests of 8,192 tokens run "
-        "at once" in result.stdout
+    lines = result.stdout.splitlines()
+    # the verdict opens the output, the command follows within the first screenful lines
+    assert lines[1] == (
+        "✓ Starts, queues at worst case: 12 of 32 requests of 8,192 tokens run at once"
     )
+    assert lines[0].startswith("Qwen/Qwen2.5-7B-Instruct on custom (24.00 GiB), vLLM")
+    # 57,344 B = 56.0 KiB per token; 8,192 x 57,344 B = 448 MiB per request; 6,275 x 16 tokens
+    assert (
+        lines[2] == "  KV: 56.0 KiB/token, 448.00 MiB/request; pool 100,400 tokens = 6,275 blocks"
+    )
+    assert lines[3].startswith("Recommended (no workload given): keep max_model_len 8,192")
+    command = next(i for i, line in enumerate(lines) if "vllm serve" in line)
+    assert command <= 5
+    # the whole default output fits one 80 x 40 screen; lines never pass 80 columns
+    assert len(lines) <= 40
+    assert max(len(line) for line in lines) <= 80
 
 
 # vLLM 0.33 `vllm serve` flags the command may carry, with the value each takes (EngineArgs /

@@ -42,18 +42,45 @@ BIG_GPUS = ["l4", "rtx-4090", "l40s", "a100-80gb", "h100", "h200"]
 @given(
     st.sampled_from(MODELS), st.sampled_from(BIG_GPUS), st.sampled_from([2048, 4096, 8192, 16384])
 )
-def test_recommended_pair_always_fits(model: str, gpu: str, length: int) -> None:
+def test_worst_case_recommendation_always_fits(model: str, gpu: str, length: int) -> None:
     try:
-        p = on(model, gpu, max_model_len=length)
+        p = on(model, gpu, max_model_len=length, worst_case=True)
     except planner.DoesNotFitError:
         return  # weights alone do not fit: nothing to recommend
     rec = p.recommended
     if rec is None:
         assert not p.vllm.fits
         return
+    assert rec.basis == "worst_case"
+    if not p.vllm.fits:  # a shorter max_model_len is recommended first: it must start
+        p = on(model, gpu, max_model_len=rec.max_model_len, worst_case=True)
+        assert p.outcome != "wont_start" and p.recommended is not None
+        assert p.recommended.max_num_seqs == rec.max_num_seqs
+        rec = p.recommended
     # the recommended number of full-length sequences fits in the blocks vLLM hands out
     assert rec.max_num_seqs * p.vllm.blocks_per_request <= p.vllm.num_gpu_blocks - 1
     assert rec.kv_usage <= 0.9 or rec.max_num_seqs == 1
+    assert rec.worst_case_running == rec.max_num_seqs
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from(MODELS), st.sampled_from(BIG_GPUS), st.sampled_from([2048, 4096, 8192, 16384])
+)
+def test_without_traffic_vllms_max_num_seqs_is_kept(model: str, gpu: str, length: int) -> None:
+    try:
+        p = on(model, gpu, max_model_len=length)
+    except planner.DoesNotFitError:
+        return
+    rec = p.recommended
+    if rec is None or not p.vllm.fits:
+        return
+    # the engine's default is kept, and the worst case is stated as vLLM's concurrency
+    assert rec.basis == "engine_default"
+    assert rec.max_num_seqs == p.vllm.max_num_seqs
+    usable = p.vllm.num_gpu_blocks - 1
+    assert rec.worst_case_running == min(rec.max_num_seqs, usable // p.vllm.blocks_per_request)
+    assert "--max-num-seqs" not in p.commands["vllm"]  # vLLM's default is vLLM's to pick
 
 
 @pytest.mark.parametrize(
@@ -100,9 +127,9 @@ def test_seed_table_qwen25_7b_on_24gib() -> None:
 
 @pytest.mark.parametrize("model", ["llama-3.1-8b", "deepseek-v2-lite", "gemma-2-9b"])
 def test_commands_round_trip_through_the_flag_parser(model: str) -> None:
-    p = on(model, "h100", max_model_len=8192, kv_cache_dtype=planner.KVDtype.FP8)
+    p = on(model, "h100", max_model_len=8192, kv_cache_dtype=planner.KVDtype.FP8, max_num_seqs=64)
     rec = p.recommended
-    assert rec is not None
+    assert rec is not None and rec.max_num_seqs == 64  # the user's own value, kept
     vllm = parse_command(p.commands["vllm"])
     assert vllm == {
         "model": p.estimate.model,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from planner.simulate.workload import Workload
 
 from planner.cli._options import (
     BatchedTokensOpt,
@@ -80,6 +83,50 @@ AvgTokensOpt = Annotated[
         show_default=False,
     ),
 ]
+WorkloadOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--workload",
+        "-w",
+        help="Your traffic: a JSONL trace or YAML spec, as `kvplan simulate` takes. "
+        "max_num_seqs (and gpu_memory_utilization) are then recommended from replaying it.",
+        show_default=False,
+    ),
+]
+AvgPromptOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--avg-prompt-tokens",
+        help="Average prompt length: with --avg-output-tokens, advice from a synthetic "
+        "workload of 1,000 requests around these means.",
+        show_default=False,
+    ),
+]
+AvgOutputOpt = Annotated[
+    int | None,
+    typer.Option("--avg-output-tokens", help="Average output length.", show_default=False),
+]
+TargetUsageOpt = Annotated[
+    float,
+    typer.Option(
+        "--target-kv-usage",
+        help="Peak KV usage the workload advice keeps under, with no preemptions.",
+    ),
+]
+WorstCaseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--worst-case",
+        help="Recommend the max_num_seqs whose requests all fit at once at max_model_len "
+        "(no queueing even when every request is that long).",
+    ),
+]
+DetailsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--details", help="Also the layer and block-group tables, batch examples, trade-offs."
+    ),
+]
 
 
 def estimate(
@@ -107,10 +154,21 @@ def estimate(
     revision: RevisionOpt = None,
     offline: OfflineOpt = False,
     enable_prefix_caching: PrefixOpt = True,
+    workload: WorkloadOpt = None,
+    avg_prompt_tokens: AvgPromptOpt = None,
+    avg_output_tokens: AvgOutputOpt = None,
+    target_kv_usage: TargetUsageOpt = 0.9,
+    worst_case: WorstCaseOpt = False,
+    details: DetailsOpt = False,
     json_: JsonOpt = False,
 ) -> None:
     """KV-cache bytes per token and per sequence for MODEL, per GPU rank; with a GPU, what
     vLLM will report at startup, what happens with your settings and what to set.
+
+    The first lines answer: the outcome of your settings (won't start / starts, queues at
+    worst case / fits at worst case), KV per token and request, what to set and the command.
+    Without traffic (-w, or --avg-prompt-tokens/--avg-output-tokens) your max_num_seqs, or
+    vLLM's default, is kept and its worst case stated.
 
     Exit code 0: vLLM starts with these settings (it may queue at worst case); 1: it won't
     start (weights, one --max-model-len request, or Mamba blocks < --max-num-seqs; try
@@ -118,11 +176,14 @@ def estimate(
 
     \b
     Examples:
+      kvplan estimate qwen2.5-7b --gpu rtx-4090 -w examples/workloads/chat.yaml
+      kvplan estimate llama-3.1-8b --gpu l4 --max-model-len -1
       kvplan estimate Qwen/Qwen3-8B --tp 2 --kv-cache-dtype fp8 --max-model-len 32768
       kvplan estimate qwen2.5-7b --gpu rtx-4090 --grid
       kvplan estimate qwen3-14b --kv-cache-memory 6.51GiB --max-model-len 32768
     """
     from planner.deployment import Deployment
+    from planner.errors import DoesNotFitError
     from planner.model.load import load_model
     from planner.recommend import PlanOptions, report, wont_start_error
     from planner.render import estimate as render
@@ -149,10 +210,29 @@ def estimate(
             requests=requests,
             avg_tokens=avg_tokens,
             batch_sizes=_batch_sizes(batch),
+            workload=_load(workload) if workload is not None else None,
+            avg_prompt_tokens=avg_prompt_tokens,
+            avg_output_tokens=avg_output_tokens,
+            target_kv_usage=target_kv_usage,
+            worst_case=worst_case,
         )
         gpu_ = _gpu_arg(gpu, gpu_memory)
         loaded = load_model(model, revision=revision, offline=offline or None)
         result = report(Deployment(model=loaded, gpu=gpu_, settings=settings), options)
-        render.report(result, as_json=json_, show_grid=grid)
-        if result.plan is not None and result.plan.outcome == "wont_start":
+        render.report(result, as_json=json_, show_grid=grid, details=details)
+        if result.engine is not None:
+            if result.engine_outcome == "wont_start":
+                raise DoesNotFitError(
+                    f"{result.estimate.model} won't start on {result.engine.engine} with these "
+                    f"settings: {result.engine.max_total_tokens:,} KV tokens for "
+                    f"{result.estimate.max_model_len:,}-token requests; try a smaller "
+                    "--max-model-len, --kv-cache-dtype fp8 or more --tp"
+                )
+        elif result.plan is not None and result.plan.outcome == "wont_start":
             raise wont_start_error(result.plan)  # after the plan: it says why, then exit 1
+
+
+def _load(path: str) -> Workload:
+    from planner.simulate.workload import load_workload  # only with a workload
+
+    return load_workload(path)

@@ -285,8 +285,10 @@ def _usage_findings(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Find
     lines = [n for n in (log.lines.get("kv_usage_first"), log.lines.get("preemption_first")) if n]
     if pinned:
         fix = []
-        if p is not None and p.recommended is not None:
-            fewer = {"max_num_seqs": p.recommended.max_num_seqs}
+        if p is not None and p.vllm.fits:
+            from planner.recommend import worst_case_seqs
+
+            fewer = {"max_num_seqs": worst_case_seqs(p.vllm)}
             fix.append(
                 f"fewer sequences: {as_named(fewer)} keeps "
                 f"{p.estimate.max_model_len:,}-token requests at ~90 % of the blocks"

@@ -26,9 +26,10 @@ def estimate_dict(est: KVEstimate) -> dict[str, Any]:
     return data
 
 
-def estimate(est: KVEstimate, *, as_json: bool = False) -> None:
+def estimate(est: KVEstimate, *, as_json: bool = False, warn: bool = True) -> None:
     """Print an estimate: header, per-kind table, totals, vLLM layout, batch examples."""
-    warnings_(est.warnings)
+    if warn:
+        warnings_(est.warnings)
     if as_json:
         write_out(to_json(estimate_dict(est)))
         return
@@ -160,6 +161,13 @@ def report_dict(rep: Report) -> dict[str, Any]:
     p = rep.plan
     if p is None:
         return data
+    if rep.engine is not None:
+        # --engine sglang|trtllm|hf on a GPU: that engine's plan; the rest is vLLM's, compared
+        data["engine_plan"] = {
+            **asdict(rep.engine),
+            "outcome": rep.engine_outcome,
+            "command": p.commands.get(rep.engine.engine),
+        }
     cap = p.vllm
     data.update(
         gpu={"name": p.gpu.name, "memory_bytes": p.gpu.memory_bytes, "source": p.gpu.source},
@@ -193,6 +201,7 @@ def report_dict(rep: Report) -> dict[str, Any]:
         prefix_sharing=asdict(p.prefix_sharing) if p.prefix_sharing else None,
         naive_vs_paged=asdict(p.naive_vs_paged),
         commands=p.commands,
+        workload=_advice_dict(p),
         plan_notes=p.notes,
         estimates_note=(
             "weights are exact only from safetensors headers; activation, non-torch and "
@@ -203,17 +212,55 @@ def report_dict(rep: Report) -> dict[str, Any]:
     return data
 
 
-def report(rep: Report, *, as_json: bool = False, show_grid: bool = False) -> None:
-    """Print ``kvplan estimate``: the KV estimate, then the plan or the GPU table."""
+def _advice_dict(p: Plan) -> dict[str, Any] | None:
+    """JSON ``workload``: the replay behind a workload-based recommendation."""
+    a = p.advice
+    if a is None:
+        return None
+    return {
+        "name": a.name,
+        "source": a.source,
+        "requests": a.requests,
+        "rejected": a.rejected,
+        "arrivals": "all at once (saturation)",
+        "target_usage": a.target_usage,
+        "max_num_seqs_ceiling": a.ceiling,
+        "recommended": asdict(a.recommended),
+        "next_up": asdict(a.next_up) if a.next_up else None,
+        "yours": asdict(a.yours),
+    }
+
+
+def report(
+    rep: Report, *, as_json: bool = False, show_grid: bool = False, details: bool = False
+) -> None:
+    """Print ``kvplan estimate``. With a GPU the verdict comes first (the outcome of the
+    user's settings, KV per token and request, the recommendation and its command), then the
+    budget, what vLLM would log, what changes buy and the other engines; the layer tables and
+    trade-offs follow with ``details``. Without one: the estimate, then the GPU table."""
     if as_json:
         warnings_(rep.estimate.warnings)
         write_out(to_json(report_dict(rep)))
         return
-    estimate(rep.estimate)
-    if rep.gpu_table:
-        _gpu_table(rep)
-    if rep.plan is not None:
-        _plan(rep.plan, show_grid)
+    if rep.plan is None:
+        estimate(rep.estimate)
+        if rep.gpu_table:
+            _gpu_table(rep)
+        return
+    warnings_(rep.estimate.warnings)
+    if rep.engine is not None:
+        _engine_plan(rep)
+    _plan(rep.plan, show_grid, compared=rep.engine is not None)
+    if details:
+        console().print()
+        estimate(rep.estimate, warn=False)
+        _tradeoffs(rep.plan)
+        if rep.plan.engines:
+            _other_commands(rep.plan)
+    else:
+        console().print(
+            "[dim]--details: layer tables, trade-offs, other engines' commands; --json: all.[/]"
+        )
 
 
 def _gpu_table(rep: Report) -> None:
@@ -251,62 +298,136 @@ def outcome_text(outcome: str, running: int, max_num_seqs: int, max_model_len: i
     return f"fits at worst case: all {requests} run at once"
 
 
-def _plan(p: Plan, show_grid: bool) -> None:
-    from rich.table import Table
+def wrap_command(command: str, width: int = 80) -> list[str]:
+    """``command`` as shell lines of at most ``width`` columns (a flag stays with its value),
+    joined by `` \\`` continuations: pasted into a shell it is the same command. A single
+    token longer than the width gets a line of its own, whole."""
+    import shlex
 
+    tokens = shlex.split(command)
+    words: list[str] = []
+    for token in tokens:
+        quoted = shlex.quote(token)
+        if words and words[-1].startswith("--") and not token.startswith("--"):
+            words[-1] += " " + quoted
+        else:
+            words.append(quoted)
+    lines: list[str] = []
+    line = ""
+    for word in words:
+        if line and len(line) + 1 + len(word) + 2 > width:
+            lines.append(line + " \\")
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line else word
+    lines.append(line)
+    return lines
+
+
+ENGINE_NAMES = {"sglang": "SGLang", "trtllm": "TensorRT-LLM", "hf": "transformers"}
+
+
+def _engine_plan(rep: Report) -> None:
+    """``--engine sglang|trtllm|hf`` with a GPU: that engine's plan first, vLLM's after."""
+    e, p, est = rep.engine, rep.plan, rep.estimate
+    assert e is not None and p is not None
     out = console()
-    cap = p.vllm
+    out.print(
+        f"[bold]{_user(est.model)}[/] on {_user(p.gpu.name)} "
+        f"({fmt_bytes(p.gpu.memory_bytes)}), {ENGINE_NAMES[e.engine]}, "
+        f"TP {est.tensor_parallel_size}, KV {est.kv_cache_dtype}"
+    )
+    mark = "✗" if rep.engine_outcome == "wont_start" else "✓"
+    words = {
+        "wont_start": "Won't start",
+        "queues_at_worst_case": "Starts, queues at worst case",
+        "fits_at_worst_case": "Fits at worst case",
+    }[rep.engine_outcome or "wont_start"]
+    out.print(
+        f"{mark} {words}: {int(e.max_concurrency):,} of {e.max_running_requests:,} running "
+        f"requests fit at {est.max_model_len:,} tokens each",
+        markup=False,
+    )
+    knob = f"{e.setting.replace('=', ' ')}: " if e.fraction is not None else ""
+    out.print(
+        f"  {knob}{fmt_bytes(max(e.available_kv_bytes, 0))} of KV = "
+        f"{e.max_total_tokens:,} tokens; KV {fmt_bytes(est.kv_bytes_per_token)}/token",
+        markup=False,
+    )
+    out.print(f"  [dim]model: {_user(e.note)}[/]")
+    command = p.commands.get(e.engine)
+    if command:
+        for line in wrap_command(command):
+            out.print(f"  {line}", markup=False, soft_wrap=True)
     out.print()
+    out.print("[bold]vLLM on the same GPU, for comparison:[/]")
+
+
+def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
+    out = console()
+    cap, est, rec = p.vllm, p.estimate, p.recommended
+    where = (
+        f"{p.gpu.name} ({fmt_bytes(p.gpu.memory_bytes)})"
+        if p.gpu.memory_bytes
+        else f"a {fmt_bytes(cap.available_kv_bytes)} KV pool"
+    )
+    out.print(
+        f"[bold]{_user(est.model)}[/] on {_user(where)}, vLLM, TP {est.tensor_parallel_size}"
+        + (f", PP {est.pipeline_parallel_size}" if est.pipeline_parallel_size > 1 else "")
+        + f", KV {est.kv_cache_dtype}"
+    )
     verdict = outcome_text(p.outcome, p.worst_case_running, cap.max_num_seqs, cap.max_model_len)
     mark = "✗" if p.outcome == "wont_start" else "✓"
-    out.print(f"{mark} Your settings: {verdict}", markup=False, soft_wrap=True)
-    if p.outcome_reason and p.outcome_reason != cap.error:
-        out.print(f"  {p.outcome_reason}", markup=False, soft_wrap=True)
-    if p.gpu.memory_bytes:
-        out.print(
-            f"[bold]vLLM on {p.gpu.name}[/] — {fmt_bytes(p.gpu.memory_bytes)} as the driver "
-            f"reports it; gpu_memory_utilization {cap.gpu_memory_utilization} → "
-            f"{fmt_bytes(cap.requested_bytes)} requested"
+    out.print(f"{mark} {verdict[0].upper()}{verdict[1:]}", markup=False)
+    if p.outcome_reason:
+        out.print(f"  {_short_reason(p)}", markup=False)
+    out.print(
+        f"  KV: {fmt_bytes(est.kv_bytes_per_token)}/token, {fmt_bytes(est.request_bytes)}/"
+        f"request; pool {max(cap.kv_cache_size_tokens, 0):,} tokens = "
+        f"{cap.num_gpu_blocks:,} blocks",
+        markup=False,
+    )
+    if rec:
+        basis = {
+            "workload": "from your workload",
+            "worst_case": "every request fits at worst case",
+            "engine_default": "no workload given",
+        }[rec.basis]
+        flags = f"max_model_len {rec.max_model_len:,} · max_num_seqs {rec.max_num_seqs:,}"
+        if rec.gpu_memory_utilization != cap.gpu_memory_utilization:
+            flags += f" · gpu_memory_utilization {rec.gpu_memory_utilization:g}"
+        unchanged = (
+            rec.basis == "engine_default"
+            and rec.max_model_len == cap.max_model_len
+            and rec.max_num_seqs == cap.max_num_seqs
         )
-        free = p.gpu.memory_bytes - cap.requested_bytes
-        parts = [
-            ("weights", cap.weights_bytes),
-            ("activation", cap.activation_peak_bytes),
-            ("overhead", cap.non_torch_bytes + cap.cuda_graph_bytes + cap.headroom_bytes),
-            ("KV cache", max(cap.available_kv_bytes, 0)),
-            ("not requested", free),
-        ]
-        out.print("  [" + _bar(parts, p.gpu.memory_bytes) + "]", markup=False)
-        out.print("   " + "  ".join(f"{c} {label}" for label, c in BAR_CHARS.items()), markup=False)
-        legend = Table(box=None, show_header=False, pad_edge=False)
-        legend.add_column()
-        legend.add_column(justify="right")
-        legend.add_column()
-        rows = [
-            ("weights", cap.weights_bytes, f"{p.weights.source}: {p.weights.detail}"),
-            (
-                "activation peak",
-                cap.activation_peak_bytes,
-                f"estimate, profile run of {cap.max_num_batched_tokens:,} tokens",
-            ),
-            ("non-torch", cap.non_torch_bytes, "estimate (cuBLAS/NCCL)"),
-            (
-                "CUDA graphs",
-                cap.cuda_graph_bytes,
-                "estimate (--cuda-graph-memory, --enforce-eager)",
-            ),
-        ]
-        if cap.headroom_bytes:
-            rows.append(("headroom", cap.headroom_bytes, "--headroom"))
-        rows.append(("KV cache", cap.available_kv_bytes, "what is left for blocks"))
-        for label, size, why in rows:
-            legend.add_row(f"  {label}", fmt_bytes(size), f"[dim]{_user(why)}[/]")
-        out.print(legend)
+        out.print(f"[bold]Recommended[/] ({basis}): {'keep ' if unchanged else ''}{flags}")
+        if not unchanged:
+            out.print(f"  {rec.reason}", markup=False)
+        if rec.basis == "engine_default":
+            out.print(
+                "  traffic advice: -w TRACE, or --avg-prompt-tokens N --avg-output-tokens M",
+                markup=False,
+            )
+    elif p.outcome == "wont_start":
+        out.print("[bold]Recommended:[/] none on this GPU; see the error below", markup=False)
+    for line in wrap_command(p.commands["vllm"]):
+        out.print(f"  {line}", markup=False, soft_wrap=True)
+    if p.advice is not None:
+        y = p.advice.yours
+        out.print(
+            f"  your max_num_seqs {y.max_num_seqs:,} on this workload: peak "
+            f"{y.usage_max:.0%} of the KV blocks, {y.preemptions:,} preemptions",
+            markup=False,
+        )
+    out.print()
+    if p.gpu.memory_bytes:
+        _budget(p)
     else:
         out.print(f"[bold]vLLM with --kv-cache-memory {fmt_bytes(cap.available_kv_bytes)}[/]")
     out.print("[bold]vLLM would log:[/]")
     for line in cap.log_lines:
-        out.print(f"  {line}", soft_wrap=True, markup=False)
+        out.print(f"  {line}", markup=False)
     out.print(
         f"  ({cap.num_gpu_blocks:,} blocks of {fmt_bytes(cap.bytes_per_block)}; "
         f"{cap.blocks_per_request:,} blocks per request)"
@@ -318,54 +439,123 @@ def _plan(p: Plan, show_grid: bool) -> None:
         )
     if show_grid:
         _grid(p)
-    rec = p.recommended
-    if rec:
-        out.print(
-            f"[bold]Recommended:[/] max_model_len {rec.max_model_len:,}, max_num_seqs "
-            f"{rec.max_num_seqs} — {rec.reason}"
-        )
+    if p.alternatives:
+        out.print("[bold]What changes buy[/] (requests of max_model_len at once):")
     for alt in p.alternatives:
-        verdict = f"{alt.max_concurrency:.2f}x concurrency" if alt.fits else "still does not fit"
-        out.print(f"  with {alt.change}: {verdict} ({alt.num_gpu_blocks:,} blocks)")
+        verdict = f"{alt.max_concurrency:.2f}x" if alt.fits else "still won't start"
+        out.print(f"  {alt.change}: {verdict} ({alt.num_gpu_blocks:,} blocks)", markup=False)
+    if p.prefix_sharing:
+        _prefix_sharing(p)
     if p.engines:
-        table = Table(title="Other engines on this GPU", title_justify="left")
-        for col in ("engine", "setting", "KV memory", "KV tokens", "requests at max length"):
-            table.add_column(col, justify="left" if col in ("engine", "setting") else "right")
+        out.print(
+            f"[bold]Other engines on this GPU[/] (KV memory · tokens · requests of "
+            f"{est.max_model_len:,} at once; --details: their commands):"
+        )
         for e in p.engines:
-            table.add_row(
-                e.engine,
-                e.setting,
-                fmt_bytes(max(e.available_kv_bytes, 0)),
-                f"{e.max_total_tokens:,}",
-                f"{e.max_concurrency:.2f}",
+            knob = f"  ({e.setting.replace('=', ' ')})" if e.fraction is not None else ""
+            out.print(
+                f"  {e.engine:7} {fmt_bytes(max(e.available_kv_bytes, 0))} · "
+                f"{e.max_total_tokens:,} · {e.max_concurrency:.2f}{knob}",
+                markup=False,
             )
-        out.print(table)
+    for note in p.notes:
+        out.print(f"[dim]note: {_user(note)}[/]")
+    out.print(
+        "[dim]Activation, non-torch and CUDA-graph terms are estimates (`kvplan verify --gpu` "
+        "measures them); weights are exact only from safetensors headers.[/]"
+    )
+
+
+def _other_commands(p: Plan) -> None:
+    out = console()
+    out.print("[bold]Other engines' commands:[/]")
+    for name, command in p.commands.items():
+        if name == "vllm":
+            continue
+        for i, line in enumerate(wrap_command(command)):
+            out.print(f"  {name if i == 0 else '':7} {line}", markup=False, soft_wrap=True)
+
+
+def _short_reason(p: Plan) -> str:
+    """vLLM's refusal, without the advice vLLM appends (kvplan's own follows)."""
+    reason = p.outcome_reason or ""
+    return reason.split(" Try increasing")[0]
+
+
+def _budget(p: Plan) -> None:
+    from rich.table import Table
+
+    out = console()
+    cap = p.vllm
+    out.print(
+        f"[bold]vLLM's budget[/]: {fmt_bytes(p.gpu.memory_bytes)} × gpu_memory_utilization "
+        f"{cap.gpu_memory_utilization:g} = {fmt_bytes(cap.requested_bytes)}"
+    )
+    free = p.gpu.memory_bytes - cap.requested_bytes
+    parts = [
+        ("weights", cap.weights_bytes),
+        ("activation", cap.activation_peak_bytes),
+        ("overhead", cap.non_torch_bytes + cap.cuda_graph_bytes + cap.headroom_bytes),
+        ("KV cache", max(cap.available_kv_bytes, 0)),
+        ("not requested", free),
+    ]
+    out.print("  [" + _bar(parts, p.gpu.memory_bytes) + "]", markup=False)
+    out.print("   " + "  ".join(f"{c} {label}" for label, c in BAR_CHARS.items()), markup=False)
+    legend = Table(box=None, show_header=False, pad_edge=False)
+    legend.add_column(no_wrap=True)
+    legend.add_column(justify="right", no_wrap=True)
+    legend.add_column()
+    rows = [
+        ("weights", cap.weights_bytes, f"{p.weights.source}: {p.weights.detail}"),
+        (
+            "activation peak",
+            cap.activation_peak_bytes,
+            f"estimate, profile run of {cap.max_num_batched_tokens:,} tokens",
+        ),
+        ("non-torch", cap.non_torch_bytes, "estimate (cuBLAS/NCCL)"),
+        ("CUDA graphs", cap.cuda_graph_bytes, "estimate (--cuda-graph-memory, --enforce-eager)"),
+    ]
+    if cap.headroom_bytes:
+        rows.append(("headroom", cap.headroom_bytes, "--headroom"))
+    rows.append(("KV cache", cap.available_kv_bytes, "what is left for blocks"))
+    for label, size, why in rows:
+        legend.add_row(f"  {label}", fmt_bytes(size), f"[dim]{_user(why)}[/]")
+    out.print(legend)
+
+
+def _prefix_sharing(p: Plan) -> None:
+    """What prefix caching buys, as requests running at once."""
+    ps, cap = p.prefix_sharing, p.vllm
+    assert ps is not None
+    out = console()
+    out.print(
+        f"[bold]Prefix sharing[/]: {ps.requests:,} requests × a shared "
+        f"{ps.shared_prefix_tokens:,}-token prefix save {ps.blocks_saved:,} blocks "
+        f"({fmt_bytes(ps.bytes_saved)})",
+        markup=False,
+    )
+    if ps.running_without and ps.running_with != ps.running_without:
+        out.print(
+            f"  with it {ps.running_with:,} requests of {cap.max_model_len:,} tokens run at "
+            f"once instead of {ps.running_without:,}",
+            markup=False,
+        )
+
+
+def _tradeoffs(p: Plan) -> None:
+    out = console()
     nv = p.naive_vs_paged
     out.print(
         f"Naive contiguous cache for {nv.sequences} sequences: {fmt_bytes(nv.naive_bytes)}; "
         f"paged at {nv.avg_tokens:,} tokens each: {fmt_bytes(nv.paged_bytes)} "
         f"({nv.waste_pct:.0f}% of the naive cache would be empty)"
     )
-    bs = ", ".join(
-        f"{b.block_size}: {b.fragmentation_pct:.2f}% waste, {b.block_table_entries:,} table entries"
-        for b in p.block_sizes
-    )
-    out.print(f"Block size trade-off (at {nv.avg_tokens:,} tokens/request): {bs}")
-    if p.prefix_sharing:
-        ps = p.prefix_sharing
+    out.print(f"Block size trade-off (at {nv.avg_tokens:,} tokens/request):")
+    for b in p.block_sizes:
         out.print(
-            f"Prefix sharing: {ps.requests} requests × {ps.shared_prefix_tokens:,}-token "
-            f"prefix → {ps.blocks_saved:,} blocks ({fmt_bytes(ps.bytes_saved)}) saved"
+            f"  block {b.block_size}: {b.fragmentation_pct:.2f}% waste, "
+            f"{b.block_table_entries:,} table entries"
         )
-    out.print("[bold]Commands:[/]")
-    for name, command in p.commands.items():
-        out.print(f"  {name:7} {command}", soft_wrap=True, markup=False)
-    for note in p.notes:
-        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
-    out.print(
-        "[dim]Weights are exact only from safetensors headers; activation, non-torch and "
-        "CUDA-graph figures are estimates — `kvplan verify --gpu` measures them.[/]"
-    )
 
 
 def _grid(p: Plan) -> None:

@@ -11,8 +11,9 @@ server reaches at its busiest. :func:`advise` then picks
   (default 90 % of the usable blocks) with no preemptions;
 - ``gpu_memory_utilization``: unchanged, unless even that ``max_num_seqs`` leaves the pool
   under-used (p90 usage below 80 %, which happens when the ``max_num_seqs`` ceiling, not the
-  pool, is the limit): then the smallest utilisation, in steps of 0.01, whose pool puts p90
-  usage back in 80-90 % and still replays the workload with no preemptions. An explicit KV
+  pool, is the limit): then the smallest utilisation, in steps of 0.01, that still replays
+  the workload with no preemptions and peak usage under the target, which puts p90 usage
+  in 80-90 % unless a 0.01 step of the GPU is a large share of the pool. An explicit KV
   pool (``--kv-cache-memory``) is never resized.
 
 Only this module imports the simulator; ``kvplan estimate`` imports it only with a workload.
@@ -84,7 +85,7 @@ class Advice:
         r = self.recommended
         text = (
             f"replaying {self.name} ({self.requests:,} requests, all waiting at once): "
-            f"max_num_seqs {r.max_num_seqs:,} peaks at {r.usage_max:.0%} of the KV blocks "
+            f"max_num_seqs {r.max_num_seqs:,} peaks at {r.usage_max:.1%} of the KV blocks "
             f"(p90 {r.usage_p90:.0%}) with {r.preemptions:,} preemptions"
         )
         if self.next_up is not None:
@@ -250,13 +251,15 @@ def _shrink(
     est: KVEstimate,
     dep: Deployment,
 ) -> Replay:
-    """The smallest utilisation (0.01 steps) whose pool puts ``best``'s p90 usage in the band
-    and still passes ``ok``; ``best`` itself when none below the current one does."""
+    """The smallest utilisation (0.01 steps) whose pool still passes ``ok`` (no preemptions,
+    peak under the target), starting from the one that puts p90 usage at 90 %: p90 lands in
+    80-90 % unless one 0.01 step of the GPU is a large share of the pool. ``best`` itself
+    when no utilisation below the current one passes."""
     assert dep.gpu is not None and est.vllm is not None
     usable = best.num_gpu_blocks - 1
     p90_blocks = best.usage_p90 * usable
-    mid = (P90_BAND[0] + P90_BAND[1]) / 2
-    want_blocks = max(math.ceil(p90_blocks / mid), cap.blocks_per_request) + 1
+    # the smallest pool that puts p90 at the top of the band; then up until the replay passes
+    want_blocks = max(math.ceil(p90_blocks / P90_BAND[1]), cap.blocks_per_request) + 1
     non_kv = cap.requested_bytes - cap.available_kv_bytes
     total = dep.gpu.memory_bytes
     gmu = math.ceil(100 * (non_kv + want_blocks * est.vllm.bytes_per_block) / total) / 100

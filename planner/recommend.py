@@ -576,8 +576,8 @@ def _recommend(
         reason = advice.reason
         if gmu != dep.settings.gmu:
             reason += (
-                f"; gpu_memory_utilization {gmu:g} puts p90 usage in 80-90 % "
-                f"({r.num_gpu_blocks:,} blocks)"
+                f"; the pool is more than that needs: gpu_memory_utilization {gmu:g} "
+                f"({r.num_gpu_blocks:,} blocks) puts p90 usage at {r.usage_p90:.0%}"
             )
         figures = {"preemptions": r.preemptions, "usage_p90": r.usage_p90, "usage_max": r.usage_max}
     elif options.worst_case:

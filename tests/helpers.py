@@ -215,22 +215,13 @@ def check_config_file(text: str, table: OptionTable) -> dict[str, dict[str, obje
 
 
 def parse_command(command: str) -> dict[str, str]:
-    """Parse an engine command back into {flag: value} (used to check the emitted commands)."""
-    words = shlex.split(command)
-    out: dict[str, str] = {}
-    if words[:2] == ["vllm", "serve"]:
-        out["model"], rest = words[2], words[3:]
-    elif words[:3] == ["python", "-m", "sglang.launch_server"]:
-        rest = words[3:]
-    elif words[:1] == ["trtllm-serve"]:
-        out["model"], rest = words[1], words[2:]
-    else:
-        raise ValueError(f"not an engine command: {command}")
-    it = iter(rest)
-    for flag in it:
-        if not flag.startswith("--"):
-            raise ValueError(f"unexpected argument {flag!r}")
-        out[flag[2:]] = next(it)
+    """An engine command back into {option without dashes: value as written}, checked against
+    its engine's option table (:func:`check_command`); a flag reads "true", its negation
+    "false", SGLang's ``model-path`` is ``model``."""
+    out = {
+        name.lstrip("-"): str(value).lower() if isinstance(value, bool) else str(value)
+        for name, value in check_command(command).items()
+    }
     if "model-path" in out:
         out["model"] = out.pop("model-path")
     return out

@@ -193,6 +193,7 @@ def report_dict(rep: Report) -> dict[str, Any]:
         prefix_sharing=asdict(p.prefix_sharing) if p.prefix_sharing else None,
         naive_vs_paged=asdict(p.naive_vs_paged),
         commands=p.commands,
+        command_files=p.command_files,
         plan_notes=p.notes,
         estimates_note=(
             "weights are exact only from safetensors headers; activation, non-torch and "
@@ -360,6 +361,9 @@ def _plan(p: Plan, show_grid: bool) -> None:
     out.print("[bold]Commands:[/]")
     for name, command in p.commands.items():
         out.print(f"  {name:7} {command}", soft_wrap=True, markup=False)
+    for name, text in p.command_files.items():  # a heredoc that writes it, to paste first
+        out.print(f"  {name}, read by a command above; write it first:", markup=False)
+        out.print(f"cat > {name} <<'EOF'\n{text}EOF", soft_wrap=True, markup=False)
     for note in p.notes:
         out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
     out.print(

@@ -1,17 +1,90 @@
-"""Ready-to-paste engine commands for a plan, each flag spelled as that engine's parser takes it."""
+"""Ready-to-paste engine commands for a plan, each option spelled exactly as that engine's parser
+names it (no abbreviations: SGLang's argparse would read ``--pp`` as ambiguous), each value one the
+engine takes, and each number the one kvplan's figures for that engine assumed.
+
+The options and values are checked against option tables read from the engines' sources
+(``tests/data/engine_options/``): vLLM 0.33 ``vllm serve``, SGLang 0.5.23
+``sglang.launch_server`` and ``trtllm-serve``.
+
+A command that needs a file: ``trtllm-serve`` takes the KV-cache dtype only from its YAML options
+file (``kv_cache_config.dtype``). When a plan needs one, the TRT-LLM command ends in
+``--extra_llm_api_options kvplan-trtllm.yaml`` and :attr:`EngineCommands.files` holds that
+file's text by name: JSON ``command_files`` (``{"kvplan-trtllm.yaml": "kv_cache_config:\\n
+..."}``), and the text output prints a ``cat > kvplan-trtllm.yaml <<'EOF'`` block to paste
+before the command. TRT-LLM replaces its whole ``kv_cache_config`` with the file's, so the memory
+fraction then goes into the file too, not on the command line.
+"""
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from planner.budget import EngineCapacity
     from planner.deployment import ServeSettings
     from planner.recommend import Recommended
 
-_SGLANG_KV = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
-# vLLM's --kv-cache-dtype spells the 16-bit caches out (CacheConfig: bfloat16, float16).
-_VLLM_KV = {"bf16": "bfloat16", "fp16": "float16"}
+TRTLLM_FILE = "kvplan-trtllm.yaml"
+
+# kvplan's --kv-cache-dtype -> each engine's spelling. A dtype an engine's table lacks is one it
+# has no value for: its command leaves the dtype out, with a plan note, unless the engine's own
+# "auto" stores that dtype anyway.
+# vLLM 0.33 CacheConfig.cache_dtype: float16/bfloat16 spelled out; no plain int8.
+_VLLM_KV = {
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp8": "fp8",
+    "fp8_e4m3": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2",
+}
+# SGLang 0.5.23 --kv-cache-dtype choices: auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4,
+# fp4_mx_block16 (fp8 is e4m3; no float16, no int8).
+_SGLANG_KV = {"bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+# TRT-LLM's PyTorch backend acts on kv_cache_config.dtype auto and fp8 (e4m3) only.
+_TRTLLM_KV = {"fp8": "fp8", "fp8_e4m3": "fp8"}
+
+# Why an engine cannot be told a dtype, where "<engine> has no <dtype> KV cache" is not the reason.
+_WHY_NOT = {
+    ("TRT-LLM", "int8"): (
+        "TRT-LLM takes an int8 KV cache from an INT8-KV checkpoint (kv_cache_quant_algo, "
+        "TensorRT backend), not from a serve option"
+    ),
+    ("TRT-LLM", ""): "TRT-LLM's kv_cache_config.dtype acts on auto and fp8 (e4m3) only",
+}
+
+
+@dataclass(frozen=True)
+class EngineCommands:
+    """The launch commands of a plan (``commands``: ``vllm``, ``sglang``, ``trtllm``), the files
+    a command reads (``files``: name -> text, written next to where the command runs) and what a
+    command could not carry (``notes``, one sentence each, for the plan's notes)."""
+
+    commands: dict[str, str]
+    files: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _kv_value(
+    engine: str, spellings: dict[str, str], dtype: str, auto: str | None, notes: list[str]
+) -> str | None:
+    """The engine's spelling of KV dtype ``dtype``, or None to leave the dtype to the engine's
+    ``auto`` (``auto``: what that resolves to for the model). A dtype the engine cannot be told
+    adds a note unless its ``auto`` stores that dtype anyway."""
+    if dtype == "auto":
+        return None
+    if dtype in spellings:
+        return spellings[dtype]
+    if dtype != auto:
+        why = _WHY_NOT.get((engine, dtype)) or _WHY_NOT.get((engine, ""))
+        why = why or f"{engine} has no {dtype} KV cache"
+        stores = f"its model's {auto}" if auto else "its model's dtype"
+        notes.append(
+            f"{why}: the {engine} command leaves the KV dtype out, so {engine} stores {stores}, "
+            f"not the {dtype} kvplan sized its figures with"
+        )
+    return None
 
 
 def engine_commands(
@@ -21,20 +94,47 @@ def engine_commands(
     tp: int,
     pp: int,
     kv_cache_dtype: str,
-    mem_fraction: str,
     settings: ServeSettings | None = None,
     vllm_default_max_num_seqs: int | None = None,
-) -> dict[str, str]:
-    """Ready-to-paste launch commands, flags spelled as each engine accepts them. The vLLM
-    command carries every setting the plan assumed that is not vLLM's default (``settings``):
-    a fixed KV pool as ``--kv-cache-memory-bytes <bytes>`` (instead of the utilisation), the
-    token budget, eager mode, prefix caching off. ``--max-num-seqs`` is left out only when
-    the plan keeps vLLM's own default (``vllm_default_max_num_seqs``, which depends on the GPU)
-    and the user gave none."""
+    auto_kv_dtype: str | None = None,
+    token_budget: int | None = None,
+    sglang: EngineCapacity | None = None,
+    trtllm: EngineCapacity | None = None,
+) -> EngineCommands:
+    """Ready-to-paste launch commands for one plan.
+
+    Args:
+        model: the model as the engines load it (a Hub id or a path).
+        rec: vLLM's recommendation: its length is every engine's context length.
+        tp, pp: tensor- and pipeline-parallel size.
+        kv_cache_dtype: kvplan's ``--kv-cache-dtype`` (``auto``, ``bf16``, ``fp8`` ...).
+        settings: the user's vLLM settings; the vLLM command carries every one the plan assumed
+            that is not vLLM's default: a fixed KV pool as ``--kv-cache-memory-bytes <bytes>``
+            (instead of the utilisation), the token budget, eager mode, prefix caching off.
+        vllm_default_max_num_seqs: vLLM's own default on the GPU: ``--max-num-seqs`` is left
+            out only when the plan keeps it (basis ``engine_default``) and the user gave none.
+        auto_kv_dtype: what ``auto`` stores for this model (``bf16``, ``fp16``, ``fp8``): a
+            dtype an engine cannot be told is no loss when its ``auto`` stores it anyway.
+        token_budget: vLLM's resolved ``max_num_batched_tokens``; TRT-LLM's figures assume the
+            activation peak at it, so its command passes it as ``--max_num_tokens`` (with
+            ``--enable_chunked_prefill`` when it is shorter than the context, as vLLM chunks).
+        sglang, trtllm: those engines' capacities (None without a GPU). They set SGLang's
+            ``--mem-fraction-static`` and ``--max-running-requests`` (the requests of full
+            length its pool holds, when fewer than SGLang's own default), TRT-LLM's
+            ``--max_batch_size`` (the same count) and its free-memory fraction. Without one,
+            the engine's own defaults stay.
+
+    Returns:
+        The :class:`EngineCommands`.
+    """
+    notes: list[str] = []
+    files: dict[str, str] = {}
+    length = rec.max_model_len
+
     vllm = ["vllm", "serve", model, "--tensor-parallel-size", str(tp)]
     if pp > 1:
         vllm += ["--pipeline-parallel-size", str(pp)]
-    vllm += ["--max-model-len", str(rec.max_model_len)]
+    vllm += ["--max-model-len", str(length)]
     # vLLM's default max_num_seqs is left to vLLM (it depends on the GPU); any other is passed
     if (
         rec.max_num_seqs != vllm_default_max_num_seqs
@@ -47,8 +147,9 @@ def engine_commands(
     else:
         vllm += ["--gpu-memory-utilization", str(rec.gpu_memory_utilization)]
     vllm += ["--block-size", str(rec.block_size)]
-    if kv_cache_dtype != "auto":
-        vllm += ["--kv-cache-dtype", _VLLM_KV.get(kv_cache_dtype, kv_cache_dtype)]
+    kv = _kv_value("vLLM", _VLLM_KV, kv_cache_dtype, auto_kv_dtype, notes)
+    if kv is not None:
+        vllm += ["--kv-cache-dtype", kv]
     if settings is not None:
         if settings.max_num_batched_tokens is not None:
             vllm += ["--max-num-batched-tokens", str(settings.max_num_batched_tokens)]
@@ -56,31 +157,64 @@ def engine_commands(
             vllm += ["--enforce-eager"]
         if not settings.enable_prefix_caching:
             vllm += ["--no-enable-prefix-caching"]
-    sglang = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(tp)]
+
+    sgl = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp-size", str(tp)]
     if pp > 1:
-        sglang += ["--pp", str(pp)]
-    sglang += [
-        "--context-length",
-        str(rec.max_model_len),
-        "--max-running-requests",
-        str(rec.max_num_seqs),
-        "--mem-fraction-static",
-        mem_fraction,
-    ]
-    if kv_cache_dtype in _SGLANG_KV:
-        sglang += ["--kv-cache-dtype", _SGLANG_KV[kv_cache_dtype]]
+        sgl += ["--pp-size", str(pp)]
+    sgl += ["--context-length", str(length)]
+    if sglang is not None:
+        if sglang.fraction is not None:
+            sgl += ["--mem-fraction-static", str(sglang.fraction)]
+        # SGLang admits by tokens, so its pool holds tokens // length full-length requests
+        fit = _at_full_length("SGLang", sglang.max_total_tokens // length, sglang, length, notes)
+        if fit and fit < sglang.max_running_requests:  # else SGLang's default is no higher
+            sgl += ["--max-running-requests", str(fit)]
+    kv = _kv_value("SGLang", _SGLANG_KV, kv_cache_dtype, auto_kv_dtype, notes)
+    if kv is not None:
+        sgl += ["--kv-cache-dtype", kv]
+
     trt = ["trtllm-serve", model, "--tp_size", str(tp)]
     if pp > 1:
         trt += ["--pp_size", str(pp)]
-    trt += [
-        "--max_seq_len",
-        str(rec.max_model_len),
-        "--max_batch_size",
-        str(rec.max_num_seqs),
-        "--kv_cache_free_gpu_memory_fraction",
-        "0.9",
-    ]
-    return {
-        name: shlex.join(args)
-        for name, args in (("vllm", vllm), ("sglang", sglang), ("trtllm", trt))
+    trt += ["--max_seq_len", str(length)]
+    if token_budget is not None:
+        trt += ["--max_num_tokens", str(token_budget)]
+        if token_budget < length:
+            trt += ["--enable_chunked_prefill"]
+    kv_config: dict[str, str] = {}
+    kv = _kv_value("TRT-LLM", _TRTLLM_KV, kv_cache_dtype, auto_kv_dtype, notes)
+    if kv is not None:
+        kv_config["dtype"] = kv
+    if trtllm is not None:
+        # trtllm_capacity counts whole blocks per request already
+        fit = _at_full_length("TRT-LLM", trtllm.max_running_requests, trtllm, length, notes)
+        if fit:
+            trt += ["--max_batch_size", str(fit)]
+        if trtllm.fraction is not None:
+            if kv_config:  # the file's kv_cache_config replaces the command line's
+                kv_config["free_gpu_memory_fraction"] = str(trtllm.fraction)
+            else:
+                trt += ["--kv_cache_free_gpu_memory_fraction", str(trtllm.fraction)]
+    if kv_config:
+        files[TRTLLM_FILE] = "kv_cache_config:\n" + "".join(
+            f"  {key}: {value}\n" for key, value in kv_config.items()
+        )
+        trt += ["--extra_llm_api_options", TRTLLM_FILE]
+
+    commands = {
+        name: shlex.join(args) for name, args in (("vllm", vllm), ("sglang", sgl), ("trtllm", trt))
     }
+    return EngineCommands(commands, files, notes)
+
+
+def _at_full_length(
+    engine: str, fit: int, cap: EngineCapacity, length: int, notes: list[str]
+) -> int:
+    """``fit``, the requests of ``length`` tokens the engine's pool holds at once; 0 adds a note
+    (the command then keeps the engine's default batch limit)."""
+    if not fit:
+        notes.append(
+            f"{engine}'s KV pool ({cap.max_total_tokens:,} tokens) holds no request of "
+            f"{length:,} tokens: its command keeps {engine}'s default batch limit"
+        )
+    return fit

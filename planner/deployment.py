@@ -257,7 +257,8 @@ class ServeSettings:
     Attributes:
         engine: whose layout and budget to reproduce.
         tp, pp: tensor- and pipeline-parallel size.
-        kv_cache_dtype: ``auto`` follows the checkpoint (fp8 scales, else the model dtype).
+        kv_cache_dtype: ``auto`` follows the checkpoint (fp8 scales, else the model dtype);
+            int8 is refused for vLLM and SGLang, which have no int8 cache.
         block_size: tokens per block (vLLM 16, TRT-LLM 32, SGLang/transformers 1).
         max_model_len: context per request (the config's when None).
         auto_fit_max_model_len: vLLM's ``--max-model-len -1``: the longest that fits the pool.
@@ -298,6 +299,7 @@ class ServeSettings:
             positive_count(_flag(key), value)
         if self.gpu_memory_utilization is not None:
             check_gmu(self.gpu_memory_utilization)
+        refuse_int8_kv(self.kv_cache_dtype, self.engine)
         if self.auto_fit_max_model_len and self.engine is not Engine.VLLM:
             raise UsageError("--max-model-len -1 (auto-fit) is vLLM's; give a length")
         if self.auto_fit_max_model_len and self.max_model_len is not None:
@@ -423,6 +425,22 @@ def refuse_fp32_kv(dtype: KVDtype, engine: Engine) -> None:
     """A user's fp32 KV cache is transformers' alone (settings allow it for the probes)."""
     if dtype is KVDtype.FP32 and engine is not Engine.HF:
         raise UsageError("--kv-cache-dtype fp32 is only meaningful with --engine hf")
+
+
+# Engines whose parser refuses a plain int8 KV cache: vLLM 0.33 (CacheConfig.cache_dtype has
+# int8_per_token_head, with scales kvplan does not size, but no int8) and SGLang 0.5.23
+# (--kv-cache-dtype choices). TRT-LLM keeps it (an INT8-KV checkpoint), so does transformers.
+_NO_INT8_KV = {Engine.VLLM: "vLLM", Engine.SGLANG: "SGLang"}
+
+
+def refuse_int8_kv(dtype: KVDtype, engine: Engine) -> None:
+    """Refuse int8 KV for an engine that has none, naming the dtypes it does take."""
+    if dtype is KVDtype.INT8 and engine in _NO_INT8_KV:
+        takes = ", ".join(d.value for d in KVDtype if d not in (KVDtype.FP32, KVDtype.INT8))
+        raise UsageError(
+            f"--kv-cache-dtype int8: {_NO_INT8_KV[engine]} has no int8 KV cache; "
+            f"use one of: {takes}"
+        )
 
 
 def parse_bool(value: Any) -> bool:

@@ -229,7 +229,8 @@ class Plan:
     """Everything ``kvplan estimate --gpu`` shows for one deployment; the JSON flattens it
     (``planner.render``): the estimate's keys, then ``gpu``, the vLLM budget terms and
     capacity (``vllm``), the other engines, the recommendation, grid, alternatives, trade-off
-    tables, ``commands`` (ready-to-paste, by engine) and ``plan_notes``."""
+    tables, ``commands`` (ready-to-paste, by engine), ``command_files`` (the files a command
+    reads, by name: :mod:`planner.commands`) and ``plan_notes``."""
 
     estimate: KVEstimate
     gpu: Gpu
@@ -248,6 +249,7 @@ class Plan:
     worst_case_running: int = 0
     outcome_reason: str | None = None  # why vLLM refuses to start (wont_start only)
     advice: Advice | None = None  # what replaying the user's workload measured
+    command_files: dict[str, str] = field(default_factory=dict)  # name -> text a command reads
 
 
 @dataclass(frozen=True)
@@ -385,20 +387,24 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     target = recommended or Recommended(
         length, 1, s.gmu, est.block_size, est.kv_cache_dtype, 0.0, ""
     )
-    fraction = engines[0].fraction if engines else None
-    commands = engine_commands(
+    by_engine = {e.engine: e for e in engines}
+    launch = engine_commands(
         spec.name,
         target,
         vllm_default_max_num_seqs=vllm_batch_defaults(target.max_model_len, dep.gpu)[1],
         tp=s.tp,
         pp=s.pp,
         kv_cache_dtype=s.kv_cache_dtype.value,
-        mem_fraction=str(fraction) if fraction is not None else "0.9",
         settings=s,
+        auto_kv_dtype=spec.kv_cache_dtype_auto.value,
+        token_budget=cap.max_num_batched_tokens,
+        sglang=by_engine.get("sglang"),
+        trtllm=by_engine.get("trtllm"),
     )
     fp8 = est.kv_dtype_bytes == 1 and est.kv_cache_dtype.startswith("fp8")
     if fp8 or any("kv_cache_dtype" in a.changes for a in alternatives):
         notes.append(fp8_kv_caveat(dep.gpu))
+    notes.extend(launch.notes)
     return Plan(
         est,
         gpu,
@@ -411,12 +417,13 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         bs_rows,
         sharing,
         naive,
-        commands,
+        launch.commands,
         notes,
         outcome,
         running,
         why,
         advice,
+        launch.files,
     )
 
 

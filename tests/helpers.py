@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import re
 import shlex
-from dataclasses import fields
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from planner.deployment import Deployment, Gpu, ServeSettings
 from planner.gpus import get_gpu
@@ -47,23 +53,175 @@ def plan_for(
     return plan(deployment(model, gpu, **kwargs), PlanOptions(**options))
 
 
-def parse_command(command: str) -> dict[str, str]:
-    """Parse an engine command back into {flag: value} (used to check the emitted commands)."""
-    words = shlex.split(command)
-    out: dict[str, str] = {}
-    if words[:2] == ["vllm", "serve"]:
-        out["model"], rest = words[2], words[3:]
-    elif words[:3] == ["python", "-m", "sglang.launch_server"]:
-        rest = words[3:]
-    elif words[:1] == ["trtllm-serve"]:
-        out["model"], rest = words[1], words[2:]
+ENGINE_OPTIONS = Path(__file__).parent / "data" / "engine_options"
+
+
+class CommandError(ValueError):
+    """An engine command its engine would refuse, or one kvplan must not emit (an abbreviated
+    option, an option twice)."""
+
+
+@dataclass(frozen=True)
+class OptionTable:
+    """One engine's vendored option table (``tests/data/engine_options/<engine>.json``): the
+    program words, positionals, and each option by its exact name with ``dest``, ``type``
+    (int, float, str, flag, bool-negatable), and where the engine restricts them ``choices``,
+    ``min``/``max``/``min_exclusive``, ``aliases`` and ``negations``."""
+
+    engine: str
+    program: tuple[str, ...]
+    positional: tuple[str, ...]
+    options: dict[str, dict[str, Any]]
+    config_file: dict[str, dict[str, dict[str, Any]]]
+
+    def spellings(self) -> dict[str, tuple[str, dict[str, Any], bool]]:
+        """Every exact spelling -> (option name, its spec, whether it is a negation)."""
+        out: dict[str, tuple[str, dict[str, Any], bool]] = {}
+        for name, spec in self.options.items():
+            for spelling in (name, *spec.get("aliases", ())):
+                out[spelling] = (name, spec, False)
+            for spelling in spec.get("negations", ()):
+                out[spelling] = (name, spec, True)
+        return out
+
+
+@functools.cache
+def option_table(engine: str) -> OptionTable:
+    data = json.loads((ENGINE_OPTIONS / f"{engine}.json").read_text())
+    return OptionTable(
+        engine=data["engine"],
+        program=tuple(data["program"]),
+        positional=tuple(data["positional"]),
+        options=data["options"],
+        config_file=data.get("config_file", {}),
+    )
+
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def _typed(spelling: str, raw: str, spec: dict[str, Any]) -> object:
+    """``raw`` as the option's type, within its choices and bounds."""
+    kind = spec["type"]
+    value: object
+    if kind == "int":
+        if not re.fullmatch(r"-?[0-9]+", raw):
+            raise CommandError(f"{spelling} takes an integer, got {raw!r}")
+        value = int(raw)
+    elif kind == "float":
+        if not re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", raw):
+            raise CommandError(f"{spelling} takes a number, got {raw!r}")
+        value = float(raw)
+    elif kind == "str":
+        value = raw
     else:
-        raise ValueError(f"not an engine command: {command}")
-    it = iter(rest)
-    for flag in it:
-        if not flag.startswith("--"):
-            raise ValueError(f"unexpected argument {flag!r}")
-        out[flag[2:]] = next(it)
+        raise AssertionError(f"{spelling}: no value type {kind!r}")
+    if "choices" in spec and value not in spec["choices"]:
+        raise CommandError(f"{spelling} takes one of {spec['choices']}, got {raw!r}")
+    number = value if isinstance(value, int | float) else None
+    if number is not None:
+        if "min" in spec and number < spec["min"]:
+            raise CommandError(f"{spelling} must be at least {spec['min']}, got {raw}")
+        if "max" in spec and number > spec["max"]:
+            raise CommandError(f"{spelling} must be at most {spec['max']}, got {raw}")
+        if "min_exclusive" in spec and number <= spec["min_exclusive"]:
+            raise CommandError(f"{spelling} must be above {spec['min_exclusive']}, got {raw}")
+    return value
+
+
+def check_command(command: str, table: OptionTable | None = None) -> dict[str, object]:
+    """Parse an engine command as strictly as kvplan promises to write it, against the engine's
+    option table (found from the program when ``table`` is None): the program, the positionals,
+    every option by its exact name (an abbreviation argparse would expand is refused), each value
+    of its type, within its choices and bounds, no option twice (aliases and negations count as
+    the option), no value after a flag. Returns {option name or positional: typed value}; a flag
+    is True, its negation False. Raises :class:`CommandError`."""
+    words = shlex.split(command)
+    table = table or _table_for(words)
+    if tuple(words[: len(table.program)]) != table.program:
+        raise CommandError(f"not a {table.engine} command: {command}")
+    spellings = table.spellings()
+    positionals = list(table.positional)
+    out: dict[str, object] = {}
+    seen: dict[str, str] = {}
+    rest = words[len(table.program) :]
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        i += 1
+        if not word.startswith("-"):
+            if not positionals:
+                raise CommandError(f"unexpected argument {word!r}")
+            out[positionals.pop(0)] = word
+            continue
+        spelling, eq, inline = word.partition("=")
+        if spelling not in spellings:
+            raise CommandError(f"{table.engine} has no option {spelling} (exact names only)")
+        name, spec, negated = spellings[spelling]
+        if spec["dest"] in seen:
+            raise CommandError(f"{spelling}: {seen[spec['dest']]} is already given")
+        seen[spec["dest"]] = spelling
+        if spec["type"] in ("flag", "bool-negatable"):
+            if eq:
+                raise CommandError(f"{spelling} takes no value, got {inline!r}")
+            out[name] = not negated
+            continue
+        if eq:
+            raw = inline
+        elif i < len(rest) and not rest[i].startswith("--"):
+            raw, i = rest[i], i + 1
+        else:
+            raise CommandError(f"{spelling} needs a value")
+        out[name] = _typed(spelling, raw, spec)
+    if positionals:
+        raise CommandError(f"missing {', '.join(positionals)}")
+    return out
+
+
+def _table_for(words: list[str]) -> OptionTable:
+    for table in map(option_table, ENGINES):
+        if tuple(words[: len(table.program)]) == table.program:
+            return table
+    raise CommandError(f"not an engine command: {shlex.join(words)}")
+
+
+_IS = {
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+}
+
+
+def check_config_file(text: str, table: OptionTable) -> dict[str, dict[str, object]]:
+    """A YAML options file (TRT-LLM's ``--extra_llm_api_options``) against the table's
+    ``config_file`` schema: known sections and keys, each value of its type, within its choices
+    and bounds. Raises :class:`CommandError`."""
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise CommandError(f"not a mapping: {text!r}")
+    for section, values in data.items():
+        if section not in table.config_file or not isinstance(values, dict):
+            raise CommandError(f"{table.engine} options file has no section {section!r}")
+        for key, value in values.items():
+            spec = table.config_file[section].get(key)
+            if spec is None:
+                raise CommandError(f"{section} has no key {key!r}")
+            if not _IS[spec["type"]](value):
+                raise CommandError(f"{section}.{key} takes a {spec['type']}, got {value!r}")
+            if spec["type"] != "bool":
+                _typed(f"{section}.{key}", str(value), spec)
+    return data
+
+
+def parse_command(command: str) -> dict[str, str]:
+    """An engine command back into {option without dashes: value as written}, checked against
+    its engine's option table (:func:`check_command`); a flag reads "true", its negation
+    "false", SGLang's ``model-path`` is ``model``."""
+    out = {
+        name.lstrip("-"): str(value).lower() if isinstance(value, bool) else str(value)
+        for name, value in check_command(command).items()
+    }
     if "model-path" in out:
         out["model"] = out.pop("model-path")
     return out

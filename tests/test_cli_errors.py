@@ -217,6 +217,20 @@ FLAG_CASES = [
         "fp8_e5m2, int8",
         id="kv-dtype-unknown",
     ),
+    # vLLM 0.33's CacheConfig and SGLang 0.5.23's --kv-cache-dtype choices have no int8
+    case(
+        ["llama-3.1-8b", "--kv-cache-dtype", "int8"],
+        2,
+        "--kv-cache-dtype int8: vLLM has no int8 KV cache; use one of: auto, fp16, bf16, fp8, "
+        "fp8_e4m3, fp8_e5m2",
+        id="kv-dtype-int8-vllm",
+    ),
+    case(
+        ["llama-3.1-8b", "--engine", "sglang", "--kv-cache-dtype", "int8"],
+        2,
+        "--kv-cache-dtype int8: SGLang has no int8 KV cache",
+        id="kv-dtype-int8-sglang",
+    ),
     case(
         ["llama-3.1-8b", "--engine", "foo"],
         2,

@@ -240,11 +240,3 @@ def test_fp8_kv_always_comes_with_its_caveat(gpu: str, flags: list[str], native:
     [caveat] = [n for n in data["plan_notes"] if n.startswith("fp8 KV can cost accuracy")]
     assert "evaluate on your task before production" in caveat
     assert ("has no native fp8" in caveat) is not native
-
-
-def test_no_fp8_caveat_where_fp8_is_neither_chosen_nor_suggested() -> None:
-    # an fp8 cache already (1 byte): no fp8 alternative to suggest; int8 is not fp8
-    result = runner.invoke(
-        app, ["estimate", "llama-3.1-8b", "--gpu", "h100", "--kv-cache-dtype", "int8", "--json"]
-    )
-    assert not any(n.startswith("fp8 KV") for n in json.loads(result.stdout)["plan_notes"])

@@ -31,7 +31,8 @@ PpOpt = Annotated[
 KVDtypeOpt = Annotated[
     str,
     typer.Option(
-        "--kv-cache-dtype", help="auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8 (fp32: hf only)."
+        "--kv-cache-dtype",
+        help="auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, int8 (not vllm/sglang), fp32 (hf only).",
     ),
 ]
 EngineOpt = Annotated[str, typer.Option("--engine", help="vllm, sglang, trtllm or hf.")]

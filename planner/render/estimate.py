@@ -201,6 +201,7 @@ def report_dict(rep: Report) -> dict[str, Any]:
         prefix_sharing=asdict(p.prefix_sharing) if p.prefix_sharing else None,
         naive_vs_paged=asdict(p.naive_vs_paged),
         commands=p.commands,
+        command_files=p.command_files,
         workload=_advice_dict(p),
         plan_notes=p.notes,
         estimates_note=(
@@ -359,6 +360,8 @@ def _engine_plan(rep: Report) -> None:
     if command:
         for line in wrap_command(command):
             out.print(f"  {line}", markup=False, soft_wrap=True)
+        if e.engine == "trtllm":
+            _command_files(p)
     out.print()
     out.print("[bold]vLLM on the same GPU, for comparison:[/]")
 
@@ -474,6 +477,15 @@ def _other_commands(p: Plan) -> None:
             continue
         for i, line in enumerate(wrap_command(command)):
             out.print(f"  {name if i == 0 else '':7} {line}", markup=False, soft_wrap=True)
+    _command_files(p)
+
+
+def _command_files(p: Plan) -> None:
+    """Files a command reads (TRT-LLM's KV options), as a heredoc to paste first."""
+    out = console()
+    for name, text in p.command_files.items():
+        out.print(f"  {name}, read by the trtllm command; write it first:", markup=False)
+        out.print(f"cat > {name} <<'EOF'\n{text}EOF", soft_wrap=True, markup=False)
 
 
 def _short_reason(p: Plan) -> str:

@@ -58,7 +58,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from planner import files
 from planner.deployment import MAX_COUNT, ServeSettings, SettingError, as_yaml, render_changes
@@ -76,6 +76,8 @@ if TYPE_CHECKING:
     from planner.simulate.workload import Workload
     from planner.weights import Weights
 
+T = TypeVar("T")
+E = TypeVar("E", bound=Exception)
 MAX_PLANS_BYTES = 1 << 20  # 1 MiB: a plans file is a few KiB
 ENGINES = (Engine.VLLM, Engine.SGLANG, Engine.TRTLLM)
 VLLM_ONLY = ("max_num_batched_tokens", "enable_prefix_caching", "enforce_eager")
@@ -461,6 +463,20 @@ def parse_plans(data: Any, *, file: str, base_dir: Path) -> tuple[list[Entry], l
     return entries, problems
 
 
+def _once(store: dict[str, T | E], key: str, load: Callable[[], T], error: type[E]) -> T:
+    """``load()`` the first time ``key`` is asked for, kept with its error: each model or
+    workload file of a run is read once, and one that fails fails every entry naming it."""
+    if key not in store:
+        try:
+            store[key] = load()
+        except error as exc:
+            store[key] = exc
+    found = store[key]
+    if isinstance(found, error):
+        raise found
+    return found  # type: ignore[return-value]
+
+
 class _Workloads:
     """The workloads of one plans file, each read once, paths relative to the file's folder."""
 
@@ -473,15 +489,7 @@ class _Workloads:
         from planner.simulate.workload import load_workload
 
         full = str(self.base_dir / path)
-        if full not in self.loaded:
-            try:
-                self.loaded[full] = load_workload(full)
-            except WorkloadError as exc:
-                self.loaded[full] = exc
-        found = self.loaded[full]
-        if isinstance(found, WorkloadError):
-            raise found
-        return found
+        return _once(self.loaded, full, lambda: load_workload(full), WorkloadError)
 
     def top_level(self, value: Any, where: str) -> Workload:
         """The top-level ``workload``: every vLLM entry replays it, so one that cannot be read
@@ -890,15 +898,9 @@ class _Cache:
     def model(self, model: str) -> LoadedModel:
         from planner.model.load import load_model
 
-        if model not in self.models:
-            try:
-                self.models[model] = load_model(model, offline=self.offline)
-            except KvplanError as exc:
-                self.models[model] = exc
-        found = self.models[model]
-        if isinstance(found, KvplanError):
-            raise found
-        return found
+        return _once(
+            self.models, model, lambda: load_model(model, offline=self.offline), KvplanError
+        )
 
 
 def check_file(path: str | Path, *, offline: bool | None = None) -> CheckReport:
@@ -1106,10 +1108,32 @@ class _Fix(NamedTuple):
         return not isinstance(self.change, str) and self.change.get("kv_cache_dtype") == "fp8"
 
 
-def _caveats(fixes: list[_Fix], gpu: Gpu) -> list[str]:
+def _judged(
+    entry: Entry,
+    settings: dict[str, Any],
+    checks: list[Check],
+    figures: Figures,
+    fixes: list[_Fix],
+    verdict: _Verdict,
+    model: str,
+    simulated: Simulated | None = None,
+) -> DeploymentResult:
+    """A planned entry's result: pass when every check passed, else fail with the fixes (and
+    the fp8 caveat for the entry's GPU when one suggests fp8 KV)."""
     from planner.deployment import fp8_kv_caveat
 
-    return [fp8_kv_caveat(gpu)] if any(f.fp8_kv for f in fixes) else []
+    return _result(
+        entry,
+        "pass" if all(c.passed for c in checks) else "fail",
+        settings,
+        checks,
+        figures,
+        "; or ".join(str(f) for f in fixes) or None,
+        verdict,
+        model=model,
+        caveats=[fp8_kv_caveat(entry.gpu)] if any(f.fp8_kv for f in fixes) else [],
+        simulated=simulated,
+    )
 
 
 def _check_vllm(
@@ -1185,18 +1209,8 @@ def _check_vllm(
     )
     ok = all(c.passed for c in checks)
     fixes = [] if ok else _vllm_fixes(entry, dep, p, checks)
-    return _result(
-        entry,
-        "pass" if ok else "fail",
-        settings,
-        checks,
-        figures,
-        "; or ".join(str(f) for f in fixes) or None,
-        _Verdict(p.outcome, p.worst_case_running, p.outcome_reason),
-        model=spec.name,
-        caveats=_caveats(fixes, p.gpu),
-        simulated=simulated,
-    )
+    verdict = _Verdict(p.outcome, p.worst_case_running, p.outcome_reason)
+    return _judged(entry, settings, checks, figures, fixes, verdict, spec.name, simulated)
 
 
 def _yaml_fix(change: Mapping[str, object] | str) -> str:
@@ -1333,17 +1347,8 @@ def _check_other(
         if est.kv_dtype_bytes > 1:
             fixes.append(_Fix({"kv_cache_dtype": KVDtype.FP8}, "(half the KV bytes per token)"))
         fixes.append(_Fix({"tp": dep.settings.tp * 2}, "or a larger GPU"))
-    return _result(
-        entry,
-        "pass" if ok else "fail",
-        settings,
-        checks,
-        figures,
-        "; or ".join(str(f) for f in fixes) or None,
-        _other_verdict(cap, seqs, est.max_model_len),
-        model=spec.name,
-        caveats=_caveats(fixes, entry.gpu),
-    )
+    verdict = _other_verdict(cap, seqs, est.max_model_len)
+    return _judged(entry, settings, checks, figures, fixes, verdict, spec.name)
 
 
 def _other_verdict(cap: EngineCapacity, max_num_seqs: int | None, length: int) -> _Verdict:

@@ -21,6 +21,13 @@ def run(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+def one_request(tmp_path: Path) -> Path:
+    """A trace of one short request: 100 prompt tokens, 10 output."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"prompt_tokens": 100, "output_tokens": 10}\n')
+    return trace
+
+
 def test_seed_scenario_shows_the_prefix_saving() -> None:
     # 100 requests at once, each an 800-token system prompt + 200 own tokens and 200 output
     # tokens; Llama-3.1-8B, 16-token blocks. Off: each peaks at cdiv(1,199, 16) = 75 blocks,
@@ -208,8 +215,7 @@ def test_default_max_model_len_is_shortened_with_a_warning() -> None:
 def test_each_run_carries_the_worst_case_of_its_settings(
     tmp_path: Path, max_num_seqs: str, outcome: str, running: int
 ) -> None:
-    trace = tmp_path / "t.jsonl"
-    trace.write_text('{"prompt_tokens": 100, "output_tokens": 10}\n')
+    trace = one_request(tmp_path)
     args = ["llama-3.1-8b", "--num-gpu-blocks", "1000", "--max-model-len", "8192", "-w", str(trace)]
     code, out, err = run(*args, "--max-num-seqs", max_num_seqs, "--json")
     assert code == 0, err
@@ -225,8 +231,7 @@ def test_each_run_carries_the_worst_case_of_its_settings(
 
 
 def test_the_comparison_table_has_a_worst_case_row(tmp_path: Path) -> None:
-    trace = tmp_path / "t.jsonl"
-    trace.write_text('{"prompt_tokens": 100, "output_tokens": 10}\n')
+    trace = one_request(tmp_path)
     code, out, err = run(
         "llama-3.1-8b",
         "--num-gpu-blocks",
@@ -247,8 +252,7 @@ def test_the_comparison_table_has_a_worst_case_row(tmp_path: Path) -> None:
 def test_a_hybrid_with_more_seqs_than_blocks_wont_start(tmp_path: Path) -> None:
     # Qwen3-Next keeps one Mamba state block per running sequence: 128 sequences cannot start
     # in 100 blocks (vLLM refuses); the replay still runs, with a warning
-    trace = tmp_path / "t.jsonl"
-    trace.write_text('{"prompt_tokens": 100, "output_tokens": 10}\n')
+    trace = one_request(tmp_path)
     args = ["qwen3-next-80b-a3b-thinking", "--num-gpu-blocks", "100", "--max-model-len", "4096"]
     code, out, err = run(*args, "-w", str(trace), "--max-num-seqs", "128", "--json")
     assert code == 0, err

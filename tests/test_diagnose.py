@@ -45,6 +45,18 @@ def by_kind(findings: list[planner.diagnose.Finding]) -> dict[str, planner.diagn
     return {f.kind: f for f in findings}
 
 
+def v0_plan() -> planner.Plan:
+    """The plan for the V0 log's settings on an A100-40GB (V0 took its CUDA graphs after
+    sizing the cache, so they cost the KV cache nothing)."""
+    return plan_for(
+        planner.load_model_spec("qwen2.5-7b"),
+        gpu("a100-40gb"),
+        max_model_len=8192,
+        gpu_memory_utilization=0.9,
+        cuda_graph_bytes=0,
+    )
+
+
 # ------------------------------------------------------------------ parsing
 
 
@@ -170,13 +182,7 @@ def test_v0_runtime_rules_pinned_and_prefix_off() -> None:
         "preemptions": 51,
         "max_waiting": 23,
     }
-    p = plan_for(
-        planner.load_model_spec("qwen2.5-7b"),
-        gpu("a100-40gb"),
-        max_model_len=8192,
-        gpu_memory_utilization=0.9,
-        cuda_graph_bytes=0,
-    )
+    p = v0_plan()
     assert p.recommended is not None
     assert pinned.fix[0].startswith(f"fewer sequences: max_num_seqs {p.recommended.max_num_seqs} ")
     assert any(fix.startswith("fp8 KV") for fix in pinned.fix)
@@ -500,13 +506,7 @@ def test_a_flag_vllm_would_refuse_is_an_error_even_with_nothing_to_plan() -> Non
 
 def test_the_verdict_is_the_plans_worst_case_in_estimates_words() -> None:
     dg = diagnose_file(V0_A100, gpu=gpu("a100-40gb"))
-    p = plan_for(
-        planner.load_model_spec("qwen2.5-7b"),
-        gpu("a100-40gb"),
-        max_model_len=8192,
-        gpu_memory_utilization=0.9,
-        cuda_graph_bytes=0,
-    )
+    p = v0_plan()
     # 8,192 tokens / 16 per block = 512 blocks a request; the pool less its null block holds
     # (blocks - 1) // 512 of them, fewer than max_num_seqs: the rest queue
     running = (p.vllm.num_gpu_blocks - 1) // 512

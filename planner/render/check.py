@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +33,27 @@ _STATUS = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
 _MD_STATUS = {"pass": "✅ pass", "fail": "❌ fail", "error": "⚠️ error"}
 
 
+def _preemptions(n: int) -> str:
+    return f"{n:,} preemption" + ("" if n == 1 else "s")
+
+
+# A workload requirement's check in words: (what the replay measured, the bound).
+_REPLAYED: dict[str, Callable[[float, float], tuple[str, str]]] = {
+    "max_preemptions": lambda got, bound: (_preemptions(int(got)), f"{int(bound):,} allowed"),
+    "max_kv_usage_p90": lambda got, bound: (f"KV usage p90 {got:.0%}", f"{bound:.0%}"),
+    "max_ttft_p90_s": lambda got, bound: (f"TTFT p90 {got:.2f} s", f"{bound:g} s"),
+    "min_output_tokens_per_s": lambda got, bound: (
+        f"{got:,.0f} output tok/s",
+        f"{bound:,.0f} required",
+    ),
+}
+
+
 def _check_text(c: Check, r: DeploymentResult) -> str:
     """One check as a sentence with its numbers."""
     ok = "✓" if c.passed else "✗"
+    at_least = "≥" if c.passed else "<"
+    at_most = "≤" if c.passed else ">"
     length = r.settings.get("max_model_len")
     if c.name == "weights":
         return (
@@ -49,10 +68,7 @@ def _check_text(c: Check, r: DeploymentResult) -> str:
     if c.name == "max_model_len":
         return f"{ok} {c.actual:.2f} requests of {length:,} tokens fit (at least 1)"
     if c.name == "min_concurrency":
-        sign = "≥" if c.passed else "<"
-        return f"{ok} concurrency {c.actual:.2f}x {sign} {c.required:g}x required"
-    at_least = "≥" if c.passed else "<"
-    at_most = "≤" if c.passed else ">"
+        return f"{ok} concurrency {c.actual:.2f}x {at_least} {c.required:g}x required"
     if c.name == "min_kv_tokens":
         return f"{ok} KV cache {int(c.actual):,} tokens {at_least} {int(c.required):,} required"
     if c.name == "max_num_seqs":
@@ -60,27 +76,13 @@ def _check_text(c: Check, r: DeploymentResult) -> str:
             f"{ok} max_num_seqs {int(c.actual):,} {at_most} the {int(c.required):,} KV blocks "
             "(each running sequence of a hybrid holds a Mamba state block)"
         )
-    if c.name == "max_preemptions":
-        return (
-            f"{ok} {_preemptions(int(c.actual))} replaying the workload {at_most} "
-            f"{int(c.required):,} allowed"
-        )
-    if c.name == "max_kv_usage_p90":
-        return f"{ok} KV usage p90 {c.actual:.0%} replaying the workload {at_most} {c.required:.0%}"
-    if c.name == "max_ttft_p90_s":
-        return f"{ok} TTFT p90 {c.actual:.2f} s replaying the workload {at_most} {c.required:g} s"
-    if c.name == "min_output_tokens_per_s":
-        return (
-            f"{ok} {c.actual:,.0f} output tok/s replaying the workload {at_least} "
-            f"{c.required:,.0f} required"
-        )
+    if c.name in _REPLAYED:
+        measured, bound = _REPLAYED[c.name](c.actual, c.required)
+        sign = at_least if c.name.startswith("min_") else at_most
+        return f"{ok} {measured} replaying the workload {sign} {bound}"
     seqs = r.settings.get("max_num_seqs")
     usage = f"{c.actual:.0%}" if c.actual != float("inf") else "∞"
     return f"{ok} KV usage at {seqs} × {length:,} tokens {usage} {at_most} {c.required:.0%} allowed"
-
-
-def _preemptions(n: int) -> str:
-    return f"{n:,} preemption" + ("" if n == 1 else "s")
 
 
 def _outcome(r: DeploymentResult, *, short: bool = False) -> str:

@@ -88,8 +88,10 @@ class SettingRun:
             (one Mamba state block each; the replay still runs). A ``max_model_len`` the pool
             cannot hold never gets here: it is an error, or shortened with a warning.
         worst_case_running: ``min(max_num_seqs, usable blocks // blocks of one max_model_len
-            request)``; here 8,093 // 512 = 15 of 256 at 8,192 tokens and block size 16,
-            (4,046 // 256 = 15 at 32): both queue at worst case. 0 when it won't start.
+            request)``; 0 when it won't start. Here an 8,192-token request holds 512 global
+            blocks of 16 tokens plus cdiv(4,095, 16) + 1 = 257 for its 4,096-token window:
+            8,093 // 769 = 10 of 256 run at once (at block size 32, 4,046 // (256 + 129) =
+            10): both queue at worst case.
         result: what the replay measured.
     """
 

@@ -1,7 +1,8 @@
 """Plans files for CI: a YAML list of deployments, each checked with the planner.
 
-``kvplan check deploy/plans.yaml`` exits 0 when every deployment fits its requirements, 1 when
-any fails (or cannot be planned), 2 when the file is invalid. Schema (``examples/plans.yaml``)::
+``kvplan check deploy/plans.yaml`` exits 0 when every deployment starts and meets its
+requirements, 1 when any fails (or cannot be planned), 2 when the file is invalid. Schema
+(``examples/plans.yaml``)::
 
     deployments:
       - name: chat-8b                   # unique

@@ -1,7 +1,8 @@
 """Plans files for CI: a YAML list of deployments, each checked with the planner.
 
-``kvplan check deploy/plans.yaml`` exits 0 when every deployment fits its requirements, 1 when
-any fails (or cannot be planned), 2 when the file is invalid. Schema (``examples/plans.yaml``)::
+``kvplan check deploy/plans.yaml`` exits 0 when every deployment starts and meets its
+requirements, 1 when any fails (or cannot be planned), 2 when the file is invalid. Schema
+(``examples/plans.yaml``)::
 
     deployments:
       - name: chat-8b                   # unique
@@ -21,6 +22,24 @@ any fails (or cannot be planned), 2 when the file is invalid. Schema (``examples
         min_kv_tokens: 100000           # KV cache size in tokens
         max_kv_usage: 0.9               # max_num_seqs full-length requests / KV blocks
         headroom: 2GiB                  # or "5%" of GPU memory; kept free of KV cache
+        # workload requirements (vLLM only): replay a workload on this deployment
+        workload: workloads/chat.yaml   # kvplan simulate -w's trace or spec; path relative to
+                                        # this file; a top-level `workload:` serves every entry
+        max_preemptions: 0              # preemptions while replaying it
+        max_kv_usage_p90: 0.9           # KV usage, 90th percentile over time
+        max_ttft_p90_s: 2.0             # time to first token, 90th percentile, seconds
+        min_output_tokens_per_s: 500    # output tokens per second over the replay
+
+Every deployment gets an outcome, in the words ``kvplan estimate`` uses: ``wont_start`` (the
+weights, one ``max_model_len`` request, or a hybrid's Mamba blocks < ``max_num_seqs``: the
+entry fails), ``queues_at_worst_case`` (with every request ``max_model_len`` tokens long only
+``worst_case_running`` of ``max_num_seqs`` run at once; vLLM still starts) or
+``fits_at_worst_case``. Only won't-start and unmet requirements fail an entry.
+
+A workload (``kvplan simulate -w``'s JSONL trace or YAML spec) is replayed with
+:func:`planner.simulate.compare.simulate_model` on the entry's deployment; the workload keys
+need one (the entry's or the top level's) and engine vllm. A top-level workload that cannot be
+read makes the whole file invalid; an entry's makes that entry invalid.
 
 Validation errors name the file, the line (YAML marks) and the key; one invalid deployment does
 not stop the others from being checked, but makes the run exit 2. The YAML is loaded with
@@ -40,11 +59,11 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from planner import files
 from planner.deployment import MAX_COUNT, ServeSettings, SettingError, as_yaml, render_changes
-from planner.errors import InputFileError, KvplanError, UsageError
+from planner.errors import InputFileError, KvplanError, UsageError, WorkloadError
 from planner.files import MarkedMap as _Map
 from planner.model.specs import Engine, KVDtype
 
@@ -54,8 +73,12 @@ if TYPE_CHECKING:
     from planner.kv_layout import KVEstimate
     from planner.model.load import LoadedModel
     from planner.recommend import Plan
+    from planner.simulate.engine import SimResult
+    from planner.simulate.workload import Workload
     from planner.weights import Weights
 
+T = TypeVar("T")
+E = TypeVar("E", bound=Exception)
 MAX_PLANS_BYTES = 1 << 20  # 1 MiB: a plans file is a few KiB
 ENGINES = (Engine.VLLM, Engine.SGLANG, Engine.TRTLLM)
 VLLM_ONLY = ("max_num_batched_tokens", "enable_prefix_caching", "enforce_eager")
@@ -98,11 +121,30 @@ class Requirements:
         min_kv_tokens: KV cache size in tokens.
         max_kv_usage: the most of the KV pool that ``max_num_seqs`` full-length requests may
             take: 0.9 with 16 x 1,024 blocks asks for at least 18,205 usable blocks.
+        max_preemptions: the most preemptions while replaying the entry's workload (0: none).
+        max_kv_usage_p90: the most KV usage (of the usable blocks) 90 % of the replay's time.
+        max_ttft_p90_s: the longest 90th-percentile time to first token, in seconds.
+        min_output_tokens_per_s: the least output tokens per second over the replay.
+
+    The last four are :data:`WORKLOAD_KEYS`: they need a workload.
     """
 
     min_concurrency: float | None = None
     min_kv_tokens: int | None = None
     max_kv_usage: float | None = None
+    max_preemptions: int | None = None
+    max_kv_usage_p90: float | None = None
+    max_ttft_p90_s: float | None = None
+    min_output_tokens_per_s: float | None = None
+
+    @property
+    def workload_keys(self) -> list[str]:
+        """The workload requirements this entry sets, in :data:`WORKLOAD_KEYS` order."""
+        return [key for key in WORKLOAD_KEYS if getattr(self, key) is not None]
+
+
+# The requirements a workload replay answers (Requirements fields and plans-file keys).
+WORKLOAD_KEYS = ("max_preemptions", "max_kv_usage_p90", "max_ttft_p90_s", "min_output_tokens_per_s")
 
 
 @dataclass(frozen=True)
@@ -119,6 +161,10 @@ class Entry:
         settings: the engine flags; a ``headroom`` percentage is already bytes of ``gpu``'s
             memory (5% of an H100's 85,018,877,624 B is 4,250,943,881 B).
         requirements: what it must reach.
+        workload: the workload replayed on it (its own ``workload``, else the top level's;
+            loaded once per file), or None. Its ``source`` is the path as the plans file's
+            folder joins it: ``workloads/chat.yaml`` in ``deploy/plans.yaml`` is
+            ``deploy/workloads/chat.yaml``.
     """
 
     name: str
@@ -127,6 +173,7 @@ class Entry:
     gpu: Gpu
     settings: ServeSettings
     requirements: Requirements = field(default_factory=Requirements)
+    workload: Workload | None = None
 
 
 # The keys of a deployment, in the order their values are checked, and what each is.
@@ -150,6 +197,11 @@ SCHEMA: dict[str, str] = {
     "min_kv_tokens": "required KV cache tokens",
     "max_kv_usage": "largest KV usage at max_num_seqs full-length requests",
     "headroom": "memory kept free of KV cache: bytes, 2GiB or 5%",
+    "workload": "trace (.jsonl) or spec (.yaml) to replay, relative to the plans file",
+    "max_preemptions": "most preemptions replaying the workload",
+    "max_kv_usage_p90": "largest p90 KV usage replaying the workload",
+    "max_ttft_p90_s": "longest p90 time to first token replaying the workload, seconds",
+    "min_output_tokens_per_s": "least output tokens/s replaying the workload",
 }
 # The serve settings among them: ServeSettings.from_mapping reads them (each key is the
 # setting's yaml spelling in planner.deployment.SPELLINGS). headroom is one too, but a plans
@@ -168,7 +220,7 @@ SETTINGS = (
     "enforce_eager",
 )
 ALIASES = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp"}
-TOP_LEVEL = ("deployments",)
+TOP_LEVEL = ("deployments", "workload")
 # How a plans file words a refused value, by the rule it broke (SettingError.rule); the value
 # follows as "(got 90)".
 WORDS: dict[Rule, str] = {
@@ -292,6 +344,16 @@ def _size(v: Any) -> int:
     return size
 
 
+def _at_least_0(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _Bad(WORDS["whole"])
+    if v < 0:
+        raise _Bad("must not be negative")
+    if v > MAX_COUNT:
+        raise _Bad(WORDS["max"])
+    return v
+
+
 def _headroom(v: Any) -> int | float:
     """Bytes (int), or a float fraction of GPU memory (the caller resolves it)."""
     if isinstance(v, str) and v.strip().endswith("%"):
@@ -315,6 +377,11 @@ _OWN: dict[str, Callable[[Any], Any]] = {
     "min_kv_tokens": _count,
     "max_kv_usage": _fraction,
     "headroom": _headroom,
+    "workload": _text,
+    "max_preemptions": _at_least_0,
+    "max_kv_usage_p90": _fraction,
+    "max_ttft_p90_s": _positive,
+    "min_output_tokens_per_s": _positive,
 }
 
 
@@ -358,6 +425,10 @@ def parse_plans(data: Any, *, file: str, base_dir: Path) -> tuple[list[Entry], l
             )
     if "deployments" not in data:
         raise PlansFileError(f"{file}:{data.line}: no `deployments:` list")
+    workloads = _Workloads(base_dir)
+    top = None
+    if "workload" in data:
+        top = workloads.top_level(data["workload"], f"{file}:{data.key_lines.get('workload', 1)}")
     raw_entries = data["deployments"]
     line = data.key_lines["deployments"]
     if not isinstance(raw_entries, list):
@@ -379,7 +450,7 @@ def parse_plans(data: Any, *, file: str, base_dir: Path) -> tuple[list[Entry], l
             )
             continue
         reader = _Reader(file, index, raw, problems)
-        entry = _entry(reader, base_dir)
+        entry = _entry(reader, base_dir, workloads, top)
         if reader.name is not None:
             if reader.name in seen:
                 reader.fail(
@@ -393,13 +464,54 @@ def parse_plans(data: Any, *, file: str, base_dir: Path) -> tuple[list[Entry], l
     return entries, problems
 
 
-def _entry(r: _Reader, base_dir: Path) -> Entry | None:
+def _once(store: dict[str, T | E], key: str, load: Callable[[], T], error: type[E]) -> T:
+    """``load()`` the first time ``key`` is asked for, kept with its error: each model or
+    workload file of a run is read once, and one that fails fails every entry naming it."""
+    if key not in store:
+        try:
+            store[key] = load()
+        except error as exc:
+            store[key] = exc
+    found = store[key]
+    if isinstance(found, error):
+        raise found
+    return found  # type: ignore[return-value]
+
+
+class _Workloads:
+    """The workloads of one plans file, each read once, paths relative to the file's folder."""
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        self.loaded: dict[str, Workload | WorkloadError] = {}
+
+    def load(self, path: str) -> Workload:
+        """The workload at ``path`` (relative to the plans file); WorkloadError if unreadable."""
+        from planner.simulate.workload import load_workload
+
+        full = str(self.base_dir / path)
+        return _once(self.loaded, full, lambda: load_workload(full), WorkloadError)
+
+    def top_level(self, value: Any, where: str) -> Workload:
+        """The top-level ``workload``: every vLLM entry replays it, so one that cannot be read
+        makes the whole file unusable (:class:`PlansFileError`)."""
+        from planner.errors import one_line
+
+        try:
+            return self.load(_text(value))
+        except _Bad as exc:
+            raise PlansFileError(f"{where}: workload {exc} (got {_show(value)})") from None
+        except WorkloadError as exc:
+            raise PlansFileError(f"{where}: workload: {one_line(str(exc))}") from None
+
+
+def _entry(r: _Reader, base_dir: Path, workloads: _Workloads, top: Workload | None) -> Entry | None:
     """One deployment's :class:`Entry`, or None when it has a problem (recorded on ``r``).
 
     Each key's value is checked in :data:`SCHEMA` order: the serve settings by
     :meth:`ServeSettings.from_mapping` (typed, so ``tp: "2"`` is refused; no ``-1`` auto-fit),
     the rest here. Then the rules across keys: the engines a plans file checks, vLLM-only
-    keys, the GPU.
+    keys, the GPU, the workload the workload requirements need (the entry's, else ``top``).
     """
     r.fold_keys()
     refused: dict[str, str] = {}
@@ -437,7 +549,12 @@ def _entry(r: _Reader, base_dir: Path) -> Entry | None:
                 r.fail(key, f"is a vLLM setting; engine {engine.value} has no such knob")
         if "max_kv_usage" in r.data and "max_num_seqs" not in r.data:
             r.fail("max_kv_usage", f"needs max_num_seqs with engine {engine.value}")
+    requirements = Requirements(
+        **{key: own.get(key) for key in ("min_concurrency", "min_kv_tokens", "max_kv_usage")},
+        **{key: own.get(key) for key in WORKLOAD_KEYS},
+    )
     gpu = _gpu(r, own.get("gpu"), own.get("gpu_memory"))
+    workload = _workload(r, settings, gpu, requirements, workloads, own.get("workload"), top)
     headroom = own.get("headroom", 0)
     if isinstance(headroom, float):  # a fraction of GPU memory
         headroom = int(gpu.memory_bytes * headroom) if gpu else 0
@@ -452,12 +569,60 @@ def _entry(r: _Reader, base_dir: Path) -> Entry | None:
         model=model,
         gpu=gpu,
         settings=settings.but(headroom_bytes=headroom),
-        requirements=Requirements(
-            min_concurrency=own.get("min_concurrency"),
-            min_kv_tokens=own.get("min_kv_tokens"),
-            max_kv_usage=own.get("max_kv_usage"),
-        ),
+        requirements=requirements,
+        workload=workload,
     )
+
+
+def _workload(
+    r: _Reader,
+    settings: ServeSettings,
+    gpu: Gpu | None,
+    req: Requirements,
+    workloads: _Workloads,
+    path: str | None,
+    top: Workload | None,
+) -> Workload | None:
+    """The workload an entry replays (its own, else the top level's; none for an engine other
+    than vLLM, whose scheduler is the one replayed), recording the problems: an unreadable
+    file; a workload requirement with no workload; a workload or its requirements on another
+    engine, with pp > 1 (the replay has no pipeline stages) or on a GPU known only by its
+    memory (the replay times steps with the GPU's bandwidth and FLOPS). The top level's
+    workload is not replayed on the entries that cannot take it."""
+    from planner.errors import one_line
+
+    keys, engine = req.workload_keys, settings.engine
+    asked = "workload" if path is not None else keys[0] if keys else None
+    refusal = None
+    if engine is not Engine.VLLM:
+        refusal = "needs engine vllm: the workload is replayed on vLLM's scheduler"
+    elif settings.pp > 1:
+        refusal = f"needs pp 1: the replay has one pipeline stage (got pp {settings.pp})"
+    elif gpu is not None and not (gpu.bandwidth_bytes_per_s and gpu.bf16_flops):
+        refusal = (
+            "needs a catalog `gpu:` (with gpu_memory if you like): the replay times its steps "
+            "with the GPU's bandwidth and FLOPS"
+        )
+    if refusal is not None:
+        if asked is not None:
+            r.fail(asked, refusal)
+        return None
+    workload = top
+    if path is not None:
+        try:
+            workload = workloads.load(path)
+        except WorkloadError as exc:
+            r.fail("workload", one_line(str(exc)))
+            return None
+    elif "workload" in r.data:  # refused as a value; already reported
+        return None
+    if keys and workload is None:
+        r.fail(
+            keys[0],
+            f"needs a workload: add `workload: <trace.jsonl or spec.yaml>` to this deployment "
+            f"or the top level ({', '.join(keys)} come from replaying it)",
+        )
+    return workload
 
 
 def _gpu(r: _Reader, name: str | None, memory_bytes: int | None) -> Gpu | None:
@@ -489,14 +654,18 @@ class Check:
     Attributes:
         name: what is checked: ``max_model_len`` (one request of that length fits; every
             plannable deployment has it), ``weights`` (the only check when the weights alone
-            exceed the engine's budget), or a requirement of the plans file:
-            ``min_concurrency``, ``min_kv_tokens``, ``max_kv_usage``.
+            exceed the engine's budget), ``max_num_seqs`` (a vLLM hybrid: each running
+            sequence holds a Mamba state block), or a requirement of the plans file:
+            ``min_concurrency``, ``min_kv_tokens``, ``max_kv_usage``, and the workload's
+            ``max_preemptions``, ``max_kv_usage_p90``, ``max_ttft_p90_s``,
+            ``min_output_tokens_per_s``.
         resource: the same in words, e.g. ``KV memory for one max_model_len request``.
-        unit: how to show the numbers: ``bytes``, ``x`` (requests), ``tokens`` or ``ratio``.
+        unit: how to show the numbers: ``bytes``, ``x`` (requests), ``tokens``, ``ratio``,
+            ``seqs``, ``preemptions``, ``s`` or ``tokens/s``.
         required: the bound: the plans file's, or what one ``max_model_len`` request needs.
         actual: what the deployment gets.
-        passed: ``actual >= required``; ``actual <= required`` for ``weights`` and
-            ``max_kv_usage``.
+        passed: ``actual >= required``; ``actual <= required`` for ``weights``,
+            ``max_num_seqs`` and the ``max_`` requirements.
         margin: relative room: +0.25 means 25 % to spare, negative means failed by that much
             (``actual / required - 1``, or ``required / actual - 1`` for an upper bound).
             Qwen2.5-7B on an RTX 4090 with 8 x 32,768-token requests uses 2.5409 of its KV
@@ -548,6 +717,65 @@ class Figures:
 
 
 @dataclass(frozen=True)
+class Simulated:
+    """What replaying the entry's workload on its deployment measured
+    (:func:`planner.simulate.compare.simulate_model`; ``kvplan simulate -w`` with the same
+    settings prints the same figures).
+
+    Attributes:
+        workload: the workload's file, joined to the plans file's folder.
+        requests: requests replayed, rejected ones included.
+        completed: requests that finished.
+        rejected_too_long: requests longer than ``max_model_len`` (vLLM's API server rejects
+            them; they are never scheduled).
+        preemptions: preemption events.
+        usage_p90, usage_max: KV usage of the usable blocks: 90 % of the time at most
+            ``usage_p90``; the peak.
+        max_running: most requests running in one step.
+        ttft_p90_s, tpot_p90_s: 90th percentiles of time to first token and time per output
+            token (roofline times, not measurements).
+        output_tokens_per_s: output tokens over the replay's duration.
+        duration_s: simulated seconds from the first arrival to the last finish.
+
+    The JSON rounds the floats to 4 places. A pool too small for the traffic must preempt: two
+    requests arriving together whose prompts fit the usable blocks together but whose full
+    lengths (prompt + output) do not both start decoding and run out of blocks, so
+    ``preemptions`` is at least 1; a pool that holds both at full length never preempts
+    (``tests/test_check_workload.py``).
+    """
+
+    workload: str
+    requests: int
+    completed: int
+    rejected_too_long: int
+    preemptions: int
+    usage_p90: float
+    usage_max: float
+    max_running: int
+    ttft_p90_s: float
+    tpot_p90_s: float
+    output_tokens_per_s: float
+    duration_s: float
+
+    @classmethod
+    def of(cls, workload: Workload, r: SimResult) -> Simulated:
+        return cls(
+            workload=workload.source,
+            requests=r.requests,
+            completed=r.completed,
+            rejected_too_long=r.rejected_too_long,
+            preemptions=r.preemptions,
+            usage_p90=r.usage_p90,
+            usage_max=r.usage_max,
+            max_running=r.max_concurrency,
+            ttft_p90_s=r.ttft_s.p90,
+            tpot_p90_s=r.tpot_s.p90,
+            output_tokens_per_s=r.output_tokens_per_s,
+            duration_s=r.duration_s,
+        )
+
+
+@dataclass(frozen=True)
 class DeploymentResult:
     """The verdict on one deployment: pass, fail (a requirement is not met) or error (it could
     not be planned: unknown model, invalid TP for the model ...).
@@ -556,6 +784,17 @@ class DeploymentResult:
         name: the entry's ``name``.
         line: the line of the entry's first key.
         status: ``pass``, ``fail`` or ``error``.
+        outcome: what vLLM does with the settings (SGLang / TRT-LLM: what their budgets
+            say), the words of ``kvplan estimate``: ``wont_start`` (weights, one
+            ``max_model_len`` request, or a hybrid's Mamba blocks < ``max_num_seqs``),
+            ``queues_at_worst_case`` (with every request ``max_model_len`` tokens long, fewer
+            than ``max_num_seqs`` run at once; the rest wait or are preempted) or
+            ``fits_at_worst_case``; None on an error. Qwen2.5-7B on 24 GiB at gmu 0.9,
+            8,192 x 32: 6,274 usable blocks // 512 per request = 12 of 32, so it queues.
+        worst_case_running: how many ``max_model_len`` requests run at once, capped by
+            ``max_num_seqs`` (SGLang / TRT-LLM without one: by the engine's own running
+            limit); 0 when it won't start; None on an error.
+        outcome_reason: why it won't start, in vLLM's words where vLLM has them; else None.
         model: the model as loaded (``Qwen/Qwen2.5-7B-Instruct`` for ``qwen2.5-7b``); on an
             error, the entry's model argument.
         engine: ``vllm``, ``sglang`` or ``trtllm``.
@@ -575,11 +814,18 @@ class DeploymentResult:
             when the weights do not fit): ``kv_cache_dtype: fp8 (6.30x, 206,438 tokens) with
             max_num_seqs: 5; or tp: 2 (13.92x, 456,130 tokens)``. None on a pass.
         error: why it could not be planned (status ``error`` only).
+        caveats: what a fix needs said beside it: :func:`planner.deployment.fp8_kv_caveat`
+            for the GPU when a fix suggests fp8 KV; else empty.
+        simulated: the workload replay's figures (None without a workload, or when vLLM
+            won't start).
     """
 
     name: str
     line: int
     status: str
+    outcome: str | None
+    worst_case_running: int | None
+    outcome_reason: str | None
     model: str
     engine: str
     gpu: str
@@ -591,6 +837,8 @@ class DeploymentResult:
     figures: Figures | None
     fix: str | None
     error: str | None = None
+    caveats: list[str] = field(default_factory=list)
+    simulated: Simulated | None = None
 
 
 @dataclass(frozen=True)
@@ -602,8 +850,10 @@ class CheckReport:
         results: one :class:`DeploymentResult` per valid entry, in file order.
         problems: the file's validation errors; an entry with any is not checked.
 
-    ``examples/plans.yaml`` has one deployment that fits and one that does not: counts
-    ``{"deployments": 2, "passed": 1, "failed": 1, "errors": 0, "invalid": 0}``, exit code 1.
+    ``examples/plans.yaml`` has one deployment that passes and one that does not; both
+    start, the failing one queues at worst case: counts ``{"deployments": 2, "passed": 1,
+    "failed": 1, "errors": 0, "invalid": 0, "wont_start": 0, "queues_at_worst_case": 1,
+    "fits_at_worst_case": 1}``, exit code 1.
     """
 
     file: str
@@ -620,8 +870,12 @@ class CheckReport:
 
     @property
     def counts(self) -> dict[str, int]:
-        """Deployments (valid entries and invalid ones), passed, failed, errors, invalid."""
+        """Deployments (valid entries and invalid ones), passed, failed, errors, invalid, then
+        the checked ones by outcome (the entries in error have none)."""
+        from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
+
         statuses = [r.status for r in self.results]
+        outcomes = [r.outcome for r in self.results]
         invalid = len({p.index for p in self.problems if p.index is not None})
         return {
             "deployments": len(self.results) + invalid,
@@ -629,6 +883,9 @@ class CheckReport:
             "failed": statuses.count("fail"),
             "errors": statuses.count("error"),
             "invalid": invalid,
+            WONT_START: outcomes.count(WONT_START),
+            QUEUES_AT_WORST_CASE: outcomes.count(QUEUES_AT_WORST_CASE),
+            FITS_AT_WORST_CASE: outcomes.count(FITS_AT_WORST_CASE),
         }
 
 
@@ -642,15 +899,9 @@ class _Cache:
     def model(self, model: str) -> LoadedModel:
         from planner.model.load import load_model
 
-        if model not in self.models:
-            try:
-                self.models[model] = load_model(model, offline=self.offline)
-            except KvplanError as exc:
-                self.models[model] = exc
-        found = self.models[model]
-        if isinstance(found, KvplanError):
-            raise found
-        return found
+        return _once(
+            self.models, model, lambda: load_model(model, offline=self.offline), KvplanError
+        )
 
 
 def check_file(path: str | Path, *, offline: bool | None = None) -> CheckReport:
@@ -708,6 +959,15 @@ def check_deployment(entry: Entry, *, cache: _Cache | None = None) -> Deployment
         return _result(entry, "error", shown, [], None, None, error=str(exc))
 
 
+class _Verdict(NamedTuple):
+    """:func:`planner.recommend.worst_case` of a deployment: outcome, requests of
+    ``max_model_len`` running at once, why it won't start (all None: not planned)."""
+
+    outcome: str | None = None
+    running: int | None = None
+    reason: str | None = None
+
+
 def _result(
     entry: Entry,
     status: str,
@@ -715,14 +975,22 @@ def _result(
     checks: list[Check],
     figures: Figures | None,
     fix: str | None,
+    verdict: _Verdict | None = None,
+    *,
     error: str | None = None,
     model: str | None = None,
+    caveats: list[str] | None = None,
+    simulated: Simulated | None = None,
 ) -> DeploymentResult:
     limiting = min(checks, key=lambda c: c.margin) if checks else None
+    verdict = verdict or _Verdict()
     return DeploymentResult(
         name=entry.name,
         line=entry.line,
         status=status,
+        outcome=verdict.outcome,
+        worst_case_running=verdict.running,
+        outcome_reason=verdict.reason,
         model=model or entry.model,
         engine=entry.settings.engine.value,
         gpu=entry.gpu.name,
@@ -734,6 +1002,8 @@ def _result(
         figures=figures,
         fix=fix,
         error=error,
+        caveats=caveats or [],
+        simulated=simulated,
     )
 
 
@@ -761,6 +1031,60 @@ def _requirements(req: Requirements, concurrency: float, tokens: int, usage: flo
     return checks
 
 
+def _workload_checks(req: Requirements, sim: Simulated) -> list[Check]:
+    """The workload requirements against what the replay measured."""
+    checks = []
+    if req.max_preemptions is not None:
+        checks.append(
+            _at_most(
+                "max_preemptions",
+                "preemptions replaying the workload",
+                "preemptions",
+                req.max_preemptions,
+                sim.preemptions,
+            )
+        )
+    if req.max_kv_usage_p90 is not None:
+        checks.append(
+            _at_most(
+                "max_kv_usage_p90",
+                "p90 KV usage replaying the workload",
+                "ratio",
+                req.max_kv_usage_p90,
+                sim.usage_p90,
+            )
+        )
+    if req.max_ttft_p90_s is not None:
+        checks.append(
+            _at_most(
+                "max_ttft_p90_s",
+                "p90 time to first token replaying the workload",
+                "s",
+                req.max_ttft_p90_s,
+                sim.ttft_p90_s,
+            )
+        )
+    if req.min_output_tokens_per_s is not None:
+        checks.append(
+            _at_least(
+                "min_output_tokens_per_s",
+                "output tokens per second replaying the workload",
+                "tokens/s",
+                req.min_output_tokens_per_s,
+                sim.output_tokens_per_s,
+            )
+        )
+    return checks
+
+
+def _replay(dep: Deployment, workload: Workload) -> Simulated:
+    """``workload`` replayed on ``dep`` as ``kvplan simulate`` replays it (the pool is vLLM's
+    budget on the deployment's GPU)."""
+    from planner.simulate.compare import simulate_model
+
+    return Simulated.of(workload, simulate_model(dep, workload).runs[0].result)
+
+
 class _Fix(NamedTuple):
     """One way to pass: the settings to change as data (``{"tp": 4}``) or a sentence, what
     they buy, and the further changes they need (``then``)."""
@@ -779,13 +1103,47 @@ class _Fix(NamedTuple):
             text += f" with {as_yaml(self.then)}"
         return text
 
+    @property
+    def fp8_kv(self) -> bool:
+        """Whether it suggests fp8 KV (which needs :func:`planner.deployment.fp8_kv_caveat`)."""
+        return not isinstance(self.change, str) and self.change.get("kv_cache_dtype") == "fp8"
+
+
+def _judged(
+    entry: Entry,
+    settings: dict[str, Any],
+    checks: list[Check],
+    figures: Figures,
+    fixes: list[_Fix],
+    verdict: _Verdict,
+    model: str,
+    simulated: Simulated | None = None,
+) -> DeploymentResult:
+    """A planned entry's result: pass when every check passed, else fail with the fixes (and
+    the fp8 caveat for the entry's GPU when one suggests fp8 KV)."""
+    from planner.deployment import fp8_kv_caveat
+
+    return _result(
+        entry,
+        "pass" if all(c.passed for c in checks) else "fail",
+        settings,
+        checks,
+        figures,
+        "; or ".join(str(f) for f in fixes) or None,
+        verdict,
+        model=model,
+        caveats=[fp8_kv_caveat(entry.gpu)] if any(f.fp8_kv for f in fixes) else [],
+        simulated=simulated,
+    )
+
 
 def _check_vllm(
     entry: Entry, dep: Deployment, weights: Weights, settings: dict[str, Any]
 ) -> DeploymentResult:
-    """vLLM: the same :func:`planner.recommend.plan` as ``kvplan estimate --gpu``."""
+    """vLLM: the same :func:`planner.recommend.plan` as ``kvplan estimate --gpu``, and the
+    entry's workload replayed when vLLM starts."""
     from planner.errors import DoesNotFitError
-    from planner.recommend import PlanOptions, plan
+    from planner.recommend import WONT_START, PlanOptions, plan
 
     spec, gmu = dep.spec, dep.settings.gmu
     settings["gpu_memory_utilization"] = gmu
@@ -798,7 +1156,8 @@ def _check_vllm(
         check = _at_most("weights", "weights", "bytes", requested, weights.bytes_per_rank)
         # the planner's suggestions are data; a plans file spells them as its keys
         fix = ", or ".join(_yaml_fix(change) for change in exc.changes) or None
-        return _result(entry, "fail", settings, [check], None, fix, model=spec.name)
+        verdict = _Verdict(WONT_START, 0, str(exc))
+        return _result(entry, "fail", settings, [check], None, fix, verdict, model=spec.name)
     cap = p.vllm
     est = p.estimate
     seqs = cap.max_num_seqs
@@ -821,9 +1180,23 @@ def _check_vllm(
             cap.available_kv_bytes - cap.bytes_per_block,  # vLLM's admission check
         )
     ]
+    if cap.mamba_max_num_seqs is not None:  # a hybrid: vLLM refuses more seqs than blocks
+        checks.append(
+            _at_most(
+                "max_num_seqs",
+                "Mamba state blocks, one per running sequence",
+                "seqs",
+                cap.mamba_max_num_seqs,
+                seqs,
+            )
+        )
     checks += _requirements(
         entry.requirements, cap.max_concurrency, cap.kv_cache_size_tokens, usage
     )
+    simulated = None
+    if entry.workload is not None and p.outcome != WONT_START:
+        simulated = _replay(dep, entry.workload)
+        checks += _workload_checks(entry.requirements, simulated)
     figures = Figures(
         source="vllm",
         weights_bytes=cap.weights_bytes,
@@ -836,8 +1209,9 @@ def _check_vllm(
         setting=f"gpu_memory_utilization={gmu}",
     )
     ok = all(c.passed for c in checks)
-    fix = None if ok else "; or ".join(str(f) for f in _vllm_fixes(entry.requirements, p, checks))
-    return _result(entry, "pass" if ok else "fail", settings, checks, figures, fix, model=spec.name)
+    fixes = [] if ok else _vllm_fixes(entry, dep, p, checks)
+    verdict = _Verdict(p.outcome, p.worst_case_running, p.outcome_reason)
+    return _judged(entry, settings, checks, figures, fixes, verdict, spec.name, simulated)
 
 
 def _yaml_fix(change: Mapping[str, object] | str) -> str:
@@ -846,10 +1220,12 @@ def _yaml_fix(change: Mapping[str, object] | str) -> str:
     return f"a bigger GPU ({text})" if not isinstance(change, str) and "gpu" in change else text
 
 
-def _vllm_fixes(req: Requirements, p: Plan, checks: list[Check]) -> list[_Fix]:
+def _vllm_fixes(entry: Entry, dep: Deployment, p: Plan, checks: list[Check]) -> list[_Fix]:
     """What to change, from the planner's own numbers: vLLM's estimated maximum length, the
-    max_num_seqs that meets max_kv_usage, and the fp8 / TP alternatives that pass every check
-    (with the max_num_seqs each needs for max_kv_usage)."""
+    max_num_seqs a hybrid's Mamba blocks hold, the max_num_seqs that meets max_kv_usage, and
+    the fp8 / TP alternatives that pass every check (with the max_num_seqs each needs for
+    max_kv_usage; when a workload requirement failed, replaying the workload on each)."""
+    req = entry.requirements
     cap = p.vllm
     failed = {c.name for c in checks if not c.passed}
     per_request = cap.blocks_per_request
@@ -864,8 +1240,11 @@ def _vllm_fixes(req: Requirements, p: Plan, checks: list[Check]) -> list[_Fix]:
             fixes.append(_Fix({"max_model_len": cap.estimated_max_model_len}, "(vLLM's estimate)"))
         else:
             fixes.append(_Fix("more GPU memory: weights and activations leave no KV cache"))
+    if "max_num_seqs" in failed and cap.mamba_max_num_seqs:
+        fixes.append(_Fix({"max_num_seqs": cap.mamba_max_num_seqs}, "(one Mamba block each)"))
     if failed == {"max_kv_usage"} and seqs_within(cap.num_gpu_blocks) >= 1:
         fixes.append(_Fix({"max_num_seqs": seqs_within(cap.num_gpu_blocks)}))
+    replayed = failed & set(WORKLOAD_KEYS)
     length = p.estimate.max_model_len
     for alt in p.alternatives:
         tokens = int(alt.max_concurrency * length)
@@ -875,19 +1254,52 @@ def _vllm_fixes(req: Requirements, p: Plan, checks: list[Check]) -> list[_Fix]:
             continue
         note = f"({alt.max_concurrency:.2f}x, {tokens:,} tokens)"
         usable = max(alt.num_gpu_blocks - 1, 0)
+        then = None
         if req.max_kv_usage is not None and cap.max_num_seqs * per_request > (
             req.max_kv_usage * usable
         ):
             if seqs_within(alt.num_gpu_blocks) < 1:
                 continue
-            fixes.append(
-                _Fix(alt.changes, note, then={"max_num_seqs": seqs_within(alt.num_gpu_blocks)})
+            then = {"max_num_seqs": seqs_within(alt.num_gpu_blocks)}
+        if replayed:
+            sim = _replay_with(dep, entry, {**alt.changes, **(then or {})})
+            if sim is None or not all(c.passed for c in _workload_checks(req, sim)):
+                continue
+            note = f"{note[:-1]}; replayed: {_replayed(req, sim)})"
+        fixes.append(_Fix(alt.changes, note, then=then))
+    if replayed:
+        assert entry.workload is not None
+        fixes.append(
+            _Fix(
+                "more KV memory (a larger GPU, more TP) or another max_num_seqs (compare: "
+                f"kvplan simulate {p.estimate.model} --gpu {dep.gpu.name if dep.gpu else '?'} "
+                f"-w {entry.workload.source} --max-num-seqs 16,32,64)"
             )
-        else:
-            fixes.append(_Fix(alt.changes, note))
+        )
     if not fixes:
         fixes.append(_Fix("a larger GPU, more TP, or a shorter max_model_len"))
     return fixes
+
+
+def _replay_with(dep: Deployment, entry: Entry, changes: Mapping[str, object]) -> Simulated | None:
+    """The entry's workload replayed with ``changes`` (None when that cannot be planned)."""
+    assert entry.workload is not None
+    typed = {k: KVDtype(v) if k == "kv_cache_dtype" else v for k, v in changes.items()}
+    try:
+        return _replay(dep.with_settings(**typed), entry.workload)
+    except KvplanError:
+        return None
+
+
+def _replayed(req: Requirements, sim: Simulated) -> str:
+    """The replay's figures the workload requirements ask about, in words."""
+    words = {
+        "max_preemptions": f"{sim.preemptions:,} preemptions",
+        "max_kv_usage_p90": f"KV p90 {sim.usage_p90:.0%}",
+        "max_ttft_p90_s": f"TTFT p90 {sim.ttft_p90_s:.2f} s",
+        "min_output_tokens_per_s": f"{sim.output_tokens_per_s:,.0f} output tok/s",
+    }
+    return ", ".join(words[key] for key in req.workload_keys)
 
 
 def _check_other(
@@ -924,9 +1336,8 @@ def _check_other(
         setting=cap.setting,
     )
     ok = all(c.passed for c in checks)
-    fix = None
+    fixes: list[_Fix] = []
     if not ok:
-        fixes: list[_Fix] = []
         failed = {c.name for c in checks if not c.passed}
         if "max_model_len" in failed and cap.max_total_tokens > 0:
             fixes.append(_Fix({"max_model_len": cap.max_total_tokens}, "(the whole KV pool)"))
@@ -937,8 +1348,26 @@ def _check_other(
         if est.kv_dtype_bytes > 1:
             fixes.append(_Fix({"kv_cache_dtype": KVDtype.FP8}, "(half the KV bytes per token)"))
         fixes.append(_Fix({"tp": dep.settings.tp * 2}, "or a larger GPU"))
-        fix = "; or ".join(str(f) for f in fixes)
-    return _result(entry, "pass" if ok else "fail", settings, checks, figures, fix, model=spec.name)
+    verdict = _other_verdict(cap, seqs, est.max_model_len)
+    return _judged(entry, settings, checks, figures, fixes, verdict, spec.name)
+
+
+def _other_verdict(cap: EngineCapacity, max_num_seqs: int | None, length: int) -> _Verdict:
+    """SGLang / TRT-LLM in the same words, from their budgets: no room for one request of
+    ``length`` is won't start; else as many full-length requests as the pool holds run, up to
+    ``max_num_seqs`` (or the engine's own running limit when none is given)."""
+    from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
+
+    if cap.max_concurrency < 1:
+        return _Verdict(
+            WONT_START,
+            0,
+            f"the {cap.engine} KV pool holds {cap.max_total_tokens:,} tokens, less than one "
+            f"{length:,}-token request",
+        )
+    limit = max_num_seqs or cap.max_running_requests
+    running = min(limit, int(cap.max_concurrency))
+    return _Verdict(FITS_AT_WORST_CASE if running >= limit else QUEUES_AT_WORST_CASE, running)
 
 
 def engine_capacity(dep: Deployment, est: KVEstimate, weights: Weights) -> EngineCapacity:

@@ -113,6 +113,10 @@ def test_one_bad_deployment_does_not_hide_the_others(tmp_path: Path) -> None:
         "failed": 0,
         "errors": 0,
         "invalid": 1,
+        # 16 x 1,024 blocks of chat-8b fit the H100's pool at once; the broken entry has none
+        "wont_start": 0,
+        "queues_at_worst_case": 0,
+        "fits_at_worst_case": 1,
     }
     assert "Error: " in result.stderr and ":5: deployments[0] (broken).tp" in result.stderr
 
@@ -167,11 +171,16 @@ def test_markdown_format(tmp_path: Path) -> None:
     result = runner.invoke(app, ["check", str(two_deployments(tmp_path)), "-f", "markdown"])
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("### kvplan check: 1 of 2 deployments fit")
+    # both start; long-context's 32 requests of 32,768 tokens do not all fit (3.15x), so it
+    # queues at worst case, and it fails min_concurrency 4
+    assert lines[0].startswith(
+        "### kvplan check: 2 of 2 deployments start; 1 queues at worst case; 1 of 2 pass"
+    )
     rows = [line for line in lines if line.startswith("| ")]
     assert len(rows) == 3  # header + 2 deployments
-    assert rows[1].startswith("| ✅ pass | `chat-8b` |")
-    assert rows[2].startswith("| ❌ fail | `long-context` |")
+    assert rows[1].startswith("| ✅ pass | fits 16/16 | `chat-8b` |")
+    # floor(3.15) = 3 requests of 32,768 tokens at once, of max_num_seqs 32
+    assert rows[2].startswith("| ❌ fail | queues 3/32 | `long-context` |")
     assert "| min_concurrency | -21% |" in rows[2]  # 3.15 / 4 - 1
     assert any(line.startswith("- **long-context** — fix: kv_cache_dtype: fp8") for line in lines)
 
@@ -221,7 +230,9 @@ def test_output_file_is_replaced_whole(tmp_path: Path) -> None:
     path = write(tmp_path, "deployments:\n" + PASSING)
     result = runner.invoke(app, ["check", str(path), "-f", "markdown", "-o", str(out)])
     assert result.exit_code == 0
-    assert out.read_text().startswith("### kvplan check: 1 of 1 deployments fit")
+    assert out.read_text().startswith(
+        "### kvplan check: 1 of 1 deployments start; none queue at worst case; 1 of 1 pass"
+    )
     table = tmp_path / "table.txt"
     assert runner.invoke(app, ["check", str(path), "-o", str(table)]).exit_code == 0
     assert "chat-8b" in table.read_text() and "\x1b[" not in table.read_text()

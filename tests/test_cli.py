@@ -151,3 +151,12 @@ def test_json_never_prints_nan_or_infinity() -> None:
 
     text = to_json({"a": float("nan"), "b": [float("inf"), 1.5], "c": (float("-inf"),)})
     assert json.loads(text) == {"a": None, "b": [None, 1.5], "c": [None]}
+
+
+@pytest.mark.parametrize("command", ["estimate", "simulate", "diagnose", "verify"])
+def test_max_model_len_help_names_the_auto_fit(command: str) -> None:
+    # vLLM's --max-model-len -1 fits the longest context the pool holds; each command takes it
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())
+    assert "-1 is vLLM's auto-fit: the longest that fits the KV pool" in text

@@ -21,6 +21,13 @@ def run(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+def one_request(tmp_path: Path) -> Path:
+    """A trace of one short request: 100 prompt tokens, 10 output."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"prompt_tokens": 100, "output_tokens": 10}\n')
+    return trace
+
+
 def test_seed_scenario_shows_the_prefix_saving() -> None:
     # 100 requests at once, each an 800-token system prompt + 200 own tokens and 200 output
     # tokens; Llama-3.1-8B, 16-token blocks. Off: each peaks at cdiv(1,199, 16) = 75 blocks,
@@ -190,7 +197,71 @@ def test_default_max_model_len_is_shortened_with_a_warning() -> None:
     assert code == 0
     # 999 usable blocks x 16 tokens = 15,984 tokens, far below the model's 131,072
     assert json.loads(out)["runs"][0]["max_model_len"] == 15_984
-    assert "vLLM would refuse max_model_len 131,072 with this KV pool" in err
+    assert "vLLM won't start with max_model_len 131,072 and this KV pool" in err
+    # the run's outcome is for the length simulated: 999 // 999 blocks = 1 request of 15,984
+    # tokens at once, of vLLM's default 256 with no GPU named
+    run0 = json.loads(out)["runs"][0]
+    assert (run0["outcome"], run0["worst_case_running"]) == ("queues_at_worst_case", 1)
+
+
+@pytest.mark.parametrize(
+    ("max_num_seqs", "outcome", "running"),
+    [
+        # 8,192 tokens = 512 blocks of 16; 999 usable // 512 = 1 at once
+        ("256", "queues_at_worst_case", 1),
+        ("1", "fits_at_worst_case", 1),
+    ],
+)
+def test_each_run_carries_the_worst_case_of_its_settings(
+    tmp_path: Path, max_num_seqs: str, outcome: str, running: int
+) -> None:
+    trace = one_request(tmp_path)
+    args = ["llama-3.1-8b", "--num-gpu-blocks", "1000", "--max-model-len", "8192", "-w", str(trace)]
+    code, out, err = run(*args, "--max-num-seqs", max_num_seqs, "--json")
+    assert code == 0, err
+    run0 = json.loads(out)["runs"][0]
+    assert (run0["outcome"], run0["worst_case_running"]) == (outcome, running)
+    code, out, err = run(*args, "--max-num-seqs", max_num_seqs)
+    words = {
+        "queues_at_worst_case": f"starts, queues at worst case: {running} of {max_num_seqs} "
+        "requests of 8,192 tokens run at once",
+        "fits_at_worst_case": "fits at worst case: all 1 requests of 8,192 tokens run at once",
+    }
+    assert f"worst case    {words[outcome]}" in out
+
+
+def test_the_comparison_table_has_a_worst_case_row(tmp_path: Path) -> None:
+    trace = one_request(tmp_path)
+    code, out, err = run(
+        "llama-3.1-8b",
+        "--num-gpu-blocks",
+        "2049",
+        "--max-model-len",
+        "8192",
+        "-w",
+        str(trace),
+        "--max-num-seqs",
+        "4,8",
+    )
+    assert code == 0, err
+    # 2,048 usable // 512 blocks = 4 at once: 4 all fit, 8 queue with 4 running
+    [row] = [line for line in out.splitlines() if line.startswith("│ worst case")]
+    assert "fits 4/4" in row and "queues 4/8" in row
+
+
+def test_a_hybrid_with_more_seqs_than_blocks_wont_start(tmp_path: Path) -> None:
+    # Qwen3-Next keeps one Mamba state block per running sequence: 128 sequences cannot start
+    # in 100 blocks (vLLM refuses); the replay still runs, with a warning
+    trace = one_request(tmp_path)
+    args = ["qwen3-next-80b-a3b-thinking", "--num-gpu-blocks", "100", "--max-model-len", "4096"]
+    code, out, err = run(*args, "-w", str(trace), "--max-num-seqs", "128", "--json")
+    assert code == 0, err
+    run0 = json.loads(out)["runs"][0]
+    assert (run0["outcome"], run0["worst_case_running"]) == ("wont_start", 0)
+    assert "vLLM won't start with max_num_seqs 128 and this KV pool" in err
+    assert "use --max-num-seqs 100" in err
+    code, out, err = run(*args, "-w", str(trace), "--max-num-seqs", "100", "--json")
+    assert json.loads(out)["runs"][0]["outcome"] != "wont_start" and "Mamba" not in err
 
 
 @pytest.mark.parametrize(
@@ -217,6 +288,7 @@ def test_default_max_model_len_is_shortened_with_a_warning() -> None:
             2,
             "must be greater than or equal to max_num_seqs",
         ),
+        (["--gpu", "h100", "--max-model-len", "500000"], 1, "vLLM won't start: one 500,000"),
         (["--gpu", "h100", "--max-model-len", "500000"], 1, "Largest that fits"),
         (["--gpu", "h100", "--gpu-memory-utilization", "1.5"], 2, "must be in (0, 1]"),
         (

@@ -45,6 +45,18 @@ def by_kind(findings: list[planner.diagnose.Finding]) -> dict[str, planner.diagn
     return {f.kind: f for f in findings}
 
 
+def v0_plan() -> planner.Plan:
+    """The plan for the V0 log's settings on an A100-40GB (V0 took its CUDA graphs after
+    sizing the cache, so they cost the KV cache nothing)."""
+    return plan_for(
+        planner.load_model_spec("qwen2.5-7b"),
+        gpu("a100-40gb"),
+        max_model_len=8192,
+        gpu_memory_utilization=0.9,
+        cuda_graph_bytes=0,
+    )
+
+
 # ------------------------------------------------------------------ parsing
 
 
@@ -170,13 +182,7 @@ def test_v0_runtime_rules_pinned_and_prefix_off() -> None:
         "preemptions": 51,
         "max_waiting": 23,
     }
-    p = plan_for(
-        planner.load_model_spec("qwen2.5-7b"),
-        gpu("a100-40gb"),
-        max_model_len=8192,
-        gpu_memory_utilization=0.9,
-        cuda_graph_bytes=0,
-    )
+    p = v0_plan()
     # 90 % of the usable blocks over 512 blocks per 8,192-token request
     fewer = int(0.9 * (p.vllm.num_gpu_blocks - 1) // 512)
     assert pinned.fix[0].startswith(f"fewer sequences: max_num_seqs {fewer} ")
@@ -494,3 +500,97 @@ def test_a_flag_vllm_would_refuse_is_an_error_even_with_nothing_to_plan() -> Non
         result = runner.invoke(app, ["diagnose", str(V1_OOM), *flags])
         assert result.exit_code == 2
         assert result.stderr.strip() == "Error: --tp must be a positive integer, got 0"
+
+
+# ------------------------------------------------------------------ the verdict (issue 11)
+
+
+def test_the_verdict_is_the_plans_worst_case_in_estimates_words() -> None:
+    dg = diagnose_file(V0_A100, gpu=gpu("a100-40gb"))
+    p = v0_plan()
+    # 8,192 tokens / 16 per block = 512 blocks a request; the pool less its null block holds
+    # (blocks - 1) // 512 of them, fewer than max_num_seqs: the rest queue
+    running = (p.vllm.num_gpu_blocks - 1) // 512
+    assert running < p.vllm.max_num_seqs
+    assert (dg.outcome, dg.worst_case_running) == ("queues_at_worst_case", running)
+    assert (dg.max_num_seqs, dg.max_model_len) == (p.vllm.max_num_seqs, 8192)
+    assert (dg.outcome_reason, dg.outcome_source) == (None, "plan")
+    result = runner.invoke(app, ["diagnose", str(V0_A100), "--gpu", "a100-40gb"])
+    assert (
+        f"✓ Verdict (the plan for these settings): starts, queues at worst case: {running} of "
+        f"{p.vllm.max_num_seqs} requests of 8,192 tokens run at once" in result.stdout
+    )
+
+
+def test_a_refusal_in_the_log_is_the_verdict_unless_the_flags_change_the_settings() -> None:
+    result = runner.invoke(
+        app, ["diagnose", str(V1_3090), "--model", "llama-3.1-8b", "--gpu", "rtx-3090", "--json"]
+    )
+    data = json.loads(result.stdout)
+    assert (data["outcome"], data["worst_case_running"], data["outcome_source"]) == (
+        "wont_start",
+        0,
+        "log",
+    )
+    # the log's own figures: 131,072 tokens x 128 KiB = 16 GiB needed, 4.61 GiB available
+    assert 131_072 * 128 * 1024 == gib(16.00)
+    assert data["outcome_reason"] == (
+        "one 131,072-token request needs 16.00 GiB of KV cache, 4.61 GiB available (log line 11)"
+    )
+    # with --max-model-len 8192 the log ran other settings: the plan's verdict, 512 blocks a
+    # request
+    dg = diagnose_file(V1_3090, model="llama-3.1-8b", gpu=gpu("rtx-3090"), max_model_len=8192)
+    p = plan_for(
+        planner.load_model_spec("llama-3.1-8b"),
+        gpu("rtx-3090"),
+        max_model_len=8192,
+        gpu_memory_utilization=0.9,
+    )
+    running = min(p.vllm.max_num_seqs, (p.vllm.num_gpu_blocks - 1) // 512)
+    assert (dg.outcome_source, dg.worst_case_running) == ("plan", running)
+
+
+def test_max_model_len_minus_one_is_the_auto_fit_here_too() -> None:
+    result = runner.invoke(
+        app,
+        ["diagnose", str(V1_3090), "--model", "llama-3.1-8b", "--gpu", "rtx-3090"]
+        + ["--max-model-len", "-1", "--json"],
+    )
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    p = plan_for(
+        planner.load_model_spec("llama-3.1-8b"),
+        gpu("rtx-3090"),
+        max_model_len=-1,
+        gpu_memory_utilization=0.9,
+    )
+    # the auto-fit length is shorter than the model's 131,072 and starts
+    assert data["max_model_len"] == p.vllm.max_model_len < 131_072
+    assert data["outcome"] != "wont_start" and data["settings"]["max_model_len"] == -1
+
+
+def test_a_plan_that_contradicts_a_log_that_started_gives_no_verdict() -> None:
+    # the V0 log ran a 7B; planning a 70B on the same card says its weights do not fit
+    dg = diagnose_file(V0_A100, model="llama-3.1-70b", gpu=gpu("a100-40gb"))
+    assert dg.outcome is None
+    assert any(n.startswith("the plan says vLLM won't start") for n in dg.notes)
+
+
+@pytest.mark.parametrize(
+    ("log", "card", "kind", "native"),
+    [
+        (V1_3090, "rtx-3090", "startup-max-len", False),  # Ampere, compute capability 8.6
+        (V1_H100, "h100", "kv-pinned", True),  # Hopper, 9.0
+    ],
+)
+def test_a_fix_that_suggests_fp8_kv_carries_its_caveat(
+    log: Path, card: str, kind: str, native: bool
+) -> None:
+    dg = diagnose_file(log, model="llama-3.1-8b", gpu=gpu(card))
+    finding = by_kind(dg.findings)[kind]
+    assert any("fp8" in fix for fix in finding.fix)
+    [caveat] = finding.caveats
+    assert caveat.startswith("fp8 KV can cost accuracy without calibrated k/v scales")
+    assert ("has no native fp8" in caveat) is not native
+    # findings that suggest no fp8 carry none
+    assert all(not f.caveats for f in dg.findings if not any("fp8" in x for x in f.fix))

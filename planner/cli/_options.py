@@ -48,7 +48,8 @@ MaxLenOpt = Annotated[
     int | None,
     typer.Option(
         "--max-model-len",
-        help="Context length per request [default: the model's].",
+        help="Context length per request [default: the model's]; -1 is vLLM's auto-fit: the "
+        "longest that fits the KV pool.",
         show_default=False,
     ),
 ]

@@ -37,8 +37,14 @@ def check(
 ) -> None:
     """Check every deployment of a plans file against its requirements, for CI.
 
-    Exit code 0: every deployment fits; 1: any fails or cannot be planned; 2: the file is
-    invalid (each problem is an `Error: file:line:` line on stderr).
+    Each deployment's outcome: won't start, starts but queues at worst case (fewer than
+    max_num_seqs requests of max_model_len run at once), or fits at worst case. A `workload:`
+    (a trace or spec as `kvplan simulate -w` reads) adds max_preemptions, max_kv_usage_p90,
+    max_ttft_p90_s and min_output_tokens_per_s, checked by replaying it.
+
+    Exit code 0: every deployment starts and meets its requirements; 1: any won't start,
+    misses a requirement or cannot be planned; 2: the file is invalid (each problem is an
+    `Error: file:line:` line on stderr).
 
     \b
     Examples:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from planner.deployment import Deployment, Gpu
 from planner.diagnose.boot_log import BootLog, parse_log
@@ -14,6 +14,7 @@ from planner.diagnose.settings import COMMAND_LINE, PlanSettings, layer_settings
 from planner.errors import InputFileError, KvplanError
 from planner.files import read_text_file
 from planner.model.specs import KVDtype
+from planner.units import GIB
 
 if TYPE_CHECKING:
     from planner.recommend import Plan
@@ -69,6 +70,21 @@ class Diagnosis:
 
     Attributes:
         file: the log's path as given.
+        outcome: the verdict, in the words of ``kvplan estimate``: ``wont_start`` (the log
+            shows vLLM refusing to start, or the plan's weights do not fit, one
+            ``max_model_len`` request does not fit its pool, or a hybrid's Mamba blocks are
+            fewer than ``max_num_seqs``), ``queues_at_worst_case`` (with every request
+            ``max_model_len`` tokens long, fewer than ``max_num_seqs`` run at once; the rest
+            wait or are preempted) or ``fits_at_worst_case``; None with no plan and no refusal
+            in the log, or when the plan says it won't start but the log shows it started (a
+            note says so).
+        worst_case_running: how many ``max_model_len`` requests run at once in the plan's
+            pool, capped by ``max_num_seqs``; 0 when it won't start.
+        max_num_seqs, max_model_len: the settings the outcome is for, as the plan resolved
+            them (``max_num_seqs`` is vLLM's default for the GPU when nobody states it).
+        outcome_reason: why it won't start: the log's refusal, or the plan's (vLLM's words).
+        outcome_source: ``log`` (the log shows the refusal) or ``plan`` (kvplan's plan for
+            the settings); None with no outcome.
         log: everything the log states (:class:`~planner.diagnose.boot_log.BootLog`).
         settings: what the plan used, each value as stated (the flag's, or the log's own
             literal): "model", the serve settings, then "gpu" and "gpu_memory_bytes".
@@ -85,9 +101,18 @@ class Diagnosis:
     kv_cache_dtype "auto", enforce_eager false, enable_prefix_caching false (sources "log line
     3", gpu_memory_utilization "log line 8"), gpu "from the log" of 42,283,953,029 B (source
     "log": 39.38 GiB); findings budget, layout-matches, kv-pinned and prefix-off; no notes.
+    The plan's pool there is 23,060 blocks; an 8,192-token request takes 512, so 23,059 // 512
+    = 45 requests run at once, fewer than vLLM V0's default max_num_seqs 256: outcome
+    queues_at_worst_case, worst_case_running 45, outcome_source "plan".
     """
 
     file: str
+    outcome: str | None
+    worst_case_running: int | None
+    max_num_seqs: int | None
+    max_model_len: int | None
+    outcome_reason: str | None
+    outcome_source: str | None
     log: BootLog
     settings: dict[str, Any]
     sources: dict[str, str]
@@ -164,13 +189,87 @@ def diagnose_file(
     terms = _terms(log, the_plan)
     if the_plan is not None:
         findings += explain(log, the_plan)
-    findings += troubleshoot(log, the_plan, settings.serve)
+    findings += troubleshoot(log, the_plan, settings.serve, gpu)
     stated, sources = dict(settings.stated), dict(settings.sources)
     if gpu is not None:
         where = "log" if gpu.source == "log" else COMMAND_LINE
         stated["gpu"], stated["gpu_memory_bytes"] = gpu.name, gpu.memory_bytes
         sources["gpu"] = sources["gpu_memory_bytes"] = where
-    return Diagnosis(str(path), log, stated, sources, terms, findings, notes)
+    what_if = any(value is not None for key, value in given.items() if key != "model")
+    v = _verdict(log, the_plan, findings, notes, what_if=what_if)
+    return Diagnosis(
+        str(path),
+        v.outcome,
+        v.running,
+        v.max_num_seqs,
+        v.max_model_len,
+        v.reason,
+        v.source,
+        log,
+        stated,
+        sources,
+        terms,
+        findings,
+        notes,
+    )
+
+
+class _Verdict(NamedTuple):
+    outcome: str | None = None
+    running: int | None = None
+    max_num_seqs: int | None = None
+    max_model_len: int | None = None
+    reason: str | None = None
+    source: str | None = None
+
+
+def _verdict(
+    log: BootLog, p: Plan | None, findings: list[Finding], notes: list[str], *, what_if: bool
+) -> _Verdict:
+    """The outcome: the log's refusal to start wins; else the plan's
+    (:func:`planner.recommend.worst_case`), unless it says vLLM won't start while the log
+    shows vLLM started (then none, and a note). With settings on the command line
+    (``what_if``) the log ran other settings: the plan's outcome alone."""
+    from planner.recommend import WONT_START
+
+    for f in [] if what_if else findings:
+        where = f" (log line {next((n for n in f.lines if n), 0)})"
+        if f.kind == "startup-max-len":
+            d = f.data
+            length = f"{d['max_model_len']:,}" if d["max_model_len"] else "max_model_len"
+            need, have = d["needed_bytes"], d["available_bytes"]
+            reason = (
+                f"one {length}-token request needs "
+                + (f"{need / GIB:.2f} GiB of KV cache" if need is not None else "more KV cache")
+                + (f", {have / GIB:.2f} GiB available" if have is not None else " than fits")
+            )
+            return _Verdict(WONT_START, 0, reason=reason + where, source="log")
+        if f.kind == "startup-no-memory":
+            reason = "no memory left for KV cache blocks" + where
+            return _Verdict(WONT_START, 0, reason=reason, source="log")
+    weights = next((f for f in findings if f.kind == "plan-does-not-fit"), None)
+    if weights is not None:
+        verdict = _Verdict(WONT_START, 0, reason=str(weights.data["message"]), source="plan")
+    elif p is not None:
+        cap = p.vllm
+        verdict = _Verdict(
+            p.outcome,
+            p.worst_case_running,
+            cap.max_num_seqs,
+            cap.max_model_len,
+            p.outcome_reason,
+            "plan",
+        )
+    else:
+        return _Verdict()
+    started = log.num_gpu_blocks or log.kv_cache_tokens or log.kv_usage_pct
+    if verdict.outcome == WONT_START and started and not what_if:
+        notes.append(
+            f"the plan says vLLM won't start ({verdict.reason}), but the log shows it started: "
+            "the plan's model, GPU or budget differ from the server's"
+        )
+        return _Verdict()
+    return verdict
 
 
 def _gpu_from_log(log: BootLog, gmu: float) -> Gpu | None:

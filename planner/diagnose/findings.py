@@ -15,7 +15,7 @@ from planner.model.specs import KVDtype
 from planner.units import GIB
 
 if TYPE_CHECKING:
-    from planner.deployment import ServeSettings
+    from planner.deployment import Gpu, ServeSettings
     from planner.recommend import Plan
 
 LOG_ROUNDING_BYTES = GIB // 200  # format_gib rounds to 0.01 GiB: +-0.005 GiB
@@ -55,6 +55,8 @@ class Finding:
         fix: what to change, one suggestion each, settings spelled as vLLM's flags
             (``--enable-prefix-caching``) or as its log names them (``max_model_len 37744``).
         lines: the 1-based log lines it rests on (0: none).
+        caveats: what a fix needs said beside it: when one suggests fp8 KV,
+            :func:`planner.deployment.fp8_kv_caveat` for the GPU (accuracy; native fp8).
 
     Worked example (``kvplan diagnose vllm-v0-qwen7b-a100.log``): kind "budget", severity
     "info", no fix, lines [9]; data: log_available_bytes 20,379,619,820 (18.98 GiB),
@@ -68,6 +70,7 @@ class Finding:
     data: dict[str, Any]
     fix: list[str] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
 
 
 def explain(log: BootLog, p: Plan) -> list[Finding]:
@@ -196,8 +199,14 @@ def _layout(log: BootLog, p: Plan) -> Finding | None:
     )
 
 
-def troubleshoot(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Finding]:
-    """The troubleshooting table, applied to what the log shows."""
+def troubleshoot(
+    log: BootLog, p: Plan | None, s: ServeSettings, gpu: Gpu | None = None
+) -> list[Finding]:
+    """The troubleshooting table, applied to what the log shows; a fix that suggests fp8 KV
+    carries the caveat for ``gpu``."""
+    from planner.deployment import fp8_kv_caveat
+
+    caveat = [fp8_kv_caveat(gpu)]
     out: list[Finding] = []
     cap = p.vllm if p else None
     if log.estimated_max_model_len is not None or log.error_max_model_len is not None:
@@ -219,6 +228,7 @@ def troubleshoot(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Finding
                 },
                 fix,
                 [log.lines.get("estimated_max_model_len") or log.lines["error_max_model_len"]],
+                caveat,
             )
         )
     if log.no_kv_memory:
@@ -233,7 +243,7 @@ def troubleshoot(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Finding
         )
     if log.oom_tried_bytes is not None:
         out.append(_oom_finding(log, p))
-    out += _usage_findings(log, p, s)
+    out += _usage_findings(log, p, s, caveat)
     return out
 
 
@@ -275,7 +285,9 @@ def _oom_finding(log: BootLog, p: Plan | None) -> Finding:
     )
 
 
-def _usage_findings(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Finding]:
+def _usage_findings(
+    log: BootLog, p: Plan | None, s: ServeSettings, fp8_caveat: list[str]
+) -> list[Finding]:
     out: list[Finding] = []
     usage = log.kv_usage_pct
     high = sum(u >= PINNED_PCT for u in usage)
@@ -319,6 +331,7 @@ def _usage_findings(log: BootLog, p: Plan | None, s: ServeSettings) -> list[Find
                 },
                 fix,
                 lines,
+                fp8_caveat,
             )
         )
     elif len(usage) >= MIN_SAMPLES and max(usage) < LOW_PCT:

@@ -148,8 +148,13 @@ def layer_settings(
 
 def _flag_changes(flags: Mapping[str, Any]) -> dict[str, Any]:
     """diagnose_file's keyword arguments as :class:`ServeSettings` fields
-    (``enforce_eager=True`` is no CUDA-graph memory)."""
+    (``enforce_eager=True`` is no CUDA-graph memory; ``max_model_len=-1`` is vLLM's auto-fit,
+    as a log's -1 is)."""
     changes = {key: value for key, value in flags.items() if key != "enforce_eager"}
     if flags.get("enforce_eager"):
         changes["cuda_graph_bytes"] = 0
+    if flags.get("max_model_len") == -1:
+        changes.update(max_model_len=None, auto_fit_max_model_len=True)
+    elif "max_model_len" in changes:
+        changes["auto_fit_max_model_len"] = False  # the flag's length over a log's -1
     return changes

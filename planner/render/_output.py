@@ -89,3 +89,29 @@ def _bar(parts: list[tuple[str, int]], total: int, width: int = 64) -> str:
         out.append(BAR_CHARS[label] * n)
         used += n
     return "".join(out)
+
+
+def outcome_words(
+    outcome: str | None,
+    running: int | None,
+    max_num_seqs: int | None,
+    max_model_len: int | None = None,
+    *,
+    short: bool = False,
+) -> str:
+    """An outcome (JSON ``outcome``: ``wont_start``, ``queues_at_worst_case``,
+    ``fits_at_worst_case``) in the words every view uses: "starts, queues at worst case: 12 of
+    32 requests of 8,192 tokens run at once"; ``short`` for a table cell, "queues 12/32" (12
+    of 32 run at once). No outcome (a deployment that could not be planned) is "—"."""
+    if outcome is None:
+        return "—"
+    if outcome == "wont_start":
+        return "won't start"
+    if short:
+        word = "queues" if outcome == "queues_at_worst_case" else "fits"
+        return f"{word} {running or 0:,}/{max_num_seqs or running or 0:,}"
+    of = f" of {max_num_seqs:,}" if max_num_seqs else ""
+    requests = f"requests of {max_model_len:,} tokens" if max_model_len else "requests"
+    if outcome == "queues_at_worst_case":
+        return f"starts, queues at worst case: {running or 0:,}{of} {requests} run at once"
+    return f"fits at worst case: all {running or 0:,} {requests} run at once"

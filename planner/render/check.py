@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -9,7 +10,14 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.errors import one_line
-from planner.render._output import _user, console, err_console, to_json, write_out
+from planner.render._output import (
+    _user,
+    console,
+    err_console,
+    outcome_words,
+    to_json,
+    write_out,
+)
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -25,9 +33,27 @@ _STATUS = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
 _MD_STATUS = {"pass": "✅ pass", "fail": "❌ fail", "error": "⚠️ error"}
 
 
+def _preemptions(n: int) -> str:
+    return f"{n:,} preemption" + ("" if n == 1 else "s")
+
+
+# A workload requirement's check in words: (what the replay measured, the bound).
+_REPLAYED: dict[str, Callable[[float, float], tuple[str, str]]] = {
+    "max_preemptions": lambda got, bound: (_preemptions(int(got)), f"{int(bound):,} allowed"),
+    "max_kv_usage_p90": lambda got, bound: (f"KV usage p90 {got:.0%}", f"{bound:.0%}"),
+    "max_ttft_p90_s": lambda got, bound: (f"TTFT p90 {got:.2f} s", f"{bound:g} s"),
+    "min_output_tokens_per_s": lambda got, bound: (
+        f"{got:,.0f} output tok/s",
+        f"{bound:,.0f} required",
+    ),
+}
+
+
 def _check_text(c: Check, r: DeploymentResult) -> str:
     """One check as a sentence with its numbers."""
     ok = "✓" if c.passed else "✗"
+    at_least = "≥" if c.passed else "<"
+    at_most = "≤" if c.passed else ">"
     length = r.settings.get("max_model_len")
     if c.name == "weights":
         return (
@@ -42,15 +68,67 @@ def _check_text(c: Check, r: DeploymentResult) -> str:
     if c.name == "max_model_len":
         return f"{ok} {c.actual:.2f} requests of {length:,} tokens fit (at least 1)"
     if c.name == "min_concurrency":
-        sign = "≥" if c.passed else "<"
-        return f"{ok} concurrency {c.actual:.2f}x {sign} {c.required:g}x required"
+        return f"{ok} concurrency {c.actual:.2f}x {at_least} {c.required:g}x required"
     if c.name == "min_kv_tokens":
-        sign = "≥" if c.passed else "<"
-        return f"{ok} KV cache {int(c.actual):,} tokens {sign} {int(c.required):,} required"
+        return f"{ok} KV cache {int(c.actual):,} tokens {at_least} {int(c.required):,} required"
+    if c.name == "max_num_seqs":
+        return (
+            f"{ok} max_num_seqs {int(c.actual):,} {at_most} the {int(c.required):,} KV blocks "
+            "(each running sequence of a hybrid holds a Mamba state block)"
+        )
+    if c.name in _REPLAYED:
+        measured, bound = _REPLAYED[c.name](c.actual, c.required)
+        sign = at_least if c.name.startswith("min_") else at_most
+        return f"{ok} {measured} replaying the workload {sign} {bound}"
     seqs = r.settings.get("max_num_seqs")
-    sign = "≤" if c.passed else ">"
     usage = f"{c.actual:.0%}" if c.actual != float("inf") else "∞"
-    return f"{ok} KV usage at {seqs} × {length:,} tokens {usage} {sign} {c.required:.0%} allowed"
+    return f"{ok} KV usage at {seqs} × {length:,} tokens {usage} {at_most} {c.required:.0%} allowed"
+
+
+def _outcome(r: DeploymentResult, *, short: bool = False) -> str:
+    """The deployment's outcome in the words every view uses."""
+    return outcome_words(
+        r.outcome,
+        r.worst_case_running,
+        r.settings.get("max_num_seqs"),
+        r.settings.get("max_model_len"),
+        short=short,
+    )
+
+
+def _replayed(r: DeploymentResult) -> str:
+    """The workload replay's figures in one line ("" without one)."""
+    s = r.simulated
+    if s is None:
+        return ""
+    rejected = f", {s.rejected_too_long:,} rejected as too long" if s.rejected_too_long else ""
+    return (
+        f"replayed {s.workload} ({s.requests:,} requests{rejected}): "
+        f"{_preemptions(s.preemptions)}, KV usage p90 {s.usage_p90:.0%} "
+        f"(max {s.usage_max:.0%}), TTFT p90 {s.ttft_p90_s:.2f} s, "
+        f"{s.output_tokens_per_s:,.0f} output tok/s"
+    )
+
+
+def headline(rep: CheckReport) -> str:
+    """How many deployments start, how many queue at worst case, how many pass:
+    "4 of 4 deployments start; 3 queue at worst case; 4 of 4 pass"."""
+    from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE
+
+    counts = rep.counts
+    total = counts["deployments"]
+    start = counts[QUEUES_AT_WORST_CASE] + counts[FITS_AT_WORST_CASE]
+    queue = counts[QUEUES_AT_WORST_CASE]
+    queues = f"{queue:,} queues" if queue == 1 else f"{queue or 'none'} queue"
+    return (
+        f"{start:,} of {total:,} deployments start; {queues} at worst case; "
+        f"{counts['passed']:,} of {total:,} pass"
+    )
+
+
+def caveats(rep: CheckReport) -> list[str]:
+    """The caveats the fixes need (fp8 KV's), each once, in the order the rows need them."""
+    return list(dict.fromkeys(c for r in rep.results for c in r.caveats))
 
 
 def _limiting(r: DeploymentResult) -> Check | None:
@@ -103,13 +181,11 @@ def check_dict(rep: CheckReport) -> dict[str, Any]:
 
 def check_markdown(rep: CheckReport) -> str:
     """A job-summary / PR-comment table (GitHub-flavoured markdown)."""
-    counts = rep.counts
-    fits = counts["passed"]
     lines = [
-        f"### kvplan check: {fits} of {counts['deployments']} deployments fit (`{rep.file}`)",
+        f"### kvplan check: {headline(rep)} (`{rep.file}`)",
         "",
-        "| result | deployment | model | engine | GPU | limiting | margin | numbers |",
-        "|---|---|---|---|---|---|---|---|",
+        "| result | worst case | deployment | model | engine | GPU | limiting | margin | numbers |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(text: Any) -> str:
@@ -118,6 +194,7 @@ def check_markdown(rep: CheckReport) -> str:
     for r in rep.results:
         row = [
             _MD_STATUS[r.status],
+            _outcome(r, short=True),
             f"`{cell(r.name)}`",
             cell(r.model),
             r.engine,
@@ -128,10 +205,15 @@ def check_markdown(rep: CheckReport) -> str:
         ]
         lines.append("| " + " | ".join(row) + " |")
     fixes = [r for r in rep.results if r.fix]
-    if fixes:
+    replays = [r for r in rep.results if r.simulated]
+    if fixes or replays:
         lines.append("")
+        for r in replays:
+            lines.append(f"- **{cell(r.name)}** — {cell(_replayed(r))}")
         for r in fixes:
             lines.append(f"- **{cell(r.name)}** — fix: {cell(r.fix)}")
+        for caveat in caveats(rep):
+            lines.append(f"- note: {cell(caveat)}")
     if rep.problems:
         lines.append("")
         lines.append("**Invalid plans file** (exit 2):")
@@ -175,7 +257,9 @@ def check_junit(rep: CheckReport) -> str:
             error = ET.SubElement(case, "error", {"type": "PlanError", "message": r.error or ""})
             error.text = r.error
             continue
-        body = [f"{r.model} on {_where(r)} ({r.engine})"]
+        body = [f"{r.model} on {_where(r)} ({r.engine}): {_outcome(r)}"]
+        if r.outcome_reason:
+            body.append(r.outcome_reason)
         body += [_check_text(c, r) for c in r.checks]
         if r.figures is not None:
             f = r.figures
@@ -184,8 +268,11 @@ def check_junit(rep: CheckReport) -> str:
                 f"{f.kv_cache_size_tokens:,} tokens, {f.max_concurrency:.2f}x concurrency "
                 f"({f.setting})"
             )
+        if r.simulated is not None:
+            body.append(_replayed(r))
         if r.fix:
             body.append(f"fix: {r.fix}")
+            body += [f"note: {caveat}" for caveat in r.caveats]
         if r.status == "fail":
             message = _summary(r) + (f"; fix: {r.fix}" if r.fix else "")
             failure = ET.SubElement(case, "failure", {"type": "DoesNotFit", "message": message})
@@ -208,22 +295,19 @@ def check_junit(rep: CheckReport) -> str:
 
 
 def _check_table(rep: CheckReport, out: Console) -> None:
-    counts = rep.counts
-    table = Table(
-        title=f"kvplan check {_user(rep.file)}: {counts['passed']} of {counts['deployments']} "
-        "deployments fit",
-        title_justify="left",
-    )
-    for col in ("result", "deployment", "model", "engine", "GPU", "limiting", "margin"):
+    table = Table(title=f"kvplan check {_user(rep.file)}: {headline(rep)}", title_justify="left")
+    columns = ("result", "worst case", "deployment", "model", "GPU", "limiting", "margin")
+    for col in columns:
         table.add_column(col, justify="right" if col == "margin" else "left", overflow="fold")
     for r in rep.results:
         style = {"pass": "green", "fail": "red", "error": "yellow"}[r.status]
+        engine = "" if r.engine == "vllm" else f" ({r.engine})"  # the footer says vLLM
         table.add_row(
             f"[{style}]{_STATUS[r.status]}[/]",
+            _outcome(r, short=True),
             _user(r.name),
             _user(r.model),
-            r.engine,
-            _user(_where(r)),
+            _user(_where(r)) + engine,
             r.limiting or "—",
             _margin(r),
         )
@@ -232,11 +316,16 @@ def _check_table(rep: CheckReport, out: Console) -> None:
         out.print(
             f"[bold]{_user(r.name)}[/]: {_user(_summary(r))}", soft_wrap=True, highlight=False
         )
+        if r.simulated is not None:
+            out.print(f"  {_replayed(r)}", soft_wrap=True, highlight=False, markup=False)
         if r.fix:
             out.print(f"  fix: {r.fix}", soft_wrap=True, highlight=False, markup=False)
+    for caveat in caveats(rep):
+        out.print(f"note: {caveat}", soft_wrap=True, highlight=False, markup=False)
     out.print(
-        "[dim]vLLM figures use vLLM 0.33's formulas; SGLang/TRT-LLM rows use those engines' "
-        "budgets. --format json gives every figure.[/]"
+        "[dim]worst case: of max_num_seqs requests all max_model_len long, how many run at once "
+        "(the rest queue; vLLM still starts). vLLM figures use vLLM 0.33's formulas; "
+        "SGLang/TRT-LLM rows use those engines' budgets. --format json gives every figure.[/]"
     )
 
 

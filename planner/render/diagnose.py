@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from planner.render._output import _user, console, to_json, write_out
+from planner.render._output import _user, console, outcome_words, to_json, write_out
 from planner.units import GIB, fmt_bytes
 
 if TYPE_CHECKING:
@@ -128,6 +128,20 @@ def finding_text(f: Finding) -> str:
     return str(d.get("message", f.kind))
 
 
+def verdict_text(dg: Diagnosis) -> str:
+    """The outcome in the words every view uses, with where it comes from ("" with none):
+    "✓ Verdict (the plan for these settings): starts, queues at worst case: 45 of 256 requests
+    of 8,192 tokens run at once"."""
+    if dg.outcome is None:
+        return ""
+    words = outcome_words(dg.outcome, dg.worst_case_running, dg.max_num_seqs, dg.max_model_len)
+    source = "the log" if dg.outcome_source == "log" else "the plan for these settings"
+    if dg.outcome == "wont_start":
+        reason = f": {dg.outcome_reason}" if dg.outcome_reason else ""
+        return f"✗ Verdict ({source}): {words}{reason}"
+    return f"✓ Verdict ({source}): {words}"
+
+
 def diagnose_dict(dg: Diagnosis) -> dict[str, Any]:
     """JSON of ``kvplan diagnose``; runtime samples are summarised, not listed."""
     data = asdict(dg)
@@ -168,6 +182,9 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
             shown = fmt_bytes(value) if key == "gpu_memory_bytes" else value
             parts.append(f"{key} {shown}" + (f" ({where})" if where else ""))
         out.print("Plan settings: " + " · ".join(parts), soft_wrap=True, markup=False)
+    verdict = verdict_text(dg)
+    if verdict:
+        out.print(verdict, soft_wrap=True, markup=False)
     if dg.terms:
         table = Table(title="Log vs plan, per GPU rank", title_justify="left")
         table.add_column("term")
@@ -189,6 +206,8 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
         out.print(f"  {mark[f.severity]} {finding_text(f)}{where}", soft_wrap=True, markup=False)
         for fix in f.fix:
             out.print(f"      → {fix}", soft_wrap=True, markup=False)
+        for caveat in f.caveats:
+            out.print(f"      note: {caveat}", soft_wrap=True, markup=False)
     if not dg.findings and not dg.terms:
         out.print("Nothing to compare: the log has no startup figures and no runtime problems.")
     out.print(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from planner.render._output import _user, console, to_json, warnings_, write_out
+from planner.render._output import _user, console, outcome_words, to_json, warnings_, write_out
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -92,6 +92,8 @@ def _simulate_one(out: Console, run: SettingRun) -> None:
         f"{run.max_num_batched_tokens:,} · prefix caching {'on' if run.prefix_caching else 'off'}",
         soft_wrap=True,
     )
+    worst = outcome_words(run.outcome, run.worst_case_running, run.max_num_seqs, run.max_model_len)
+    out.print(f"worst case    {worst}", soft_wrap=True)
     out.print(
         f"KV usage      p50 {r.usage_p50:.0%} · p90 {r.usage_p90:.0%} · max {r.usage_max:.0%} "
         f"({r.peak_blocks:,} of {r.usable_blocks:,} usable blocks)",
@@ -138,6 +140,13 @@ def _simulate_table(out: Console, report: SimReport) -> None:
         table.add_row(label, *cells)
 
     row("KV blocks", [f"{run.num_gpu_blocks:,}" for run in report.runs])
+    row(
+        "worst case",
+        [
+            outcome_words(run.outcome, run.worst_case_running, run.max_num_seqs, short=True)
+            for run in report.runs
+        ],
+    )
     row("KV usage p50", [f"{r.usage_p50:.0%}" for r in runs])
     row("KV usage p90", [f"{r.usage_p90:.0%}" for r in runs])
     row("KV usage max", [f"{r.usage_max:.0%}" for r in runs])

@@ -19,6 +19,7 @@ from planner.deployment import Deployment, ServeSettings, kv_dtype_for, positive
 from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype
+from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
 from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
 from planner.simulate.roofline import ModelParams, Roofline, estimate_params, roofline_for
 from planner.simulate.workload import Workload
@@ -80,6 +81,17 @@ class SettingRun:
             the GPU (:func:`pool_for_gpu`), or ``--num-gpu-blocks`` of the first run's blocks.
         num_gpu_blocks: ``kv_cache_bytes // bytes_per_block`` (22,280,133,801 // 2,752,512 =
             8,094), vLLM's null block included.
+        outcome: what vLLM does with this run's settings and pool, in ``kvplan estimate``'s
+            words: ``queues_at_worst_case`` when fewer than ``max_num_seqs`` requests of
+            ``max_model_len`` tokens fit the usable blocks at once, ``fits_at_worst_case``
+            when all do, ``wont_start`` for a hybrid whose ``max_num_seqs`` exceeds the blocks
+            (one Mamba state block each; the replay still runs). A ``max_model_len`` the pool
+            cannot hold never gets here: it is an error, or shortened with a warning.
+        worst_case_running: ``min(max_num_seqs, usable blocks // blocks of one max_model_len
+            request)``; 0 when it won't start. Here an 8,192-token request holds 512 global
+            blocks of 16 tokens plus cdiv(4,095, 16) + 1 = 257 for its 4,096-token window:
+            8,093 // 769 = 10 of 256 run at once (at block size 32, 4,046 // (256 + 129) =
+            10): both queue at worst case.
         result: what the replay measured.
     """
 
@@ -94,7 +106,21 @@ class SettingRun:
     bytes_per_block: int
     kv_cache_bytes: int
     num_gpu_blocks: int
+    outcome: str
+    worst_case_running: int
     result: SimResult
+
+
+def worst_case_of_pool(
+    layout: BlockLayout, num_gpu_blocks: int, max_model_len: int, max_num_seqs: int
+) -> tuple[str, int]:
+    """:func:`planner.recommend.worst_case` for a pool of ``num_gpu_blocks`` blocks (one is
+    vLLM's null block): (outcome, how many ``max_model_len`` requests run at once)."""
+    if layout.state_blocks and max_num_seqs > num_gpu_blocks:
+        return WONT_START, 0  # each running sequence of a hybrid holds a Mamba state block
+    usable = max(num_gpu_blocks - 1, 0)
+    running = min(max_num_seqs, usable // max(layout.blocks(max_model_len), 1))
+    return (FITS_AT_WORST_CASE if running >= max_num_seqs else QUEUES_AT_WORST_CASE), running
 
 
 @dataclass(frozen=True)
@@ -335,9 +361,10 @@ def simulate_model(
             fit = _largest_fitting_len(layout, usable, length)
             if max_model_len is not None:
                 raise DoesNotFitError(
-                    f"{label}: one {length:,}-token request needs {layout.blocks(length):,} "
-                    f"blocks; the pool has {usable:,}. Largest that fits: {fit:,} tokens. Try "
-                    f"--max-model-len {fit} or more KV memory"
+                    f"{label}: vLLM won't start: one {length:,}-token request needs "
+                    f"{layout.blocks(length):,} blocks; the pool has {usable:,}. Largest that "
+                    f"fits: {fit:,} tokens. Try --max-model-len {fit} (or -1, vLLM's auto-fit) "
+                    "or more KV memory"
                 )
             shortened.append((label, length, layout.blocks(length), usable, fit))
             length = fit
@@ -352,6 +379,14 @@ def simulate_model(
             prefix_caching=serve.enable_prefix_caching,
         )
         result = simulate(workload, config)
+        outcome, running = worst_case_of_pool(layout, blocks, length, config.max_num_seqs)
+        if outcome == WONT_START:
+            warnings.append(
+                f"vLLM won't start with max_num_seqs {config.max_num_seqs:,} and this KV pool"
+                + (f" ({label})" if axes else "")
+                + f": each running sequence of a hybrid holds a Mamba state block, and the pool "
+                f"has {blocks:,}. Simulated anyway; use --max-num-seqs {blocks}"
+            )
         runs.append(
             SettingRun(
                 label=label,
@@ -365,6 +400,8 @@ def simulate_model(
                 bytes_per_block=bpb,
                 kv_cache_bytes=kv_bytes,
                 num_gpu_blocks=blocks,
+                outcome=outcome,
+                worst_case_running=running,
                 result=result,
             )
         )
@@ -378,9 +415,9 @@ def simulate_model(
         where = f" ({label})" if len(runs) > 1 else ""
         others = "".join(f"; {lab}: {f:,}" for lab, _, _, _, f in shortened[1:])
         warnings.append(
-            f"vLLM would refuse max_model_len {length:,} with this KV pool{where}: one request "
-            f"that long needs {need:,} blocks, the pool has {usable:,}. Simulating with the "
-            f"longest that fits, --max-model-len {fit:,}{others}"
+            f"vLLM won't start with max_model_len {length:,} and this KV pool{where}: one "
+            f"request that long needs {need:,} blocks, the pool has {usable:,}. Simulating "
+            f"with the longest that fits, --max-model-len {fit:,}{others}"
         )
     rejected = max(r.result.rejected_too_long for r in runs)
     if rejected:

@@ -214,6 +214,27 @@ def check_config_file(text: str, table: OptionTable) -> dict[str, dict[str, obje
     return data
 
 
+# The field guide's card: Qwen2.5-7B-Instruct on a 24 GiB GPU at gpu_memory_utilization 0.9
+# (kvplan's budget: 6,275 blocks of 896 KiB, 6,274 usable).
+GUIDE_ARGS = [
+    "estimate",
+    "qwen2.5-7b-instruct",
+    "--gpu-memory",
+    "24GiB",
+    "--gpu-memory-utilization",
+    "0.9",
+]
+
+
+def guide_plan(**kwargs: Any) -> Plan:
+    """:func:`plan_for` on the field guide's card (``GUIDE_ARGS``), with more flags/options."""
+    from planner.deployment import custom_gpu
+
+    return plan_for(
+        "qwen2.5-7b-instruct", custom_gpu(24 << 30), gpu_memory_utilization=0.9, **kwargs
+    )
+
+
 def parse_command(command: str) -> dict[str, str]:
     """An engine command back into {option without dashes: value as written}, checked against
     its engine's option table (:func:`check_command`); a flag reads "true", its negation

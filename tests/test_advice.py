@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.deployment import custom_gpu
+from planner.recommend import Plan
 from planner.simulate.workload import Request, Workload
-from tests.helpers import parse_command, plan_for
+from tests.helpers import GUIDE_ARGS, guide_plan, parse_command, plan_for
 
 runner = CliRunner()
 GIB, MIB = 1 << 30, 1 << 20
@@ -26,20 +26,24 @@ def uniform(n: int, prompt: int, output: int) -> Workload:
     return Workload("uniform", "test", tuple(Request(prompt, output) for _ in range(n)))
 
 
-def test_the_largest_max_num_seqs_under_the_target_with_no_preemptions() -> None:
-    # 40 identical requests, 100 prompt + 28 output tokens: each holds 7 blocks (100 tokens)
-    # at admission and 8 (up to 127 tokens) at the end, and all of a wave grow together.
-    # Peak = 8 x max_num_seqs of 100 usable blocks: 11 -> 88 % (under 90 %), 12 -> 96 %
-    # (over the target, no preemption yet), 13 -> 104 blocks: preempts.
-    p = plan_for(
+def small_pool(**kwargs: object) -> Plan:
+    """Llama-3.1-8B on the 101-block pool, max_model_len 1,024, an 8,192-token step budget."""
+    return plan_for(
         "llama-3.1-8b",
         None,
         kv_cache_memory_bytes=POOL,
         max_model_len=1024,
         max_num_batched_tokens=8192,
-        max_num_seqs=64,
-        workload=uniform(40, 100, 28),
+        **kwargs,
     )
+
+
+def test_the_largest_max_num_seqs_under_the_target_with_no_preemptions() -> None:
+    # 40 identical requests, 100 prompt + 28 output tokens: each holds 7 blocks (100 tokens)
+    # at admission and 8 (up to 127 tokens) at the end, and all of a wave grow together.
+    # Peak = 8 x max_num_seqs of 100 usable blocks: 11 -> 88 % (under 90 %), 12 -> 96 %
+    # (over the target, no preemption yet), 13 -> 104 blocks: preempts.
+    p = small_pool(max_num_seqs=64, workload=uniform(40, 100, 28))
     assert p.vllm.num_gpu_blocks == 101
     rec, advice = p.recommended, p.advice
     assert rec is not None and advice is not None
@@ -56,15 +60,7 @@ def test_the_largest_max_num_seqs_under_the_target_with_no_preemptions() -> None
 
 def test_a_lower_target_gives_fewer_sequences() -> None:
     # target 80 %: 8 x 10 = 80 blocks is the most (8 x 11 = 88 > 80)
-    p = plan_for(
-        "llama-3.1-8b",
-        None,
-        kv_cache_memory_bytes=POOL,
-        max_model_len=1024,
-        max_num_batched_tokens=8192,
-        workload=uniform(40, 100, 28),
-        target_kv_usage=0.8,
-    )
+    p = small_pool(workload=uniform(40, 100, 28), target_kv_usage=0.8)
     assert p.recommended is not None and p.recommended.max_num_seqs == 10
 
 
@@ -98,12 +94,7 @@ def test_estimate_json_with_a_workload_file() -> None:
     result = runner.invoke(
         app,
         [
-            "estimate",
-            "qwen2.5-7b-instruct",
-            "--gpu-memory",
-            "24GiB",
-            "--gpu-memory-utilization",
-            "0.9",
+            *GUIDE_ARGS,
             "--max-model-len",
             "8192",
             "--max-num-seqs",
@@ -168,10 +159,7 @@ def test_averages_make_a_workload() -> None:
 def test_worst_case_basis() -> None:
     # Qwen2.5-7B, 24 GiB, gmu 0.9: 6,274 usable blocks, 512 per 8,192-token request:
     # 0.9 x 6,274 // 512 = 11 requests all fit at once
-    p = plan_for(
-        "qwen2.5-7b-instruct",
-        custom_gpu(24 * GIB),
-        gpu_memory_utilization=0.9,
+    p = guide_plan(
         max_model_len=8192,
         worst_case=True,
     )
@@ -184,10 +172,7 @@ def test_prefix_sharing_is_stated_as_requests_running_at_once() -> None:
     # 800 shared tokens = 50 blocks of 16. Without sharing 6,274 // 512 = 12 requests of
     # 8,192 tokens fit; with it the first holds 512 blocks and each other 512 - 50 = 462:
     # 1 + (6,274 - 512) // 462 = 13.
-    p = plan_for(
-        "qwen2.5-7b-instruct",
-        custom_gpu(24 * GIB),
-        gpu_memory_utilization=0.9,
+    p = guide_plan(
         max_model_len=8192,
         shared_prefix_tokens=800,
         requests=100,
@@ -198,12 +183,7 @@ def test_prefix_sharing_is_stated_as_requests_running_at_once() -> None:
     result = runner.invoke(
         app,
         [
-            "estimate",
-            "qwen2.5-7b-instruct",
-            "--gpu-memory",
-            "24GiB",
-            "--gpu-memory-utilization",
-            "0.9",
+            *GUIDE_ARGS,
             "--max-model-len",
             "8192",
             "--shared-prefix",

@@ -24,7 +24,7 @@ from planner.cli import app
 from planner.deployment import custom_gpu
 from planner.kv_layout import estimate
 from planner.recommend import QUEUES_AT_WORST_CASE
-from tests.helpers import deployment, plan_for
+from tests.helpers import deployment, guide_plan, plan_for
 
 runner = CliRunner()
 GIB = 1 << 30
@@ -74,10 +74,7 @@ def test_the_guides_four_pairs_by_hand() -> None:
 
 
 def test_grid_and_check_agree_on_the_guides_four_pairs(tmp_path: Path) -> None:
-    p = plan_for(
-        "qwen2.5-7b-instruct",
-        custom_gpu(24 * GIB),
-        gpu_memory_utilization=0.9,
+    p = guide_plan(
         max_model_len=8192,
         max_num_seqs=32,
         grid_lens=(4096, 8192, 16384),

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from planner.cli import app
 from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
-from tests.helpers import parse_command, plan_for
+from tests.helpers import GUIDE_ARGS, parse_command, plan_for
 
 runner = CliRunner()
 GIB = 1 << 30
@@ -132,12 +132,7 @@ def test_text_output_opens_the_plan_with_the_verdict() -> None:
     result = runner.invoke(
         app,
         [
-            "estimate",
-            "qwen2.5-7b-instruct",
-            "--gpu-memory",
-            "24GiB",
-            "--gpu-memory-utilization",
-            "0.9",
+            *GUIDE_ARGS,
             "--max-model-len",
             "8192",
             "--max-num-seqs",

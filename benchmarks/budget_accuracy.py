@@ -1,0 +1,294 @@
+"""How close kvplan's vLLM budget comes to "Available KV cache memory" in public start-up logs.
+
+Reads ``tests/data/vllm_startups.json`` (each record cites the log it came from), rebuilds each
+deployment with the planner's API (catalog or fixture config, the logged GPU total when there
+is one, the logged settings) and compares :func:`planner.budget.vllm_budget`'s
+``available_kv_bytes`` with the logged value, per GPU rank. Prints one row per record, then
+the share within +-5 % and the median absolute error, for the calibration and held-out sets
+apart.
+
+    python benchmarks/budget_accuracy.py                      # planner weights
+    python benchmarks/budget_accuracy.py --use-logged-weights # "Model loading took" instead
+    python benchmarks/budget_accuracy.py --batch-from-version # vLLM's batch defaults of the
+                                                              # record's release and entrypoint
+    python benchmarks/budget_accuracy.py --json               # the rows, for tests
+
+``--use-logged-weights`` isolates the activation, non-torch and CUDA-graph terms: the weights
+then are what vLLM measured. Records whose checkpoint has no config (AWQ/GPTQ stand-ins) need
+it; without it they are skipped. A record with neither a logged total nor a catalog GPU is
+skipped too. Rows whose log quotes only the KV memory in use (not "Available") are marked
+``*``: the pool vLLM allocated, a little under the available memory.
+
+``--batch-from-version`` fills ``max_num_batched_tokens`` / ``max_num_seqs`` the record leaves
+unset from ``EngineArgs.get_batch_defaults`` of the record's release and entrypoint (``LLM``
+class 8,192 / 256 under 70 GiB, 16,384 / 1,024 above; ``vllm serve`` 2,048 / 256 and
+8,192 / 1,024; A100s take the small row; >= 160 GiB 16,384 / 1,024 from 0.28), for planners
+that only model ``vllm serve``'s defaults. Where ``ServeSettings`` has ``vllm_version`` and
+``entrypoint`` fields the record's are passed through as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # appended: a PYTHONPATH planner (another checkout) wins
+    sys.path.append(str(ROOT))
+
+from planner.budget import vllm_budget  # noqa: E402
+from planner.deployment import Deployment, Gpu, ServeSettings  # noqa: E402
+from planner.errors import KvplanError  # noqa: E402
+from planner.gpus import get_gpu  # noqa: E402
+from planner.kv_layout import estimate  # noqa: E402
+from planner.model.load import load_model  # noqa: E402
+from planner.model.specs import KVDtype  # noqa: E402
+from planner.weights import per_rank  # noqa: E402
+
+DATA = ROOT / "tests" / "data" / "vllm_startups.json"
+GIB = 1 << 30
+WITHIN = 5.0  # percent
+
+
+def load_records(path: Path = DATA) -> list[dict[str, Any]]:
+    """The start-up records (see tests/data/vllm_startups.json)."""
+    records: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
+    return records
+
+
+def _version(text: str | None) -> tuple[int, ...] | None:
+    """``"0.11.0+582e4e37.nv25.11"`` -> (0, 11, 0); None when absent."""
+    if not text:
+        return None
+    m = re.match(r"v?(\d+(?:\.\d+)*)", text.strip())
+    return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
+def release_batch_defaults(
+    version: tuple[int, ...] | None, entrypoint: str | None, gpu: Gpu
+) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of ``EngineArgs.get_batch_defaults`` for a
+    V1 release (0.9 to 0.33) and entrypoint; an unknown version reads as the newest."""
+    gib = gpu.memory_bytes / GIB
+    llm = entrypoint == "llm"
+    if (version is None or version >= (0, 28)) and gib >= 160:
+        return 16384, 1024
+    if gib >= 70 and not gpu.is_a100:
+        return (16384 if llm else 8192), 1024
+    return (8192 if llm else 2048), 256
+
+
+def _gpu(rec: dict[str, Any]) -> Gpu | None:
+    total = rec.get("gpu_total_gib")
+    base = get_gpu(rec["gpu_catalog"]) if rec.get("gpu_catalog") else None
+    if total is None:
+        return base
+    memory = int(total * GIB)
+    if base is not None:
+        return base.with_memory(memory, "log")
+    return Gpu(name=rec["gpu"], memory_bytes=memory, source="log")
+
+
+def _settings(rec: dict[str, Any], gpu: Gpu, batch_from_version: bool) -> ServeSettings:
+    fields = {f.name for f in dataclasses.fields(ServeSettings)}
+    kw: dict[str, Any] = {
+        "tp": rec["tp"],
+        "pp": rec["pp"],
+        "max_model_len": rec["max_model_len"],
+        "max_num_seqs": rec["max_num_seqs"],
+        "max_num_batched_tokens": rec["max_num_batched_tokens"],
+        "gpu_memory_utilization": rec["gpu_memory_utilization"],
+        "kv_cache_dtype": KVDtype(rec.get("kv_cache_dtype") or "auto"),
+    }
+    if rec["enforce_eager"]:
+        kw["cuda_graph_bytes"] = 0
+    version = _version(rec.get("vllm_version"))
+    if batch_from_version:
+        tokens, seqs = release_batch_defaults(version, rec.get("entrypoint"), gpu)
+        if kw["max_num_batched_tokens"] is None:
+            kw["max_num_batched_tokens"] = tokens
+        if kw["max_num_seqs"] is None:
+            kw["max_num_seqs"] = seqs
+    if "vllm_version" in fields and version is not None:
+        kw["vllm_version"] = ".".join(str(p) for p in version)
+    if "entrypoint" in fields and rec.get("entrypoint"):
+        kw["entrypoint"] = rec["entrypoint"]
+    return ServeSettings(**kw)
+
+
+def _config_path(rec: dict[str, Any]) -> str:
+    name: str = rec["config_model"]
+    return str(ROOT / name) if name.startswith("tests/") else name
+
+
+def _setup(rec: dict[str, Any]) -> str:
+    parts = [rec["entrypoint"] or "?", f"tp{rec['tp']}"]
+    if rec["pp"] > 1:
+        parts.append(f"pp{rec['pp']}")
+    parts.append(f"gmu {rec['gpu_memory_utilization']}")
+    if rec["max_num_seqs"]:
+        parts.append(f"seqs {rec['max_num_seqs']}")
+    if rec["enforce_eager"]:
+        parts.append("eager")
+    if rec.get("quantization"):
+        parts.append(rec["quantization"])
+    return " ".join(parts)
+
+
+def predict(
+    rec: dict[str, Any], *, use_logged_weights: bool = False, batch_from_version: bool = False
+) -> dict[str, Any]:
+    """One row: the record's logged available KV against kvplan's, or why it was skipped."""
+    logged = rec["logged"]
+    target, in_use = logged.get("available_kv_gib"), False
+    if target is None and logged.get("kv_in_use_gib") is not None:
+        target, in_use = logged["kv_in_use_gib"], True
+    row: dict[str, Any] = {
+        "id": rec["id"],
+        "set": rec["set"],
+        "gpu": rec["gpu"],
+        "model": rec["model"],
+        "setup": _setup(rec),
+        "logged_gib": target,
+        "logged_is_kv_in_use": in_use,
+        "predicted_gib": None,
+        "error_pct": None,
+        "error_gib": None,
+        "weights": None,
+        "skipped": None,
+    }
+    if target is None:
+        row["skipped"] = "no available KV in the log"
+        return row
+    gpu = _gpu(rec)
+    if gpu is None:
+        row["skipped"] = "no GPU total (not logged, GPU not in the catalog)"
+        return row
+    logged_w = logged.get("weights_gib")
+    if use_logged_weights and logged_w is not None:
+        source = "logged"
+    elif rec["weights_from_config"]:
+        source = "planner"
+    else:
+        row["skipped"] = "quantized checkpoint without its config: needs --use-logged-weights"
+        return row
+    try:
+        model = load_model(_config_path(rec), offline=True)
+        settings = _settings(rec, gpu, batch_from_version)
+        dep = Deployment(model=model, gpu=gpu, settings=settings)
+        est = estimate(dep.spec, settings, gpu, batch_sizes=())
+        weights = per_rank(model, tp=settings.tp, pp=settings.pp)
+        if source == "logged":
+            weights = dataclasses.replace(weights, bytes_per_rank=int(logged_w * GIB))
+        cap = vllm_budget(dep, est, weights)
+    except KvplanError as e:
+        row["skipped"] = f"{type(e).__name__}: {e}"
+        return row
+    predicted = cap.available_kv_bytes / GIB
+    row.update(
+        predicted_gib=round(predicted, 2),
+        error_pct=round((predicted - target) / target * 100, 1),
+        error_gib=round(predicted - target, 2),
+        weights=source,
+        predicted_weights_gib=round(cap.weights_bytes / GIB, 2),
+        predicted_activation_gib=round(cap.activation_peak_bytes / GIB, 2),
+        predicted_non_torch_gib=round(cap.non_torch_bytes / GIB, 2),
+        predicted_cuda_graph_gib=round(cap.cuda_graph_bytes / GIB, 2),
+        predicted_tokens=cap.kv_cache_size_tokens,
+        logged_tokens=logged.get("kv_cache_tokens"),
+        max_num_batched_tokens=cap.max_num_batched_tokens,
+        max_num_seqs=cap.max_num_seqs,
+    )
+    return row
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per set: rows scored, share within +-5 %, median absolute error (% and GiB)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in ("calibration", "held_out", "all"):
+        errs = [
+            abs(r["error_pct"])
+            for r in rows
+            if r["error_pct"] is not None and name in ("all", r["set"])
+        ]
+        gib = [
+            abs(r["error_gib"])
+            for r in rows
+            if r["error_gib"] is not None and name in ("all", r["set"])
+        ]
+        out[name] = {
+            "scored": len(errs),
+            "within_5pct": round(sum(e <= WITHIN for e in errs) / len(errs), 3) if errs else None,
+            "median_abs_error_pct": round(statistics.median(errs), 1) if errs else None,
+            "median_abs_error_gib": round(statistics.median(gib), 2) if gib else None,
+        }
+    return out
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "~"
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    head = f"{'id':<44} {'set':<5} {'GPU':<24} {'model':<30} {'setup':<28} {'logged':>7} "
+    head += f"{'kvplan':>7} {'err %':>7} {'GiB':>6}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        logged = f"{r['logged_gib']:.2f}" + ("*" if r["logged_is_kv_in_use"] else "")
+        if r["skipped"]:
+            pred, err = "-", f"skip: {r['skipped']}"
+        else:
+            pred = f"{r['predicted_gib']:.2f}"
+            err = f"{r['error_pct']:+.1f} {r['error_gib']:+6.2f}"
+        if r["logged_gib"] is None:
+            logged = "-"
+        lines.append(
+            f"{_short(r['id'], 44):<44} {r['set'][:5]:<5} {_short(r['gpu'], 24):<24} "
+            f"{_short(r['model'], 30):<30} {_short(r['setup'], 28):<28} {logged:>7} "
+            f"{pred:>7} {err:>7}"
+        )
+    lines.append("")
+    for name, s in summary(rows).items():
+        within = "-" if s["within_5pct"] is None else f"{s['within_5pct']:.0%}"
+        median = (
+            "-"
+            if s["median_abs_error_pct"] is None
+            else f"{s['median_abs_error_pct']}% ({s['median_abs_error_gib']:.2f} GiB)"
+        )
+        lines.append(
+            f"{name:<12} scored {s['scored']:>2}   within +-{WITHIN:.0f}%: {within:>4}   "
+            f"median |error|: {median}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--use-logged-weights", action="store_true")
+    ap.add_argument("--batch-from-version", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the rows and summary as JSON")
+    ap.add_argument("--data", type=Path, default=DATA)
+    args = ap.parse_args(argv)
+    rows = [
+        predict(
+            r,
+            use_logged_weights=args.use_logged_weights,
+            batch_from_version=args.batch_from_version,
+        )
+        for r in load_records(args.data)
+    ]
+    if args.json:
+        print(json.dumps({"rows": rows, "summary": summary(rows)}, indent=2))
+    else:
+        print(render(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

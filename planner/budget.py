@@ -34,24 +34,74 @@ from planner.model.specs import ModelSpec
 from planner.units import GIB, MIB
 from planner.weights import Weights
 
-# Activation peak of vLLM's profile run at T = max_num_batched_tokens: the fp32 logits of the
-# dummy sampler run dominate (T x vocab x 4 B) plus residual-stream buffers (T x hidden). The
-# coefficients are a least-squares fit to the six measured startups of CALIBRATION.md (all at
-# T = 8,192): bytes = T * (vocab * 4.757 + hidden * 2.549) + 27 MB, within 0.07 GiB of each row.
-ACT_VOCAB_MILLI_BYTES = 4757
-ACT_HIDDEN_MILLI_BYTES = 2549
+# Activation peak of vLLM's profile run (``GPUModelRunner.profile_run``): a forward pass over
+# T = max_num_batched_tokens, then, for a generating model on the last PP rank, the sampler
+# warm-up (``_dummy_sampler_run``) over R = min(T, max_num_seqs) rows of the vocabulary's
+# logits in fp32, with several copies alive at its peak (top-k/top-p sorting, softmax,
+# log-probs, and a second pass that warms the seeded path):
+#     bytes = R x vocab x 4 B x 9.515  +  T x hidden x 2.553 B  +  27 MB
+# A least-squares fit to the six measured startups of CALIBRATION.md (T 8,192, R 1,024 on an
+# H100; vocab 128k-201k, hidden 1,024-8,192): within 0.0004 GiB of each. A pooling runner has
+# no sampler term. ``vllm serve`` on a small GPU (2,048 / 256) costs what the old
+# T-proportional fit gave; the LLM class (8,192 / 256) or a small --max-num-seqs costs far less.
+ACT_SAMPLER_COPIES_MILLI = 9515
+ACT_HIDDEN_MILLI_BYTES = 2553
 ACT_CONST_BYTES = 27_100_000
+# CUDA graphs (``profile_cudagraph_memory``, subtracted from the budget from vLLM 0.20): the
+# capture grows with the number of captured batch sizes (1, 2, 4, then every 8 up to 256,
+# every 16 up to min(2 x max_num_seqs, 512)) and the layers each graph spans. 0.32 MiB per
+# layer per size fits the captures public logs report (tests/data/vllm_startups.json: 28
+# layers x 51 sizes 0.48-0.50 GiB, 24 x 51 0.37-0.39, 80 x 51 1.22) within 0.25 GiB.
+GRAPH_LAYER_SIZE_BYTES = 335_544
 # Memory outside torch's allocator that appears after vLLM's first snapshot (cuBLAS, NCCL):
 # measured 0.13 GiB at TP 1 and 0.55 GiB at TP 2 (CALIBRATION.md).
 NON_TORCH_TP1_BYTES = round(0.13 * GIB)
 NON_TORCH_TPN_BYTES = round(0.55 * GIB)
 
 
-def activation_peak_bytes(spec: ModelSpec, max_num_batched_tokens: int) -> int:
-    """Estimated peak of vLLM's profile run (see the module constants for the calibration)."""
+def activation_peak_bytes(
+    spec: ModelSpec,
+    max_num_batched_tokens: int,
+    max_num_seqs: int | None = None,
+    runner: str = "generate",
+) -> int:
+    """Estimated peak of vLLM's profile run: the sampler warm-up over
+    ``min(max_num_batched_tokens, max_num_seqs)`` rows of fp32 logits plus a forward term
+    (see the module constants). ``max_num_seqs`` None: ``max_num_batched_tokens / 8``, the
+    ratio of ``vllm serve``'s defaults.
+
+    Llama-3.1-8B (vocab 128,256, hidden 4,096) at 8,192 / 1,024 on an H100:
+    1,024 x 128,256 x 4 x 9.515 = 4.65 GiB + 8,192 x 4,096 x 2.553 = 0.08 GiB + 27 MB
+    = 4.76 GiB, CALIBRATION.md's measured 4.76.
+    """
     vocab = spec.config.get("vocab_size") or spec.config.get("padded_vocab_size") or 32000
-    per_token = int(vocab) * ACT_VOCAB_MILLI_BYTES + spec.hidden_size * ACT_HIDDEN_MILLI_BYTES
-    return max_num_batched_tokens * per_token // 1000 + ACT_CONST_BYTES
+    rows = min(max_num_batched_tokens, max_num_seqs or max(1, max_num_batched_tokens // 8))
+    sampler = (
+        rows * int(vocab) * 4 * ACT_SAMPLER_COPIES_MILLI // 1000 if runner == "generate" else 0
+    )
+    forward = max_num_batched_tokens * spec.hidden_size * ACT_HIDDEN_MILLI_BYTES // 1000
+    return sampler + forward + ACT_CONST_BYTES
+
+
+def cuda_graph_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+    """The batch sizes vLLM 0.33 captures by default (``VllmConfig._set_cudagraph_sizes``):
+    1, 2, 4, multiples of 8 below 256, multiples of 16 from 256, up to
+    ``min(2 x max_num_seqs, 512, max_num_batched_tokens)``. 256 sequences -> 51 sizes."""
+    top = min(2 * max_num_seqs, 512, max_num_batched_tokens)
+    sizes = [n for n in (1, 2, 4) if n <= top]
+    sizes += list(range(8, min(top + 1, 256), 8))
+    sizes += list(range(256, top + 1, 16))
+    return sizes
+
+
+def cuda_graph_estimate_bytes(est: KVEstimate) -> int:
+    """What vLLM's CUDA-graph profiling will subtract, estimated: 0.32 MiB per layer of the
+    rank's pipeline stage per captured size (see the constant). Llama-3.1-8B (32 layers) at
+    256 sequences: 32 x 51 x 335,544 B = 0.51 GiB; at 8 sequences (5 sizes) 0.05 GiB."""
+    assert est.vllm is not None
+    layers = est.pp_layers[1] - est.pp_layers[0]
+    sizes = cuda_graph_sizes(est.vllm.max_num_seqs, est.vllm.max_num_batched_tokens)
+    return layers * len(sizes) * GRAPH_LAYER_SIZE_BYTES
 
 
 def non_torch_bytes(tp: int, pp: int = 1) -> int:
@@ -107,20 +157,66 @@ class VllmCapacity:
     mamba_max_num_seqs: int | None
     max_num_batched_tokens: int
     max_num_seqs: int
+    one_line_log: bool = True  # 0.33 logs tokens and concurrency on one line
 
     @property
     def log_lines(self) -> list[str]:
-        """The lines vLLM prints at startup, in its wording (``format_gib``: 2 decimals)."""
+        """The lines vLLM prints at startup, in its version's wording (``format_gib``: 2
+        decimals; tokens and concurrency on one line from 0.33, two lines before)."""
         lines = [f"Available KV cache memory: {_gib(self.available_kv_bytes)} GiB"]
         if self.fits:
-            lines.append(f"GPU KV cache size: {self.kv_cache_size_tokens:,} tokens")
-            lines.append(
+            size = f"GPU KV cache size: {self.kv_cache_size_tokens:,} tokens"
+            concurrency = (
                 f"Maximum concurrency for {self.max_model_len:,} tokens per request: "
                 f"{self.max_concurrency:.2f}x"
             )
+            if self.one_line_log:
+                lines.append(f"{size}, {concurrency}")
+            else:
+                lines += [size, concurrency]
         elif self.error:
             lines.append(f"ValueError: {self.error}")
         return lines
+
+
+# How far the estimated terms were off in public start-up logs (tests/data/vllm_startups.json,
+# benchmarks/budget_accuracy.py): the sampler warm-up came out up to 1.1 GiB lower than
+# modelled where FlashInfer's sampler keeps fewer logits copies (RTX 4090, 256 rows: 0.25-0.31
+# GiB logged against 1.38), and within 0.1 GiB above it; non-torch memory ranged 0.04-0.56 GiB
+# on one GPU and 0.5-1.6 GiB per rank with TP/PP (custom all-reduce, NCCL, Ray); CUDA-graph
+# captures within 0.3 GiB of the estimate.
+ACT_LOW_BYTES = round(1.1 * GIB)
+ACT_HIGH_BYTES = GIB // 10
+NON_TORCH_RANGE = {1: (round(0.04 * GIB), round(0.56 * GIB)), 2: (GIB // 2, round(1.6 * GIB))}
+GRAPH_SPREAD_BYTES = round(0.3 * GIB)
+
+
+def estimate_ranges(cap: VllmCapacity, ranks: int) -> dict[str, tuple[int, int]]:
+    """(low, high) bytes of each estimated term and of the KV memory they leave, from the
+    spread measured in public start-up logs (see the constants); ``ranks`` is TP x PP. A
+    fixed pool (``--kv-cache-memory``) has no range: vLLM takes it as given.
+
+    Llama-3.1-8B on an H100 at 8,192 / 1,024: activation 4.76 GiB -> 3.66-4.86; non-torch
+    0.13 -> 0.04-0.56; the KV memory gets the opposite spread, 51.0 GiB -> 50.4-52.5.
+    """
+    act, nt, graphs = cap.activation_peak_bytes, cap.non_torch_bytes, cap.cuda_graph_bytes
+    act_range = (act - min(act * 8 // 10, ACT_LOW_BYTES), act + ACT_HIGH_BYTES)
+    nt_range = NON_TORCH_RANGE[1 if ranks == 1 else 2]
+    nt_range = (min(nt_range[0], nt), max(nt_range[1], nt))
+    graph_range = (max(0, graphs - GRAPH_SPREAD_BYTES), graphs + GRAPH_SPREAD_BYTES)
+    if graphs == 0:
+        graph_range = (0, 0)  # eager mode, a version that does not subtract, or told 0
+    terms = {
+        "activation_peak_bytes": act_range,
+        "non_torch_bytes": nt_range,
+        "cuda_graph_bytes": graph_range,
+    }
+    if cap.kv_cache_memory_override:
+        return {**terms, "available_kv_bytes": (cap.available_kv_bytes, cap.available_kv_bytes)}
+    base = (act, nt, graphs)
+    low = cap.available_kv_bytes - sum(r[1] - b for r, b in zip(terms.values(), base, strict=True))
+    high = cap.available_kv_bytes + sum(b - r[0] for r, b in zip(terms.values(), base, strict=True))
+    return {**terms, "available_kv_bytes": (low, high)}
 
 
 def _gib(n: int) -> str:
@@ -139,6 +235,7 @@ def vllm_capacity(
     cuda_graph_bytes: int = CUDA_GRAPH_DEFAULT_BYTES,
     non_torch: int | None = None,
     headroom_bytes: int = 0,
+    one_line_log: bool = True,
 ) -> VllmCapacity:
     """vLLM's available KV memory, block count, token capacity and concurrency.
 
@@ -153,6 +250,7 @@ def vllm_capacity(
         cuda_graph_bytes: CUDA-graph estimate subtracted by vLLM >= 0.21 (0 with eager mode).
         non_torch: memory outside torch's allocator (default by TP size).
         headroom_bytes: extra memory the user wants to keep free.
+        one_line_log: the version logs tokens and concurrency on one line.
 
     Returns:
         The :class:`VllmCapacity`.
@@ -229,6 +327,7 @@ def vllm_capacity(
         mamba_max_num_seqs=num_blocks if has_state else None,
         max_num_batched_tokens=layout.max_num_batched_tokens,
         max_num_seqs=layout.max_num_seqs,
+        one_line_log=one_line_log,
     )
 
 
@@ -285,6 +384,16 @@ def estimate_at_length(dep: Deployment) -> Callable[[int], KVEstimate]:
     return at
 
 
+def graph_bytes(dep: Deployment, est: KVEstimate) -> int:
+    """The CUDA-graph bytes the budget subtracts: the user's ``--cuda-graph-memory`` (0 with
+    ``--enforce-eager``), else :func:`cuda_graph_estimate_bytes` where the version subtracts
+    graphs (0.20 on), else 0: before 0.20 graphs were captured after the KV cache was sized."""
+    s = dep.settings
+    if s.cuda_graph_bytes is not None:
+        return s.cuda_graph_bytes
+    return cuda_graph_estimate_bytes(est) if s.rules.subtracts_cuda_graphs else 0
+
+
 def vllm_budget(
     dep: Deployment,
     est: KVEstimate,
@@ -301,11 +410,14 @@ def vllm_budget(
         estimate_at=estimate_at or estimate_at_length(dep),
         gpu_memory_bytes=dep.gpu.memory_bytes if dep.gpu else 0,
         weights_bytes=weights.bytes_per_rank,
-        activation_bytes=activation_peak_bytes(dep.spec, est.vllm.max_num_batched_tokens),
+        activation_bytes=activation_peak_bytes(
+            dep.spec, est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs, s.runner
+        ),
         gpu_memory_utilization=s.gmu,
         kv_cache_memory_bytes=s.kv_cache_memory_bytes,
-        cuda_graph_bytes=s.graph_bytes,
+        cuda_graph_bytes=graph_bytes(dep, est),
         headroom_bytes=s.headroom_bytes,
+        one_line_log=s.rules.one_line_capacity_log,
     )
 
 

@@ -1411,6 +1411,8 @@ def engine_capacity(dep: Deployment, est: KVEstimate, weights: Weights) -> Engin
         est,
         gpu_memory_bytes=memory,
         weights_bytes=taken,
-        activation_bytes=activation_peak_bytes(dep.spec, vllm.max_num_batched_tokens),
+        activation_bytes=activation_peak_bytes(
+            dep.spec, vllm.max_num_batched_tokens, vllm.max_num_seqs
+        ),
         free_gpu_memory_fraction=s.gpu_memory_utilization or 0.9,
     )

@@ -31,15 +31,16 @@ from planner.units import GIB
 
 if TYPE_CHECKING:
     from planner.model.load import LoadedModel
+    from planner.vllm_rules import Entrypoint, Runner, VllmRules
 
 # Token counts, lengths, sequences and parallel sizes above 2^40 describe no deployment; the
 # bound keeps every byte product exact in a float for the renderers.
 MAX_COUNT = 1 << 40
 # vLLM 0.33 CacheConfig.gpu_memory_utilization.
 VLLM_DEFAULT_GMU = 0.92
-# vLLM >= 0.21 subtracts its profiled CUDA-graph estimate; measured graph memory ranged from
-# -0.88 to +1.03 GiB in CALIBRATION.md. kvplan assumes 0.5 GiB unless told (--cuda-graph-memory,
-# --enforce-eager).
+# The CUDA-graph bytes vLLM subtracts (0.20 on) are estimated from the captured sizes and the
+# model's layers (planner.budget.cuda_graph_estimate_bytes) unless told (--cuda-graph-memory,
+# --enforce-eager); the library's default for a bare budget call is this half GiB.
 CUDA_GRAPH_DEFAULT_BYTES = GIB // 2
 
 Spelling = Literal["cli", "yaml", "log"]
@@ -147,6 +148,9 @@ SPELLINGS: dict[str, Names] = {
     "cuda_graph_bytes": Names("--cuda-graph-memory", "cuda_graph_memory", None),
     "enforce_eager": Names("--enforce-eager", "enforce_eager", "enforce_eager"),
     "headroom_bytes": Names("--headroom", "headroom", None),
+    "vllm_version": Names("--vllm-version", "vllm_version", None),
+    "entrypoint": Names("--entrypoint", "entrypoint", None),
+    "runner": Names("--runner", "runner", "runner"),
     # not serve settings, but changes a suggestion may name
     "gpu": Names("--gpu", "gpu", None),
 }
@@ -221,22 +225,29 @@ def vllm_batch_defaults(
     gpu: Gpu | None = None,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
+    *,
+    entrypoint: Entrypoint = "serve",
+    vllm_version: str | None = None,
 ) -> tuple[int, int]:
-    """``vllm serve`` defaults for (max_num_batched_tokens, max_num_seqs), 0.33
-    ``EngineArgs.get_batch_defaults``: >= 160 GiB GPUs 16384 / 1024; >= 70 GiB (not A100)
-    8192 / 1024; otherwise (and with no GPU named) 2048 / 256. Then tokens = min(tokens,
-    seqs * len) and seqs = min(seqs, tokens).
+    """vLLM's (max_num_batched_tokens, max_num_seqs) as it resolves them
+    (``EngineArgs.get_batch_defaults``, :func:`planner.vllm_rules.batch_defaults`): for
+    ``vllm serve`` in 0.33, >= 160 GiB GPUs 16384 / 1024; >= 70 GiB (not A100) 8192 / 1024;
+    otherwise (and with no GPU named) 2048 / 256; the ``LLM`` class (``entrypoint="llm"``)
+    16384 / 1024 and 8192 / 256 for the last two. Then tokens = min(tokens, seqs * len) and
+    seqs = min(seqs, tokens).
 
     Llama-3.1-8B: on an H100 (79.18 GiB) 8,192 / 1,024; on an A100-80GB 2,048 / 256; on an
     H200 (139.80 GiB) 8,192 / 1,024; with ``--max-num-seqs 4`` and ``max_model_len`` 1,000 the
     token budget drops to 4 x 1,000 = 4,000 on an H100.
     """
-    if gpu is not None and gpu.memory_bytes >= 160 * GIB:
-        tokens, seqs = 16384, 1024
-    elif gpu is not None and gpu.memory_bytes >= 70 * GIB and not gpu.is_a100:
-        tokens, seqs = 8192, 1024
-    else:
-        tokens, seqs = 2048, 256
+    from planner.vllm_rules import batch_defaults, rules_for
+
+    tokens, seqs = batch_defaults(
+        rules_for(vllm_version),
+        gpu_memory_bytes=gpu.memory_bytes if gpu is not None else None,
+        is_a100=gpu is not None and gpu.is_a100,
+        entrypoint=entrypoint,
+    )
     seqs = max_num_seqs if max_num_seqs is not None else seqs
     if max_num_batched_tokens is None:
         tokens = min(tokens, seqs * max_model_len)
@@ -267,8 +278,12 @@ class ServeSettings:
         enable_prefix_caching: hybrids keep extra Mamba pages when on.
         gpu_memory_utilization: the engine's memory fraction (vLLM 0.92 when None).
         kv_cache_memory_bytes: vLLM's ``--kv-cache-memory-bytes``: a fixed KV pool per rank.
-        cuda_graph_bytes: CUDA-graph memory vLLM subtracts; 0 is ``--enforce-eager``; None the
-            0.5 GiB estimate.
+        cuda_graph_bytes: CUDA-graph memory vLLM subtracts; 0 is ``--enforce-eager``; None
+            kvplan's estimate (:func:`planner.budget.graph_bytes`).
+        vllm_version: the vLLM release whose rules apply (:mod:`planner.vllm_rules`; the
+            newest kvplan knows when None).
+        entrypoint: ``serve`` (``vllm serve``) or ``llm`` (the ``LLM`` class): batch defaults.
+        runner: ``generate`` or ``pooling`` (no sampler warm-up in the activation peak).
         headroom_bytes: memory the user keeps free on top of the engine's budget.
     """
 
@@ -286,6 +301,9 @@ class ServeSettings:
     kv_cache_memory_bytes: int | None = None
     cuda_graph_bytes: int | None = None
     headroom_bytes: int = 0
+    vllm_version: str | None = None
+    entrypoint: Entrypoint = "serve"
+    runner: Runner = "generate"
 
     def __post_init__(self) -> None:
         for key, value in (
@@ -312,27 +330,44 @@ class ServeSettings:
                 raise UsageError(f"{key} must not be negative, got {value:,} B")
         if self.headroom_bytes < 0:
             raise UsageError(f"--headroom must not be negative, got {self.headroom_bytes:,} B")
+        from planner.vllm_rules import ENTRYPOINTS, RUNNERS, parse_version
+
+        if self.vllm_version is not None:
+            parse_version(self.vllm_version)
+        if self.entrypoint not in ENTRYPOINTS:
+            raise UsageError(f"--entrypoint must be one of {', '.join(ENTRYPOINTS)}")
+        if self.runner not in RUNNERS:
+            raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}")
+
+    @property
+    def rules(self) -> VllmRules:
+        """The rules of ``vllm_version`` (the newest kvplan knows when None)."""
+        from planner.vllm_rules import rules_for
+
+        return rules_for(self.vllm_version)
 
     @property
     def gmu(self) -> float:
-        """``gpu_memory_utilization`` as vLLM runs it (its 0.92 default when not given)."""
-        return (
-            VLLM_DEFAULT_GMU if self.gpu_memory_utilization is None else self.gpu_memory_utilization
-        )
+        """``gpu_memory_utilization`` as vLLM runs it (its version's default when not given:
+        0.92 in 0.33, 0.9 in the 0.10 and 0.11 releases)."""
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        return self.rules.default_gmu
 
     @property
     def enforce_eager(self) -> bool:
         return self.cuda_graph_bytes == 0
 
-    @property
-    def graph_bytes(self) -> int:
-        """CUDA-graph bytes the budget subtracts (the 0.5 GiB estimate unless told)."""
-        return CUDA_GRAPH_DEFAULT_BYTES if self.cuda_graph_bytes is None else self.cuda_graph_bytes
-
     def batch_defaults(self, max_model_len: int, gpu: Gpu | None) -> tuple[int, int]:
-        """(max_num_batched_tokens, max_num_seqs) as ``vllm serve`` resolves them on ``gpu``."""
+        """(max_num_batched_tokens, max_num_seqs) as vLLM resolves them on ``gpu`` for this
+        entrypoint and version."""
         return vllm_batch_defaults(
-            max_model_len, gpu, self.max_num_batched_tokens, self.max_num_seqs
+            max_model_len,
+            gpu,
+            self.max_num_batched_tokens,
+            self.max_num_seqs,
+            entrypoint=self.entrypoint,
+            vllm_version=self.vllm_version,
         )
 
     def but(self, **changes: Any) -> ServeSettings:
@@ -481,7 +516,7 @@ def _check_type(name: str, value: Any) -> None:
         rule, expected = "number", "a number"
     elif name in ("enable_prefix_caching", "enforce_eager") and not isinstance(value, bool):
         rule, expected = "bool", "true or false"
-    elif name in ("engine", "kv_cache_dtype") and not (
+    elif name in ("engine", "kv_cache_dtype", "vllm_version", "entrypoint", "runner") and not (
         isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())
     ):
         rule, expected = "name", "a name"
@@ -517,6 +552,13 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
         if isinstance(value, int) and not isinstance(value, bool):
             return {name: value}
         return {name: parse_size(str(value), flag=SPELLINGS[name].cli)}
+    if name in ("vllm_version", "entrypoint", "runner"):
+        text = str(value).strip()
+        if name == "vllm_version":
+            from planner.vllm_rules import parse_version
+
+            parse_version(text)
+        return {name: text.lower() if name != "vllm_version" else text}
     if name == "max_model_len":
         number = _as_count(value)
         if number == -1 and auto_fit:

@@ -36,6 +36,7 @@ from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype, cdiv
 from planner.units import GIB
+from planner.vllm_rules import NEWEST_VERSION
 from planner.weights import Weights, per_rank
 
 if TYPE_CHECKING:
@@ -250,6 +251,7 @@ class Plan:
     outcome_reason: str | None = None  # why vLLM refuses to start (wont_start only)
     advice: Advice | None = None  # what replaying the user's workload measured
     command_files: dict[str, str] = field(default_factory=dict)  # name -> text a command reads
+    vllm_version: str = ""  # the release whose rules the budget followed
 
 
 @dataclass(frozen=True)
@@ -424,6 +426,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         why,
         advice,
         launch.files,
+        s.vllm_version or NEWEST_VERSION,
     )
 
 

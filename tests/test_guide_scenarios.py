@@ -24,7 +24,7 @@ from planner.cli import app
 from planner.deployment import custom_gpu
 from planner.kv_layout import estimate
 from planner.recommend import QUEUES_AT_WORST_CASE
-from tests.helpers import deployment, guide_plan, plan_for
+from tests.helpers import deployment, guide_plan, guide_pool_blocks, plan_for
 
 runner = CliRunner()
 GIB = 1 << 30
@@ -56,21 +56,22 @@ def test_a_7b_mha_model_caches_half_a_mebibyte_per_token() -> None:
 # ------------------------------------ (b, c) Qwen2.5-7B-Instruct on a 24 GiB card (§5.1)
 
 # 28 layers x 16 tokens x 4 KV heads x 128 x 2 (K, V) x 2 B = 917,504 B (896 KiB) per block.
-# kvplan's budget at gpu_memory_utilization 0.9 gives 6,275 blocks (taken as given here), one of
-# them vLLM's null block: 6,274 are handed out. A request of L tokens takes L / 16 blocks.
-POOL = 6_275
-USABLE = POOL - 1
+# kvplan's budget at gpu_memory_utilization 0.9 gives a pool that depends on max_num_seqs (the
+# sampler warm-up and the captured CUDA-graph sizes, tests/helpers.guide_pool_blocks): 7,877
+# blocks at 64, 8,161 at 32, 8,303 at 16, one of them vLLM's null block. A request of L
+# tokens takes L / 16 blocks.
 PAIRS = [(4096, 64), (8192, 32), (8192, 64), (16384, 16)]
 
 
 def running(length: int, seqs: int) -> int:
     """Requests of ``length`` tokens that fit the usable blocks at once, at most ``seqs``."""
-    return min(seqs, USABLE // (length // 16))
+    return min(seqs, (guide_pool_blocks(seqs) - 1) // (length // 16))
 
 
 def test_the_guides_four_pairs_by_hand() -> None:
-    # 6,274 // 256 = 24; // 512 = 12; // 1,024 = 6: fewer than max_num_seqs each time
-    assert [running(n, s) for n, s in PAIRS] == [24, 12, 12, 6]
+    # 7,876 // 256 = 30; 8,160 // 512 = 15; 7,876 // 512 = 15; 8,302 // 1,024 = 8: fewer
+    # than max_num_seqs each time
+    assert [running(n, s) for n, s in PAIRS] == [30, 15, 15, 8]
 
 
 def test_grid_and_check_agree_on_the_guides_four_pairs(tmp_path: Path) -> None:
@@ -92,8 +93,8 @@ def test_grid_and_check_agree_on_the_guides_four_pairs(tmp_path: Path) -> None:
     assert report.exit_code == 0
     for (n, s), row in zip(PAIRS, report.results, strict=True):
         cell = cells[(n, s)]
-        assert row.figures is not None and row.figures.num_gpu_blocks == POOL
-        assert cell.num_gpu_blocks == POOL
+        assert row.figures is not None and row.figures.num_gpu_blocks == guide_pool_blocks(s)
+        assert cell.num_gpu_blocks == guide_pool_blocks(s)
         assert (cell.outcome, cell.worst_case_running, cell.fits) == (
             QUEUES_AT_WORST_CASE,
             running(n, s),
@@ -115,7 +116,8 @@ def test_grid_and_check_agree_on_the_guides_four_pairs(tmp_path: Path) -> None:
 
 def test_halving_the_length_doubles_the_worst_case_concurrency_in_check(tmp_path: Path) -> None:
     # 16,384 -> 8,192 tokens halves a request's blocks (1,024 -> 512): vLLM's "Maximum
-    # concurrency" (pool tokens / max_model_len) doubles, and so do the requests at once, 6 -> 12
+    # concurrency" (pool tokens / max_model_len) doubles; the requests at once, its floor,
+    # go 7,876 // 1,024 = 7 -> 7,876 // 512 = 15
     plans = tmp_path / "halve.yaml"
     plans.write_text(
         "deployments:\n"
@@ -127,16 +129,18 @@ def test_halving_the_length_doubles_the_worst_case_concurrency_in_check(tmp_path
     )
     long, short = check_file(plans).results
     assert long.figures is not None and short.figures is not None
-    assert long.figures.max_concurrency == pytest.approx(POOL * 16 / 16384, abs=1e-4)
+    assert long.figures.max_concurrency == pytest.approx(
+        guide_pool_blocks(64) * 16 / 16384, abs=1e-4
+    )
     assert short.figures.max_concurrency == pytest.approx(
         2 * long.figures.max_concurrency, abs=1e-3
     )
     assert (
         (long.worst_case_running, short.worst_case_running)
-        == (6, 12)
+        == (7, 15)
         == (
             running(16384, 64),
-            2 * running(16384, 64),
+            running(8192, 64),
         )
     )
 

@@ -10,28 +10,30 @@ from typer.testing import CliRunner
 
 from planner.cli import app
 from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
-from tests.helpers import GUIDE_ARGS, parse_command, plan_for
+from tests.helpers import GUIDE_ARGS, guide_pool_blocks, parse_command, plan_for
 
 runner = CliRunner()
 GIB = 1 << 30
 
 # The field guide's example: Qwen2.5-7B-Instruct on a 24 GiB card at gpu_memory_utilization 0.9.
 # 28 layers x 16 tokens x 4 KV heads x 128 x 2 (K, V) x 2 B = 917,504 B (896 KiB) per block;
-# the pool is 6,275 blocks (one of them vLLM's null block), so 6,274 are usable.
+# the pool depends on max_num_seqs through the sampler warm-up and the captured CUDA-graph
+# sizes (tests/helpers.guide_pool_blocks): 7,877 blocks at 64, 8,161 at 32, 8,303 at 16,
+# 8,373 at 8; one is vLLM's null block.
 GUIDE = {"gpu_memory_utilization": 0.9}
 
 
 @pytest.mark.parametrize(
     ("max_model_len", "max_num_seqs", "outcome", "running"),
     [
-        # 4,096 tokens = 256 blocks: 6,274 // 256 = 24 at once, fewer than 64
-        (4_096, 64, QUEUES_AT_WORST_CASE, 24),
-        # 8,192 tokens = 512 blocks: 6,274 // 512 = 12
-        (8_192, 32, QUEUES_AT_WORST_CASE, 12),
-        (8_192, 64, QUEUES_AT_WORST_CASE, 12),
-        # 16,384 tokens = 1,024 blocks: 6,274 // 1,024 = 6
-        (16_384, 16, QUEUES_AT_WORST_CASE, 6),
-        # 8 x 512 = 4,096 <= 6,274: all run
+        # 4,096 tokens = 256 blocks: 7,876 // 256 = 30 at once, fewer than 64
+        (4_096, 64, QUEUES_AT_WORST_CASE, 30),
+        # 8,192 tokens = 512 blocks: 8,160 // 512 = 15; 7,876 // 512 = 15
+        (8_192, 32, QUEUES_AT_WORST_CASE, 15),
+        (8_192, 64, QUEUES_AT_WORST_CASE, 15),
+        # 16,384 tokens = 1,024 blocks: 8,302 // 1,024 = 8
+        (16_384, 16, QUEUES_AT_WORST_CASE, 8),
+        # 8 x 512 = 4,096 <= 8,372: all run
         (8_192, 8, FITS_AT_WORST_CASE, 8),
     ],
 )
@@ -39,7 +41,7 @@ def test_the_guides_pairs_start_and_say_how_many_run(
     max_model_len: int, max_num_seqs: int, outcome: str, running: int
 ) -> None:
     p = _guide_plan(max_model_len, max_num_seqs)
-    assert p.vllm.num_gpu_blocks == 6_275
+    assert p.vllm.num_gpu_blocks == guide_pool_blocks(max_num_seqs)
     assert (p.outcome, p.worst_case_running) == (outcome, running)
     assert p.vllm.fits  # vLLM starts in every case: it queues instead of refusing
 
@@ -57,9 +59,12 @@ def _guide_plan(max_model_len: int, max_num_seqs: int):  # type: ignore[no-untyp
 
 
 def test_halving_the_length_doubles_who_runs_at_once() -> None:
-    # 16,384 -> 8,192 tokens halves the blocks per request: 6 -> 12 requests at once
-    assert _guide_plan(16_384, 64).worst_case_running == 6
-    assert _guide_plan(8_192, 64).worst_case_running == 12
+    # 16,384 -> 8,192 tokens halves the blocks per request: vLLM's "Maximum concurrency"
+    # doubles, 7,877 / 1,024 = 7.69x -> 7,877 / 512 = 15.38x; at once 7,876 // 1,024 = 7 ->
+    # // 512 = 15
+    long, short = _guide_plan(16_384, 64), _guide_plan(8_192, 64)
+    assert short.vllm.max_concurrency == pytest.approx(2 * long.vllm.max_concurrency)
+    assert (long.worst_case_running, short.worst_case_running) == (7, 15)
 
 
 def test_the_grid_holds_the_users_column_and_marks_only_wont_start() -> None:
@@ -67,9 +72,9 @@ def test_the_grid_holds_the_users_column_and_marks_only_wont_start() -> None:
     p = _guide_plan(8_192, 11)
     cells = {(c.max_model_len, c.max_num_seqs): c for c in p.grid}
     assert (8_192, 11) in cells
-    assert cells[(8_192, 11)].outcome == FITS_AT_WORST_CASE  # 11 x 512 = 5,632 <= 6,274
-    cell = cells[(8_192, 32)]
-    assert (cell.outcome, cell.worst_case_running, cell.fits) == (QUEUES_AT_WORST_CASE, 12, True)
+    assert cells[(8_192, 11)].outcome == FITS_AT_WORST_CASE  # 11 x 512 = 5,632 <= 8,354
+    cell = cells[(8_192, 32)]  # 8,160 // 512 = 15
+    assert (cell.outcome, cell.worst_case_running, cell.fits) == (QUEUES_AT_WORST_CASE, 15, True)
 
 
 def test_one_request_too_long_wont_start_and_exits_1() -> None:
@@ -81,17 +86,20 @@ def test_one_request_too_long_wont_start_and_exits_1() -> None:
     assert data["outcome"] == WONT_START and data["worst_case_running"] == 0
     assert data["fits"] is False
     assert "estimated maximum model length" in data["outcome_reason"]
-    # and says so in one Error line with the change that starts: vLLM's estimate, 28,112
+    # and says so in one Error line with the change that starts: vLLM's estimate from the
+    # 3,677,010,382 B left (less the 2 MiB null block) // 2 MiB = 1,752 blocks x 16 = 28,032
     [line] = result.stderr.splitlines()
     assert line.startswith("Error: meta-llama/Llama-3.1-8B won't start with these settings: ")
-    # the change: 28,112 rounded down to a multiple of 1,024 (27 x 1,024 = 27,648), and -1
+    # the change: 28,032 rounded down to a multiple of 1,024 (27 x 1,024 = 27,648), and -1
+    assert data["available_kv_bytes"] == 3_677_010_382
+    assert (3_677_010_382 - 2 * 2**20) // 2**21 * 16 == 28_032
     assert line.endswith(
-        "the estimated maximum model length is 28112. Try increasing "
+        "the estimated maximum model length is 28032. Try increasing "
         "`gpu_memory_utilization` or decreasing `max_model_len` when "
-        "initializing the engine; try --max-model-len 27648 (or -1: vLLM fits 28,112)"
+        "initializing the engine; try --max-model-len 27648 (or -1: vLLM fits 28,032)"
     )
     rec = data["recommended"]
-    assert (rec["max_model_len"], rec["auto_fit_max_model_len"]) == (27_648, 28_112)
+    assert (rec["max_model_len"], rec["auto_fit_max_model_len"]) == (27_648, 28_032)
     assert parse_command(data["commands"]["vllm"])["max-model-len"] == "27648"
     shorter = runner.invoke(
         app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "27648", "--json"]
@@ -144,12 +152,14 @@ def test_text_output_opens_the_plan_with_the_verdict() -> None:
     lines = result.stdout.splitlines()
     # the verdict opens the output, the command follows within the first screenful lines
     assert lines[1] == (
-        "✓ Starts, queues at worst case: 12 of 32 requests of 8,192 tokens run at once"
+        "✓ Starts, queues at worst case: 15 of 32 requests of 8,192 tokens run at once"
     )
     assert lines[0].startswith("Qwen/Qwen2.5-7B-Instruct on custom (24.00 GiB), vLLM")
-    # 57,344 B = 56.0 KiB per token; 8,192 x 57,344 B = 448 MiB per request; 6,275 x 16 tokens
+    # 57,344 B = 56.0 KiB per token; 8,192 x 57,344 B = 448 MiB per request; the pool at
+    # max_num_seqs 32 is 8,161 blocks (guide_pool_blocks) = 8,161 x 16 = 130,576 tokens
+    assert guide_pool_blocks(32) == 8_161
     assert (
-        lines[2] == "  KV: 56.0 KiB/token, 448.00 MiB/request; pool 100,400 tokens = 6,275 blocks"
+        lines[2] == "  KV: 56.0 KiB/token, 448.00 MiB/request; pool 130,576 tokens = 8,161 blocks"
     )
     assert lines[3].startswith("Recommended (no workload given): keep max_model_len 8,192")
     command = next(i for i, line in enumerate(lines) if "vllm serve" in line)

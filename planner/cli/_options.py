@@ -106,6 +106,29 @@ GpuMemoryOpt = Annotated[
         show_default=False,
     ),
 ]
+VllmVersionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--vllm-version",
+        help="vLLM release whose rules to follow (default gpu_memory_utilization, CUDA-graph "
+        "subtraction, batch defaults, log wording) [default: 0.33.0, the newest kvplan knows].",
+        show_default=False,
+    ),
+]
+EntrypointOpt = Annotated[
+    str,
+    typer.Option(
+        "--entrypoint",
+        help="serve (vllm serve) or llm (the LLM class): vLLM's batch defaults differ.",
+    ),
+]
+RunnerOpt = Annotated[
+    str,
+    typer.Option(
+        "--runner",
+        help="generate or pooling (embedding/reward models: no sampler warm-up).",
+    ),
+]
 EagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (0 bytes).")]
 
 

@@ -354,6 +354,11 @@ def _terms(log: BootLog, p: Plan | None) -> list[Term]:
     note = ""
     if graphs is None and log.cuda_graph_capture_bytes is not None:
         graphs, note = log.cuda_graph_capture_bytes, "captured after sizing"
+    elif graphs is not None and p is not None and cap is not None and cap.cuda_graph_bytes == 0:
+        from planner.vllm_rules import rules_for
+
+        if not rules_for(p.vllm_version or None).subtracts_cuda_graphs:
+            note = f"vLLM {p.vllm_version} sizes the KV cache first: not subtracted"
     terms += [
         Term("CUDA graphs", "bytes", graphs, plan_of("cuda_graph_bytes"), note),
         Term("available KV", "bytes", log.available_kv_bytes, plan_of("available_kv_bytes")),

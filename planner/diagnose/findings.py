@@ -73,6 +73,13 @@ class Finding:
     caveats: list[str] = field(default_factory=list)
 
 
+def _subtracts_graphs(p: Plan) -> bool:
+    """Whether the plan's vLLM release subtracts CUDA graphs from the KV budget (0.20 on)."""
+    from planner.vllm_rules import rules_for
+
+    return rules_for(p.vllm_version or None).subtracts_cuda_graphs
+
+
 def explain(log: BootLog, p: Plan) -> list[Finding]:
     """Which budget term explains the available-KV difference, and whether the layout (bytes per
     token) matches given the KV memory the log reports.
@@ -113,7 +120,8 @@ def explain(log: BootLog, p: Plan) -> list[Finding]:
                 ("non-torch", log.non_torch_bytes, cap.non_torch_bytes),
             ]
         terms.append(("activation peak", log.activation_bytes, cap.activation_peak_bytes))
-        if log.engine != "V0":  # V0 captured graphs after sizing the cache (the plan has 0)
+        # V0, and V1 before 0.20, captured graphs after sizing the cache: not a budget term
+        if log.engine != "V0" and _subtracts_graphs(p):
             terms.append(("CUDA graphs", log.cuda_graph_bytes, cap.cuda_graph_bytes))
         for name, term_log, term_plan in terms:
             if term_log is None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from planner.deployment import SPELLINGS, VLLM_DEFAULT_GMU, ServeSettings
 from planner.diagnose.boot_log import BootLog
+from planner.errors import UsageError
 
 COMMAND_LINE = "command line"
 
@@ -58,9 +59,27 @@ PLAN_KEYS = (
 )
 
 
-def vllm_default_gmu(engine: str | None) -> float:
-    """``gpu_memory_utilization`` when nobody states it, for the engine that wrote the log."""
-    # NOTE: V0 engines defaulted to 0.9; V1 (0.33) to 0.92.
+def log_version(log: BootLog) -> str | None:
+    """The vLLM release the log names, when kvplan can read it (None: the newest's rules)."""
+    from planner.vllm_rules import parse_version
+
+    if not log.version:
+        return None
+    try:
+        parse_version(log.version)
+    except UsageError:
+        return None
+    return log.version
+
+
+def vllm_default_gmu(engine: str | None, version: str | None = None) -> float:
+    """``gpu_memory_utilization`` when nobody states it, for the release that wrote the log
+    (:mod:`planner.vllm_rules`: 0.9 through 0.19, 0.92 from 0.20); a V0 log without a version
+    0.9; else the newest's 0.92."""
+    from planner.vllm_rules import rules_for
+
+    if version is not None:
+        return rules_for(version).default_gmu
     return 0.9 if engine == "V0" else VLLM_DEFAULT_GMU
 
 
@@ -122,7 +141,11 @@ def layer_settings(
         stated["model"], sources["model"] = given["model"], COMMAND_LINE
     elif log.model:
         stated["model"], sources["model"] = log.model, f"log line {log.lines['model']}"
-    serve = ServeSettings(gpu_memory_utilization=vllm_default_gmu(log.engine))
+    version = log_version(log)
+    # the log's release picks vLLM's rules: default utilisation, CUDA graphs, batch defaults
+    serve = ServeSettings(
+        gpu_memory_utilization=vllm_default_gmu(log.engine, version), vllm_version=version
+    )
     for key in ORDER:
         if key in flags:
             value = flags[key]
@@ -141,7 +164,9 @@ def layer_settings(
             stated[key], sources[key] = value, where
     if "gpu_memory_utilization" not in stated:
         stated["gpu_memory_utilization"] = serve.gmu
-        sources["gpu_memory_utilization"] = f"vLLM {log.engine or 'V1'} default"
+        sources["gpu_memory_utilization"] = (
+            f"vLLM {version} default" if version else f"vLLM {log.engine or 'V1'} default"
+        )
     serve = serve.but(**_flag_changes(flags))
     return PlanSettings(serve, stated.get("model"), stated, sources)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from planner.budget import estimate_ranges
 from planner.render._output import BAR_CHARS, _bar, _user, console, to_json, warnings_, write_out
 from planner.units import fmt_bytes
 
@@ -185,6 +186,13 @@ def report_dict(rep: Report) -> dict[str, Any]:
         num_gpu_blocks=cap.num_gpu_blocks,
         kv_cache_size_tokens=cap.kv_cache_size_tokens,
         max_concurrency=round(cap.max_concurrency, 4),
+        estimate_ranges={
+            k: list(v)
+            for k, v in estimate_ranges(
+                cap, p.estimate.tensor_parallel_size * p.estimate.pipeline_parallel_size
+            ).items()
+        },
+        vllm_version=p.vllm_version,
         estimated_max_model_len=cap.estimated_max_model_len,
         fits=p.outcome != "wont_start",
         outcome=p.outcome,
@@ -488,6 +496,10 @@ def _command_files(p: Plan) -> None:
         out.print(f"cat > {name} <<'EOF'\n{text}EOF", soft_wrap=True, markup=False)
 
 
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f}"
+
+
 def _short_reason(p: Plan) -> str:
     """vLLM's refusal, without the advice vLLM appends (kvplan's own follows)."""
     reason = p.outcome_reason or ""
@@ -517,19 +529,34 @@ def _budget(p: Plan) -> None:
     legend.add_column(no_wrap=True)
     legend.add_column(justify="right", no_wrap=True)
     legend.add_column()
+    ranges = estimate_ranges(
+        cap, p.estimate.tensor_parallel_size * p.estimate.pipeline_parallel_size
+    )
+
+    def span(key: str) -> str:
+        low, high = ranges[key]
+        return f"{_gib(low)}–{_gib(high)}"
+
     rows = [
         ("weights", cap.weights_bytes, f"{p.weights.source}: {p.weights.detail}"),
         (
             "activation peak",
             cap.activation_peak_bytes,
-            f"estimate, profile run of {cap.max_num_batched_tokens:,} tokens",
+            f"est. {span('activation_peak_bytes')}: sampler over "
+            f"{min(cap.max_num_seqs, cap.max_num_batched_tokens):,} rows",
         ),
-        ("non-torch", cap.non_torch_bytes, "estimate (cuBLAS/NCCL)"),
-        ("CUDA graphs", cap.cuda_graph_bytes, "estimate (--cuda-graph-memory, --enforce-eager)"),
+        ("non-torch", cap.non_torch_bytes, f"est. {span('non_torch_bytes')}: cuBLAS, NCCL"),
+        (
+            "CUDA graphs",
+            cap.cuda_graph_bytes,
+            f"est. {span('cuda_graph_bytes')} (--enforce-eager: 0)"
+            if cap.cuda_graph_bytes
+            else f"none subtracted (eager mode, or vLLM {p.vllm_version} < 0.20)",
+        ),
     ]
     if cap.headroom_bytes:
         rows.append(("headroom", cap.headroom_bytes, "--headroom"))
-    rows.append(("KV cache", cap.available_kv_bytes, "what is left for blocks"))
+    rows.append(("KV cache", cap.available_kv_bytes, f"what is left: {span('available_kv_bytes')}"))
     for label, size, why in rows:
         legend.add_row(f"  {label}", fmt_bytes(size), f"[dim]{_user(why)}[/]")
     out.print(legend)

@@ -74,24 +74,26 @@ def test_the_grid_holds_the_users_column_and_marks_only_wont_start() -> None:
 
 def test_one_request_too_long_wont_start_and_exits_1() -> None:
     # Llama-3.1-8B on an L4: 131,072 tokens need 8,192 blocks of 2 MiB (16 GiB); the L4's
-    # budget leaves 3.43 GiB. vLLM refuses; the JSON says why and estimate exits 1.
+    # budget (22.03 GiB, as vLLM logs it) leaves 3.47 GiB. vLLM refuses; the JSON says why and
+    # estimate exits 1.
     result = runner.invoke(app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--json"])
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert data["outcome"] == WONT_START and data["worst_case_running"] == 0
     assert data["fits"] is False
     assert "estimated maximum model length" in data["outcome_reason"]
-    # and says so in one Error line with the change that starts: vLLM's estimate, 28,112
+    # and says so in one Error line with the change that starts: vLLM's estimate, 28,416
+    # (the 28,432-token pool, 1,777 blocks of 16, less one block)
     [line] = result.stderr.splitlines()
     assert line.startswith("Error: meta-llama/Llama-3.1-8B won't start with these settings: ")
-    # the change: 28,112 rounded down to a multiple of 1,024 (27 x 1,024 = 27,648), and -1
+    # the change: 28,416 rounded down to a multiple of 1,024 (27 x 1,024 = 27,648), and -1
     assert line.endswith(
-        "the estimated maximum model length is 28112. Try increasing "
+        "the estimated maximum model length is 28416. Try increasing "
         "`gpu_memory_utilization` or decreasing `max_model_len` when "
-        "initializing the engine; try --max-model-len 27648 (or -1: vLLM fits 28,112)"
+        "initializing the engine; try --max-model-len 27648 (or -1: vLLM fits 28,416)"
     )
     rec = data["recommended"]
-    assert (rec["max_model_len"], rec["auto_fit_max_model_len"]) == (27_648, 28_112)
+    assert (rec["max_model_len"], rec["auto_fit_max_model_len"]) == (27_648, 28_416)
     assert parse_command(data["commands"]["vllm"])["max-model-len"] == "27648"
     shorter = runner.invoke(
         app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "27648", "--json"]

@@ -633,9 +633,15 @@ def _gpu(r: _Reader, name: str | None, memory_bytes: int | None) -> Gpu | None:
     positive = memory_bytes is None or memory_bytes > 0
     gpu = None
     try:
-        gpu = resolve_gpu(name, memory_bytes if positive else None, source="gpu_memory")
-    except UsageError as exc:  # an unknown name; the hint names the plans file's key
-        r.fail("gpu", str(exc).replace("Use --gpu-memory 24GiB", "Use gpu_memory: 24GiB"))
+        gpu = resolve_gpu(
+            name,
+            memory_bytes if positive else None,
+            source="gpu_memory",
+            memory_hint="gpu_memory: 24GiB",
+            where=f"{r.file}:{r.line('gpu')}: {r.label}.gpu: ",
+        )
+    except UsageError as exc:  # an unknown name
+        r.fail("gpu", str(exc))
     if not positive:
         r.fail("gpu_memory", "must be positive")
         return None

@@ -79,7 +79,8 @@ def test_the_grid_holds_the_users_column_and_marks_only_wont_start() -> None:
 
 def test_one_request_too_long_wont_start_and_exits_1() -> None:
     # Llama-3.1-8B on an L4: 131,072 tokens need 8,192 blocks of 2 MiB (16 GiB); the L4's
-    # budget leaves 3.43 GiB. vLLM refuses; the JSON says why and estimate exits 1.
+    # budget (22.03 GiB, as vLLM logs it) leaves 3.47 GiB. vLLM refuses; the JSON says why and
+    # estimate exits 1.
     result = runner.invoke(app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--json"])
     assert result.exit_code == 1
     data = json.loads(result.stdout)
@@ -87,19 +88,20 @@ def test_one_request_too_long_wont_start_and_exits_1() -> None:
     assert data["fits"] is False
     assert "estimated maximum model length" in data["outcome_reason"]
     # and says so in one Error line with the change that starts: vLLM's estimate from the
-    # 3,677,010,382 B left (less the 2 MiB null block) // 2 MiB = 1,752 blocks x 16 = 28,032
+    # 3,716,292,556 B left on the L4's 22.03 GiB (less the 2 MiB null block) // 2 MiB =
+    # 1,771 blocks x 16 = 28,336
     [line] = result.stderr.splitlines()
     assert line.startswith("Error: meta-llama/Llama-3.1-8B won't start with these settings: ")
-    # the change: 28,032 rounded down to a multiple of 1,024 (27 x 1,024 = 27,648), and -1
-    assert data["available_kv_bytes"] == 3_677_010_382
-    assert (3_677_010_382 - 2 * 2**20) // 2**21 * 16 == 28_032
+    # the change: 28,336 rounded down to a multiple of 1,024 (27 x 1,024 = 27,648), and -1
+    assert data["available_kv_bytes"] == 3_716_292_556
+    assert (3_716_292_556 - 2 * 2**20) // 2**21 * 16 == 28_336
     assert line.endswith(
-        "the estimated maximum model length is 28032. Try increasing "
+        "the estimated maximum model length is 28336. Try increasing "
         "`gpu_memory_utilization` or decreasing `max_model_len` when "
-        "initializing the engine; try --max-model-len 27648 (or -1: vLLM fits 28,032)"
+        "initializing the engine; try --max-model-len 27648 (or -1: vLLM fits 28,336)"
     )
     rec = data["recommended"]
-    assert (rec["max_model_len"], rec["auto_fit_max_model_len"]) == (27_648, 28_032)
+    assert (rec["max_model_len"], rec["auto_fit_max_model_len"]) == (27_648, 28_336)
     assert parse_command(data["commands"]["vllm"])["max-model-len"] == "27648"
     shorter = runner.invoke(
         app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "27648", "--json"]

@@ -269,8 +269,11 @@ def test_detect_gpu_through_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     gpu = detect_gpu()
-    assert gpu is not None and gpu.name == "NVIDIA H100 80GB HBM3"
+    # the driver's name read as the catalog's, with the total NVML measured
+    assert gpu is not None and gpu.name == "h100"
     assert gpu.memory_bytes == 85_899_345_920 - (510 << 20)
+    assert gpu.source == "detected via NVML (NVIDIA H100 80GB HBM3)"
+    assert gpu.bandwidth_bytes_per_s == get_gpu("h100").bandwidth_bytes_per_s
 
 
 def test_no_gpu_here_means_none() -> None:

@@ -94,7 +94,8 @@ GpuOpt = Annotated[
     str | None,
     typer.Option(
         "--gpu",
-        help="GPU from the catalog (h100, l4, rtx-4090 ...; `kvplan gpus`).",
+        help="GPU from the catalog (h100, l4, rtx-4090 ...; `kvplan gpus`) or as nvidia-smi "
+        "names it ('NVIDIA H100 80GB HBM3').",
         show_default=False,
     ),
 ]
@@ -134,9 +135,24 @@ EagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs 
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Show a KvplanError as one `Error:` line and exit 1 (usage: 2); KVPLAN_DEBUG re-raises."""
+    """Show a KvplanError as one `Error:` line and exit 1 (usage: 2); KVPLAN_DEBUG re-raises.
+    The library's notes (:mod:`planner.notes`: which entry an ambiguous GPU name picked) go to
+    stderr as `note:` lines, each once."""
+    from planner.notes import notes_to
+
+    seen: set[str] = set()
+
+    def note(text: str) -> None:
+        from planner.secrets import redact
+
+        line = one_line(redact(text))
+        if line not in seen:
+            seen.add(line)
+            typer.echo(f"note: {line}", err=True)
+
     try:
-        yield
+        with notes_to(note):
+            yield
     except KvplanError as exc:
         if os.environ.get("KVPLAN_DEBUG"):
             raise

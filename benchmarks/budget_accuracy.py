@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # appended: a PYTHONPATH planner (another checkout) wins
     sys.path.append(str(ROOT))
 
-from planner.budget import vllm_budget  # noqa: E402
+from planner.budget import estimate_ranges, vllm_budget  # noqa: E402
 from planner.deployment import Deployment, Gpu, ServeSettings  # noqa: E402
 from planner.errors import KvplanError  # noqa: E402
 from planner.gpus import get_gpu  # noqa: E402
@@ -191,6 +191,13 @@ def predict(
         row["skipped"] = f"{type(e).__name__}: {e}"
         return row
     predicted = cap.available_kv_bytes / GIB
+    low, high = estimate_ranges(cap, settings.tp * settings.pp)["available_kv_bytes"]
+    row.update(
+        low_gib=round(low / GIB, 2),
+        high_gib=round(high / GIB, 2),
+        # the log states 2 decimals: within the range up to that rounding
+        in_range=low / GIB - 0.005 <= target <= high / GIB + 0.005,
+    )
     row.update(
         predicted_gib=round(predicted, 2),
         error_pct=round((predicted - target) / target * 100, 1),

@@ -22,12 +22,44 @@ from planner.errors import KvplanError, one_line
 
 app = typer.Typer(
     name="kvplan",
-    help="KV-cache memory planner for vLLM, SGLang and TensorRT-LLM: what fits, before launch.",
+    help="KV-cache memory planner for vLLM, SGLang and TensorRT-LLM: what fits, before launch. "
+    "Exit codes, every command: 0 ok; 1 won't start, a check failed, or the model cannot be "
+    "read; 2 a bad flag or an invalid file.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
     rich_markup_mode=None,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"kvplan {version('kvplan')}")
+        except PackageNotFoundError:  # run from a checkout that is not installed
+            print("kvplan (not installed)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Print kvplan's version and exit.",
+    ),
+) -> None:
+    """KV-cache memory planner for vLLM, SGLang and TensorRT-LLM: what fits, before launch.
+
+    \b
+    Exit codes (every command): 0 ok; 1 won't start / a check failed / the model cannot be
+    read; 2 a bad flag or an invalid file.
+    """
+
 
 # `kvplan --help` lists the commands in this order
 app.command()(estimate)

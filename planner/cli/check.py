@@ -34,6 +34,9 @@ def check(
     format_: FormatOpt = "table",
     output: OutputOpt = None,
     offline: OfflineOpt = False,
+    json_: Annotated[
+        bool, typer.Option("--json", help="Same as --format json (every command takes --json).")
+    ] = False,
 ) -> None:
     """Check every deployment of a plans file against its requirements, for CI.
 
@@ -56,6 +59,10 @@ def check(
     from planner.render import check as render
 
     with user_errors():
+        if json_:
+            if format_ not in ("table", "json"):
+                raise UsageError(f"--json and --format {format_}: give one")
+            format_ = "json"
         if format_ not in render.CHECK_FORMATS:
             raise UsageError(f"--format {format_!r}: use one of {', '.join(render.CHECK_FORMATS)}")
         result = check_file(plans, offline=offline or None)

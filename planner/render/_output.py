@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import one_line
@@ -115,3 +116,48 @@ def outcome_words(
     if outcome == "queues_at_worst_case":
         return f"starts, queues at worst case: {running or 0:,}{of} {requests} run at once"
     return f"fits at worst case: all {running or 0:,} {requests} run at once"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of :func:`fitted_table`: its header, its cells, whether it is an identifier
+    (never shortened or dropped: the strings users type), and how it aligns."""
+
+    header: str
+    cells: list[str]
+    identifier: bool = False
+    right: bool = False
+
+
+def fitted_table(columns: list[Column], width: int, *, gap: int = 2) -> tuple[list[str], list[str]]:
+    """Plain aligned rows that fit ``width`` columns: every cell whole, identifiers always
+    kept; secondary columns are dropped, last first, until the rows fit. Returns the lines
+    (header first) and the headers of the dropped columns (for a "--json has ..." note).
+
+    Readable piped and with ``NO_COLOR``: no box characters, no wrapping inside a cell, so
+    ``grep name`` finds a row whole.
+    """
+    kept = list(columns)
+    dropped: list[str] = []
+
+    def widths(cols: list[Column]) -> list[int]:
+        return [max([len(c.header), *(len(x) for x in c.cells)]) for c in cols]
+
+    while sum(widths(kept)) + gap * (len(kept) - 1) > width:
+        secondary = [i for i, c in enumerate(kept) if not c.identifier]
+        if not secondary:
+            break  # identifiers alone: wider than the screen, but whole
+        dropped.insert(0, kept.pop(secondary[-1]).header)
+    sizes = widths(kept)
+
+    def line(cells: list[str]) -> str:
+        parts = [
+            cell.rjust(w) if col.right else cell.ljust(w)
+            for cell, w, col in zip(cells, sizes, kept, strict=True)
+        ]
+        return (" " * gap).join(parts).rstrip()
+
+    rows = len(kept[0].cells) if kept else 0
+    lines = [line([c.header for c in kept])]
+    lines += [line([c.cells[i] for c in kept]) for i in range(rows)]
+    return lines, dropped

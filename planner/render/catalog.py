@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from planner.render._output import console, to_json, write_out
+from planner.render._output import Column, console, fitted_table, to_json, write_out
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -15,46 +13,72 @@ if TYPE_CHECKING:
     from planner.model_list import ModelRow
 
 
+def _print_fitted(title: str, columns: list[Column], note: str) -> None:
+    """A catalog as plain aligned rows that fit the console (identifiers whole), then which
+    columns were left out for width."""
+    out = console()
+    lines, dropped = fitted_table(columns, out.width)
+    out.print(title, markup=False, soft_wrap=True)
+    for text in lines:
+        out.print(text, markup=False, soft_wrap=True)
+    more = f"not shown at this width: {', '.join(dropped)}; " if dropped else ""
+    out.print(f"{more}{note}", markup=False)
+
+
 def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
     if as_json:
         write_out(to_json([asdict(r) for r in rows]))
         return
-    table = Table(title="Bundled catalog (offline) — KV bytes/token for vLLM, TP 1, dtype auto")
-    table.add_column("name", overflow="fold")
-    table.add_column("layers", justify="right", no_wrap=True)
-    table.add_column("KV heads", justify="right", no_wrap=True)
-    table.add_column("head", justify="right", no_wrap=True)
-    table.add_column("attention", no_wrap=True)
-    table.add_column("KV B/token", justify="right", no_wrap=True)
-    table.add_column("state/seq", justify="right", no_wrap=True)
-    for r in rows:
-        table.add_row(
-            r.name,
-            str(r.num_layers),
-            str(r.num_kv_heads),
-            str(r.head_dim),
-            r.attention_type,
-            f"{r.kv_bytes_per_token:,}",
-            fmt_bytes(r.state_bytes_per_sequence) if r.state_bytes_per_sequence else "—",
-        )
-    console().print(table)
+    columns = [
+        Column("name", [r.name for r in rows], identifier=True),
+        Column("KV B/token", [f"{r.kv_bytes_per_token:,}" for r in rows], right=True),
+        Column("attention", [r.attention_type for r in rows]),
+        Column("layers", [str(r.num_layers) for r in rows], right=True),
+        Column("KV heads", [str(r.num_kv_heads) for r in rows], right=True),
+        Column("head", [str(r.head_dim) for r in rows], right=True),
+        Column(
+            "state/seq",
+            [
+                fmt_bytes(r.state_bytes_per_sequence) if r.state_bytes_per_sequence else "—"
+                for r in rows
+            ],
+            right=True,
+        ),
+    ]
+    _print_fitted(
+        "Bundled catalog (offline): KV bytes per token for vLLM, TP 1, dtype auto",
+        columns,
+        "--json has every field.",
+    )
 
 
 def gpus(rows: list[Gpu], *, as_json: bool = False) -> None:
     if as_json:
         write_out(to_json([asdict(g) for g in rows]))
         return
-    table = Table(title="GPU catalog — memory as the CUDA driver reports it")
-    for col in ("name", "memory", "bytes", "bandwidth", "BF16 dense", "source"):
-        table.add_column(col, justify="right" if col not in ("name", "source") else "left")
-    for g in rows:
-        bandwidth, flops = g.bandwidth_bytes_per_s, g.bf16_flops
-        table.add_row(
-            g.name,
-            fmt_bytes(g.memory_bytes),
-            f"{g.memory_bytes:,}",
-            "—" if bandwidth is None else f"{bandwidth / 1e12:.2f} TB/s",
-            "—" if flops is None else f"{flops / 1e12:,.0f} TFLOP/s",
-            g.source,
-        )
-    console().print(table)
+    columns = [
+        Column("name", [g.name for g in rows], identifier=True),
+        Column("memory", [fmt_bytes(g.memory_bytes) for g in rows], right=True),
+        Column("bytes", [f"{g.memory_bytes:,}" for g in rows], right=True),
+        Column(
+            "bandwidth",
+            [
+                "—"
+                if g.bandwidth_bytes_per_s is None
+                else f"{g.bandwidth_bytes_per_s / 1e12:.2f} TB/s"
+                for g in rows
+            ],
+            right=True,
+        ),
+        Column(
+            "BF16 dense",
+            ["—" if g.bf16_flops is None else f"{g.bf16_flops / 1e12:,.0f} TFLOP/s" for g in rows],
+            right=True,
+        ),
+        Column("source", [g.source for g in rows]),
+    ]
+    _print_fitted(
+        "GPU catalog: memory as the CUDA driver reports it",
+        columns,
+        "--gpu also takes nvidia-smi names; --json has every field.",
+    )

@@ -7,13 +7,14 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.table import Table
 
 from planner.errors import one_line
 from planner.render._output import (
+    Column,
     _user,
     console,
     err_console,
+    fitted_table,
     outcome_words,
     to_json,
     write_out,
@@ -295,23 +296,28 @@ def check_junit(rep: CheckReport) -> str:
 
 
 def _check_table(rep: CheckReport, out: Console) -> None:
-    table = Table(title=f"kvplan check {_user(rep.file)}: {headline(rep)}", title_justify="left")
-    columns = ("result", "worst case", "deployment", "model", "GPU", "limiting", "margin")
-    for col in columns:
-        table.add_column(col, justify="right" if col == "margin" else "left", overflow="fold")
-    for r in rep.results:
-        style = {"pass": "green", "fail": "red", "error": "yellow"}[r.status]
-        engine = "" if r.engine == "vllm" else f" ({r.engine})"  # the footer says vLLM
-        table.add_row(
-            f"[{style}]{_STATUS[r.status]}[/]",
-            _outcome(r, short=True),
-            _user(r.name),
-            _user(r.model),
-            _user(_where(r)) + engine,
-            r.limiting or "—",
-            _margin(r),
-        )
-    out.print(table)
+    """One plain row per deployment, fitted to the console: names, models and GPUs whole (so
+    ``grep chat-8b-h100`` finds the row), secondary columns dropped for width."""
+    rows = rep.results
+    columns = [
+        Column("result", [_STATUS[r.status] for r in rows], identifier=True),
+        Column("deployment", [one_line(r.name) for r in rows], identifier=True),
+        Column("worst case", [_outcome(r, short=True) for r in rows], identifier=True),
+        Column("model", [one_line(r.model) for r in rows], identifier=True),
+        Column(
+            "GPU",
+            [one_line(_where(r)) + ("" if r.engine == "vllm" else f" ({r.engine})") for r in rows],
+            identifier=True,
+        ),
+        Column("margin", [_margin(r) for r in rows], right=True),
+        Column("limiting", [r.limiting or "—" for r in rows]),
+    ]
+    lines, dropped = fitted_table(columns, out.width)
+    out.print(f"kvplan check {one_line(rep.file)}: {headline(rep)}", markup=False)
+    for text in lines:
+        out.print(text, markup=False, soft_wrap=True, highlight=False)
+    if dropped:
+        out.print(f"not shown at this width: {', '.join(dropped)}", markup=False)
     for r in rep.results:
         out.print(
             f"[bold]{_user(r.name)}[/]: {_user(_summary(r))}", soft_wrap=True, highlight=False

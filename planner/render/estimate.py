@@ -10,7 +10,17 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from planner.budget import estimate_ranges
-from planner.render._output import BAR_CHARS, _bar, _user, console, to_json, warnings_, write_out
+from planner.render._output import (
+    BAR_CHARS,
+    Column,
+    _bar,
+    _user,
+    console,
+    fitted_table,
+    to_json,
+    warnings_,
+    write_out,
+)
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -273,27 +283,39 @@ def report(
 
 
 def _gpu_table(rep: Report) -> None:
-    from rich.table import Table
-
+    """vLLM on the common GPUs, one plain row each (names whole); a GPU where one request of
+    max_model_len does not fit shows its pool's tokens against that length, not prose."""
     est = rep.estimate
     out = console()
-    table = Table(
-        title=f"vLLM on common GPUs (TP {est.tensor_parallel_size}, gpu_memory_utilization "
-        f"default, max_model_len {est.max_model_len:,}) — name one with --gpu",
-        title_justify="left",
+    rows = rep.gpu_table
+    length = est.max_model_len
+    columns = [
+        Column("GPU", [r.name for r in rows], identifier=True),
+        Column("KV tokens", [f"{max(r.kv_cache_size_tokens, 0):,}" for r in rows], right=True),
+        Column(
+            "at once",
+            [f"{r.max_concurrency:.2f}x" if r.fits else f"< 1 (needs {length:,})" for r in rows],
+            right=True,
+            identifier=True,
+        ),
+        Column(
+            "KV memory",
+            [fmt_bytes(r.available_kv_bytes) if r.available_kv_bytes > 0 else "0" for r in rows],
+            right=True,
+        ),
+        Column("memory", [fmt_bytes(r.memory_bytes) for r in rows], right=True),
+        Column("weights", [fmt_bytes(r.weights_bytes) for r in rows], right=True),
+    ]
+    lines, dropped = fitted_table(columns, out.width)
+    out.print(
+        f"vLLM on common GPUs (TP {est.tensor_parallel_size}, default gpu_memory_utilization, "
+        f"max_model_len {length:,}); name one with --gpu:",
+        markup=False,
     )
-    for col in ("GPU", "memory", "weights", "KV available", "KV tokens", "concurrency"):
-        table.add_column(col, justify="left" if col == "GPU" else "right", no_wrap=True)
-    for r in rep.gpu_table:
-        table.add_row(
-            r.name,
-            fmt_bytes(r.memory_bytes),
-            fmt_bytes(r.weights_bytes),
-            fmt_bytes(r.available_kv_bytes) if r.available_kv_bytes > 0 else "none",
-            f"{r.kv_cache_size_tokens:,}" if r.fits else "won't start",
-            f"{r.max_concurrency:.2f}x" if r.fits else "—",
-        )
-    out.print(table)
+    for text in lines:
+        out.print(text, markup=False, soft_wrap=True)
+    if dropped:
+        out.print(f"not shown at this width: {', '.join(dropped)}", markup=False)
 
 
 def outcome_text(outcome: str, running: int, max_num_seqs: int, max_model_len: int) -> str:

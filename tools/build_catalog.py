@@ -41,6 +41,8 @@ EXCLUDE = {
     "TheBloke--Llama-2-13B-chat-GPTQ": "third-party quantization",
     "google--gemma-3-4b-it": "its text_config relies on transformers defaults kvplan lacks",
     "llava-hf--llava-1.5-7b-hf": "its text_config relies on transformers defaults kvplan lacks",
+    "Qwen--Qwen3-VL-32B-Instruct": "parsing it imports transformers (the catalog must not)",
+    "meta-llama--Llama-3.2-90B-Vision-Instruct": "parsing it imports transformers (mllama)",
     "yuhuili--EAGLE-LLaMA3-Instruct-70B": "a speculative-decoding draft, not a model to serve",
     "yuhuili--EAGLE-LLaMA3-Instruct-8B": "a speculative-decoding draft, not a model to serve",
 }

@@ -26,10 +26,21 @@ class ModelRow:
     provenance: str
 
 
-def list_models() -> list[ModelRow]:
-    """Every catalog model, with vLLM's KV bytes per token at TP 1 and ``--kv-cache-dtype auto``."""
+def list_models(match: str | None = None) -> list[ModelRow]:
+    """Every catalog model, with vLLM's KV bytes per token at TP 1 and ``--kv-cache-dtype auto``,
+    by family, then size (:func:`planner.model.catalog.sort_key`).
+
+    Args:
+        match: keep only models whose name, hub id or family contains it (any case).
+    """
     rows = []
-    for entry in catalog.entries():
+    needle = (match or "").strip().lower()
+    for entry in sorted(catalog.entries(), key=lambda e: catalog.sort_key(e.name)):
+        family = catalog.family_and_size(entry.name)[0]
+        if needle and not any(
+            needle in text.lower() for text in (entry.name, entry.hub_id, family)
+        ):
+            continue
         spec = parse_config(entry.config, name=entry.hub_id, source="catalog")
         est = estimate(spec, batch_sizes=())
         rows.append(

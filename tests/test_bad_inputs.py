@@ -213,8 +213,11 @@ CATALOGUE = [
         ["estimate", "llama-3.1-8b", "--tp", "two"],
     ),
     # ------------------------------------------------------------------ models, gpus
-    row(
-        "models-extra-argument", 2, "Got unexpected extra argument(s) (llama)", ["models", "llama"]
+    row(  # one filter is the argument; a second is extra
+        "models-extra-argument",
+        2,
+        "Got unexpected extra argument(s) (qwen)",
+        ["models", "llama", "qwen"],
     ),
     row("gpus-unknown-flag", 2, "No such option: --nope", ["gpus", "--nope"]),
     # ------------------------------------------------------------------ check

@@ -33,6 +33,51 @@ DROP_KEYS = {
     "masked_softmax_fusion",
     "attention_softmax_in_fp32",
 }
+# Shared configs the catalog leaves out, and why: it lists models one plans a deployment of.
+EXCLUDE = {
+    "Qwen--Qwen2.5-7B-Instruct-GPTQ-Int4": "a quantized copy of qwen2.5-7b-instruct",
+    "Qwen--Qwen3-Embedding-0.6B": "embedding model",
+    "Qwen--Qwen3-Embedding-8B": "embedding model",
+    "TheBloke--Llama-2-13B-chat-GPTQ": "third-party quantization",
+    "google--gemma-3-4b-it": "its text_config relies on transformers defaults kvplan lacks",
+    "llava-hf--llava-1.5-7b-hf": "its text_config relies on transformers defaults kvplan lacks",
+    "Qwen--Qwen3-VL-32B-Instruct": "parsing it imports transformers (the catalog must not)",
+    "meta-llama--Llama-3.2-90B-Vision-Instruct": "parsing it imports transformers (mllama)",
+    "yuhuili--EAGLE-LLaMA3-Instruct-70B": "a speculative-decoding draft, not a model to serve",
+    "yuhuili--EAGLE-LLaMA3-Instruct-8B": "a speculative-decoding draft, not a model to serve",
+}
+# Variants the catalog has no config of but whose KV geometry was read from a published copy of
+# their config.json: they resolve to the catalog entry (with a note) only if every GEOMETRY value
+# equals the entry's own; main() refuses to build otherwise.
+GEOMETRY = (
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "torch_dtype",
+)
+VARIANTS: dict[str, list[tuple[str, dict[str, object], str]]] = {
+    "meta-llama/Llama-3.1-8B": [
+        (
+            "meta-llama/Llama-3.1-8B-Instruct",
+            {
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "hidden_size": 4096,
+                "vocab_size": 128256,
+                "max_position_embeddings": 131072,
+                "torch_dtype": "bfloat16",
+            },
+            "github.com/sriumcp/inference-sim model_configs/llama-3.1-8b-instruct/config.json "
+            "@ cabe75e76bde (head_dim = hidden_size / num_attention_heads)",
+        )
+    ],
+}
 NAME_SUFFIXES = ("-instruct", "-it", "-hf", "-chat", "-base-8k", "-bf16", "-thinking")
 
 
@@ -64,11 +109,38 @@ def short_name(hub_id: str) -> str:
     return hub_id.split("/", 1)[1].lower().replace("meta-llama-", "llama-")
 
 
+def geometry(config: dict) -> dict[str, object]:
+    """The GEOMETRY values of a config (nested text_config first; head_dim derived)."""
+    text = {**config, **config.get("text_config", {})}
+    out = {key: text.get(key) for key in GEOMETRY}
+    if out["num_key_value_heads"] is None:
+        out["num_key_value_heads"] = out["num_attention_heads"]
+    if out["head_dim"] is None:
+        out["head_dim"] = int(text["hidden_size"]) // int(text["num_attention_heads"])
+    out["torch_dtype"] = text.get("torch_dtype") or config.get("torch_dtype")
+    return out
+
+
+def variants(entry: dict) -> list[dict[str, str]]:
+    """The entry's VARIANTS, each checked against its config's geometry."""
+    out = []
+    for hub_id, geo, source in VARIANTS.get(entry["hub_id"], []):
+        own = geometry(entry["config"])
+        if geo != own:
+            diff = {k: (geo.get(k), own.get(k)) for k in GEOMETRY if geo.get(k) != own.get(k)}
+            raise SystemExit(f"{hub_id} differs from {entry['hub_id']}: {diff}")
+        out.append({"hub_id": hub_id, "name": short_name(hub_id), "provenance": source})
+    return out
+
+
 def main() -> None:
     src = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "model-configs"
     prov = provenance((src / "SOURCES.md").read_text())
     entries = []
-    for folder in sorted(p for p in src.iterdir() if (p / "config.json").is_file()):
+    folders = sorted(p for p in src.iterdir() if (p / "config.json").is_file())
+    for folder in folders:
+        if folder.name in EXCLUDE:
+            continue
         hub_id = folder.name.replace("--", "/", 1)
         entries.append(
             {
@@ -89,6 +161,7 @@ def main() -> None:
         if "-instruct-" in entry["name"]:  # mistral-7b-instruct-v0.3 -> mistral-7b-v0.3
             aliases.append(entry["name"].replace("-instruct-", "-"))
         entry["aliases"] = [a for a in dict.fromkeys(aliases) if a not in names]
+        entry["variants"] = variants(entry)
     seen: dict[str, str] = {}
     for entry in entries:
         for alias in list(entry["aliases"]):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
+
 from planner.cli._options import JsonOpt, user_errors
 
 
@@ -17,13 +21,26 @@ def gpus(json_: JsonOpt = False) -> None:
         render.gpus(list(GPUS), as_json=json_)
 
 
-def models(json_: JsonOpt = False) -> None:
-    """List the bundled offline catalog: layers, KV heads, head size, attention kinds, bytes/token.
+def models(
+    match: Annotated[
+        str | None,
+        typer.Argument(help="Only models whose name, hub id or family contains this (any case)."),
+    ] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """List the bundled offline catalog by family and size: layers, KV heads, head size,
+    attention kinds, bytes/token.
 
-    Example: kvplan models --json
+    Example: kvplan models qwen
     """
     import planner
+    from planner.errors import ModelNotFoundError
     from planner.render import catalog as render
 
     with user_errors():
-        render.models(planner.list_models(), as_json=json_)
+        rows = planner.list_models(match)
+        if not rows:
+            raise ModelNotFoundError(
+                f"no catalog model matches {match!r}; `kvplan models` lists them all"
+            )
+        render.models(rows, as_json=json_)

@@ -740,15 +740,27 @@ def load_model_spec(
     path = _expand(model)
     if _exists(path) or model.startswith((".", "/", "~")) or model.endswith(".json"):
         return _load_local(path, model)
-    entry = catalog.lookup(model)
-    if entry is not None and revision is None:
-        return parse_config(entry.config, name=entry.hub_id, source=f"catalog: {entry.name}")
-    if entry is not None:
-        model = entry.hub_id  # a catalog name with --revision: that revision from the Hub
-    if HUB_ID.match(model) and len(model) <= MAX_HUB_ID:
-        from planner.model.hub import download_config
+    found = catalog.resolve(model)
+    if found is not None and revision is None:
+        entry, note = found
+        from planner.notes import say
 
-        config_path = download_config(model, revision=revision, offline=offline)
+        say(note)  # a same-geometry variant: say which entry stands in for it
+        return parse_config(entry.config, name=entry.hub_id, source=f"catalog: {entry.name}")
+    if found is not None and not found[1]:
+        model = found[0].hub_id  # a catalog name with --revision: that revision from the Hub
+    if HUB_ID.match(model) and len(model) <= MAX_HUB_ID:
+        from planner.model.hub import RepoMissingError, download_config
+
+        try:
+            config_path = download_config(model, revision=revision, offline=offline)
+        except RepoMissingError as exc:
+            hint = catalog.suggest(model)
+            if not hint:
+                raise
+            raise ModelNotFoundError(
+                f"unknown model {model!r}: {exc.reason}; did you mean {', '.join(hint)}?"
+            ) from None
         raw = read_json_config(config_path, f"{model}/config.json")
         label = f"hub:{model}" + (f"@{revision}" if revision else "")
         return parse_config(raw, name=model, source=label)

@@ -15,6 +15,16 @@ from pathlib import Path
 from planner.errors import ModelNotFoundError
 
 
+class RepoMissingError(ModelNotFoundError):
+    """The repo is neither in the local cache (offline) nor on the Hub: a typo, maybe.
+
+    ``reason`` is the short why, for a message that goes on with a "did you mean"."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def offline_env() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -95,7 +105,14 @@ def download_config(repo: str, *, revision: str | None = None, offline: bool | N
             )
         )
     except Exception as exc:
+        from huggingface_hub import errors
+
         for exc_type, message in _error_table(repo, revision, local_only):
             if isinstance(exc, exc_type):
+                if exc_type in (errors.LocalEntryNotFoundError, errors.RepositoryNotFoundError):
+                    where = (
+                        "not in the local Hugging Face cache" if local_only else "not on the Hub"
+                    )
+                    raise RepoMissingError(message(exc), where) from None
                 raise ModelNotFoundError(message(exc)) from None
         raise

@@ -18,6 +18,23 @@ row is what kvplan assumes when no version is given. Read in vLLM's released sou
 - ``one_line_capacity_log``: "GPU KV cache size: N tokens, Maximum concurrency for L tokens
   per request: X.XXx" is one line from 0.28.0 (``update_kv_cache_capacity``), two before.
 
+The scheduler rules :mod:`planner.simulate` replays (``SimConfig`` takes them from here):
+
+- ``async_scheduling``: ``SchedulerConfig.async_scheduling`` defaults to None from 0.14.0,
+  which ``VllmConfig.__post_init__`` (``vllm/config/vllm.py``) turns on unless the runner is
+  ``pooling`` (0.33), pipeline parallelism, a non-EAGLE speculator or an executor without
+  support rules it out; through 0.13.0 it defaulted to False. The scheduler then plans step
+  ``s + 1`` before step ``s``'s output is processed (``EngineCore.step_with_batch_queue``);
+- ``reserve_full_isl``: ``SchedulerConfig.scheduler_reserve_full_isl``, True by default from
+  0.19.0 (absent through 0.18.0): ``Scheduler.schedule`` admits a waiting or preempted request
+  only when ``KVCacheManager.can_fit_full_sequence`` (0.19-0.32; from 0.33
+  ``allocate_slots(full_sequence_must_fit=True)``) finds free blocks for all of its
+  ``num_tokens``, not just the first chunk;
+- ``prepend_uncached_free``: ``BlockPool.free_blocks`` puts freed blocks without a block
+  hash (every block when prefix caching is off) at the front of the free queue
+  (``FreeKVCacheBlockQueue.prepend_n``), cached ones at the back, from 0.24.0 (0.22.0 appended
+  all of them; 0.23 was not checked).
+
 The batch defaults themselves (``EngineArgs.get_batch_defaults``, 0.33), by usage context —
 ``vllm serve`` (``OPENAI_API_SERVER``) or the ``LLM`` class (``LLM_CLASS``):
 
@@ -57,6 +74,9 @@ class VllmRules:
     a100_small: bool
     large_gpu_tier: bool
     one_line_capacity_log: bool
+    async_scheduling: bool = False
+    reserve_full_isl: bool = False
+    prepend_uncached_free: bool = False
 
     @property
     def name(self) -> str:
@@ -65,11 +85,17 @@ class VllmRules:
 
 # Oldest first: the first release where each rule holds (module docstring). kvplan models the
 # V1 engine only, which 0.8 made the default.
+_ASYNC = {"async_scheduling": True}
+_ISL = {**_ASYNC, "reserve_full_isl": True}
+_PREPEND = {**_ISL, "prepend_uncached_free": True}
 RULES: tuple[VllmRules, ...] = (
     VllmRules((0, 8, 5), 0.9, False, False, False, False),
     VllmRules((0, 9, 0), 0.9, False, True, False, False),
-    VllmRules((0, 20, 0), 0.92, True, True, False, False),
-    VllmRules((0, 28, 0), 0.92, True, True, True, True),
+    VllmRules((0, 14, 0), 0.9, False, True, False, False, **_ASYNC),
+    VllmRules((0, 19, 0), 0.9, False, True, False, False, **_ISL),
+    VllmRules((0, 20, 0), 0.92, True, True, False, False, **_ISL),
+    VllmRules((0, 24, 0), 0.92, True, True, False, False, **_PREPEND),
+    VllmRules((0, 28, 0), 0.92, True, True, True, True, **_PREPEND),
 )
 NEWEST_VERSION = "0.33.0"  # the newest release whose sources kvplan was checked against
 NEWEST = RULES[-1]

@@ -2,7 +2,9 @@
 
 Every step walks every request; every block is an object with a reference count and a content
 hash; the free queue is an ordered dict (least recently freed first), as ``BlockPool`` keeps it.
-Only full-attention layouts (one group, no windows, no state) are modelled. Steps take 1 s.
+Only full-attention layouts (one group, no windows, no state) are modelled. Steps take 1 s
+(a step that schedules nothing, 0 s). The release-dependent rules (``reserve_full_isl``,
+``prepend_uncached_free``, ``async_scheduling``) are those of ``planner.simulate.engine``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Req:
     blocks: list[Block] = field(default_factory=list)
     first_token: float = -1.0
     preemptions: int = 0
+    hw: int = 0  # most tokens computed before a preemption
 
 
 @dataclass
@@ -77,10 +80,18 @@ class Pool:
             del self.free[block.id]
         block.ref += 1
 
-    def release(self, block: Block) -> None:
+    def release(self, block: Block) -> bool:
+        """Drop one reference; True when the block went back to the free queue's tail."""
         block.ref -= 1
         if block.ref == 0:
             self.free[block.id] = block
+            return True
+        return False
+
+    def to_front(self, blocks: list[Block]) -> None:
+        """Move freed blocks to the front of the free queue, the first of ``blocks`` first."""
+        for block in reversed(blocks):
+            self.free.move_to_end(block.id, last=False)
 
     def cache_block(self, block: Block, key: tuple) -> None:
         if block.hash is not None:
@@ -107,6 +118,9 @@ def run_reference(
     max_num_batched_tokens: int,
     max_model_len: int,
     prefix_caching: bool,
+    reserve_full_isl: bool = False,
+    prepend_uncached_free: bool = False,
+    async_scheduling: bool = False,
 ) -> RefResult:
     bs = block_size
     pool = Pool(num_gpu_blocks - 1)
@@ -123,13 +137,18 @@ def run_reference(
     finish = [-1] * len(workload.requests)
     waiting: deque[Req] = deque()
     running: list[Req] = []
+    zombies: list[Req] = []  # async: finished last step, released once this one is scheduled
     now, step, nxt = 0.0, 0, 0
     preemptions = peak = hits_total = queries = saved = recomputed = completed = 0
     ttft: list[float] = []
 
     def free_all(r: Req) -> None:
-        for block in reversed(r.blocks):
-            pool.release(block)
+        front = []
+        for block in reversed(r.blocks):  # the tail first
+            if pool.release(block) and block.hash is None:
+                front.append(block)
+        if prepend_uncached_free:
+            pool.to_front(front)
         r.blocks = []
 
     def cache_full(r: Req, tokens: int) -> None:
@@ -141,7 +160,7 @@ def run_reference(
         while nxt < len(reqs) and reqs[nxt].arrival <= now:
             waiting.append(reqs[nxt])
             nxt += 1
-        if not running and not waiting:
+        if not running and not waiting and not zombies:
             if nxt == len(reqs):
                 break
             now = reqs[nxt].arrival
@@ -158,6 +177,7 @@ def run_reference(
             while need > len(pool.free):
                 victim = running.pop()
                 free_all(victim)
+                victim.hw = max(victim.hw, victim.computed)
                 victim.computed = 0
                 victim.preemptions += 1
                 preemptions += 1
@@ -169,12 +189,14 @@ def run_reference(
             if not ok:
                 break
             r.blocks += [pool.alloc() for _ in range(need)]
+            if r.hw > r.computed:
+                recomputed += min(r.computed + new, r.hw) - r.computed
             cache_full(r, r.computed + new)
             scheduled.append((r, new))
             budget -= new
             i += 1
         if not preempted:
-            while waiting and budget > 0 and len(running) < max_num_seqs:
+            while waiting and budget > 0 and len(running) + len(zombies) < max_num_seqs:
                 r = waiting[0]
                 hit: list[Block] = []
                 if prefix_caching:
@@ -189,6 +211,9 @@ def run_reference(
                 evictable = sum(1 for b in hit if b.ref == 0)
                 if need + evictable > len(pool.free):
                     break
+                whole = cdiv(r.num_tokens, bs) - len(hit) + evictable
+                if reserve_full_isl and whole > len(pool.free):
+                    break
                 waiting.popleft()
                 for block in hit:
                     pool.touch(block)
@@ -198,14 +223,17 @@ def run_reference(
                 queries += r.num_tokens
                 hits_total += start
                 saved += len(hit)
-                if r.preemptions:
-                    recomputed += new
+                if r.hw > start:
+                    recomputed += min(start + new, r.hw) - start
                 running.append(r)
                 scheduled.append((r, new))
                 budget -= new
         peak = max(peak, pool.usable - len(pool.free))
         if scheduled:
             now += 1.0
+        for r in zombies:
+            free_all(r)
+        zombies = []
         step += 1
         for r, new in scheduled:
             r.computed += new
@@ -215,7 +243,10 @@ def run_reference(
                 if r.first_token < 0:
                     r.first_token = now
                 if r.generated == r.output:
-                    free_all(r)
+                    if async_scheduling:
+                        zombies.append(r)
+                    else:
+                        free_all(r)
                     running.remove(r)
                     finish[r.index] = step - 1
                     completed += 1

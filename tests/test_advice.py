@@ -213,3 +213,18 @@ def test_other_engine_with_a_gpu_is_planned_on_that_gpu(engine: str) -> None:
     name = {"sglang": "SGLang", "trtllm": "TensorRT-LLM"}[engine]
     assert text.splitlines()[0].startswith(f"Qwen/Qwen2.5-7B-Instruct on h100 (79.18 GiB), {name}")
     assert "vLLM on the same GPU, for comparison:" in text
+
+
+def test_another_engine_that_wont_start_exits_1_after_its_plan() -> None:
+    # SGLang on an L4: its pool holds far fewer than the 131,072 tokens of one request
+    result = runner.invoke(
+        app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--engine", "sglang", "--json"]
+    )
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["engine_plan"]["outcome"] == "wont_start"
+    assert data["engine_plan"]["max_total_tokens"] < 131_072
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        "Error: meta-llama/Llama-3.1-8B won't start with these settings (sglang): "
+    )

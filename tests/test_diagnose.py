@@ -339,11 +339,18 @@ def test_unknown_model_on_the_command_line_is_an_error() -> None:
     assert "unknown model 'llama-3.1-8bb'" in result.stderr
 
 
-def test_model_named_only_by_the_log_and_not_cached_is_a_note() -> None:
-    # meta-llama/Llama-3.1-8B-Instruct is not in the catalog and the HF cache is empty
-    dg = diagnose_file(V1_H100, gpu=gpu("h100"))
+def test_model_named_only_by_the_log_and_not_cached_is_a_note(tmp_path: Path) -> None:
+    # a model in neither the catalog nor the (empty) HF cache: a note, and no plan
+    path = tmp_path / "unknown.log"
+    path.write_text(V1_H100.read_text().replace("meta-llama/Llama-3.1-8B-Instruct", "acme/nope-7b"))
+    dg = diagnose_file(path, gpu=gpu("h100"))
     assert any("pass --model" in note for note in dg.notes)
     assert by_kind(dg.findings)["kv-pinned"].fix[0] == "fewer max_num_seqs"
+    # the log's own model, meta-llama/Llama-3.1-8B-Instruct, resolves to the catalog's
+    # llama-3.1-8b (same geometry), so that log is planned
+    planned = diagnose_file(V1_H100, gpu=gpu("h100"))
+    assert not any("pass --model" in note for note in planned.notes)
+    assert {t.name: t for t in planned.terms}["available KV"].plan is not None
 
 
 def test_bad_settings_from_the_command_line_are_errors_from_the_log_notes(tmp_path: Path) -> None:

@@ -232,8 +232,8 @@ def estimate(
         if result.engine is not None:
             if result.engine_outcome == "wont_start":
                 raise DoesNotFitError(
-                    f"{result.estimate.model} won't start on {result.engine.engine} with these "
-                    f"settings: {result.engine.max_total_tokens:,} KV tokens for "
+                    f"{result.estimate.model} won't start with these settings "
+                    f"({result.engine.engine}): {result.engine.max_total_tokens:,} KV tokens for "
                     f"{result.estimate.max_model_len:,}-token requests; try a smaller "
                     "--max-model-len, --kv-cache-dtype fp8 or more --tp"
                 )

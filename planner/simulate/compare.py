@@ -377,6 +377,10 @@ def simulate_model(
             max_model_len=length,
             roofline=roofline,
             prefix_caching=serve.enable_prefix_caching,
+            # the scheduler rules of serve.vllm_version (planner.vllm_rules)
+            reserve_full_isl=serve.rules.reserve_full_isl,
+            prepend_uncached_free=serve.rules.prepend_uncached_free,
+            async_scheduling=serve.rules.async_scheduling,
         )
         result = simulate(workload, config)
         outcome, running = worst_case_of_pool(layout, blocks, length, config.max_num_seqs)

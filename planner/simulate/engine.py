@@ -16,6 +16,25 @@ memory:
   preempted (its blocks freed, its progress recomputed later) and put at the front of the
   queue; no new request is admitted in a step that preempted.
 
+Three rules changed between releases; :class:`SimConfig` takes them from
+:class:`planner.vllm_rules.VllmRules` (off: the older behaviour):
+
+- ``reserve_full_isl`` (vLLM >= 0.19): a waiting or preempted request is admitted only when
+  blocks for all of its tokens (prompt, plus the outputs of a resumed one) are free, prefix
+  hits counted, not just for its first chunk (``Scheduler.schedule``,
+  ``KVCacheManager.can_fit_full_sequence`` / ``allocate_slots(full_sequence_must_fit=...)``);
+- ``prepend_uncached_free`` (vLLM >= 0.24): freed blocks without a block hash (a request's
+  partly filled last block) go to the front of the free queue, to be reused first; cached ones
+  to the back (``BlockPool.free_blocks``). Without prefix caching the order changes nothing
+  the simulation counts;
+- ``async_scheduling`` (vLLM's default from 0.14): step ``s + 1`` is scheduled before step
+  ``s``'s output is processed (``EngineCore.step_with_batch_queue``), so a request that samples
+  its last token in step ``s`` is not scheduled in ``s + 1`` (``Scheduler.schedule`` skips a
+  request whose in-flight step reaches ``max_tokens``) but keeps its blocks and its
+  ``max_num_seqs`` slot until ``s + 1`` is scheduled: they are free from step ``s + 2``. When
+  nothing else runs, that is one more (empty, zero-time) step. Approximation: vLLM could pick
+  such a request as a preemption victim; here it never is.
+
 Decoding is event-driven: between events (a request finishes, the pool runs out, a request
 arrives at an idle queue) all decoding requests advance together, and the blocks they need are
 counted from how many of them cross a block boundary at each step (their position modulo
@@ -117,6 +136,10 @@ class SimConfig:
     max_model_len: int
     roofline: Roofline
     prefix_caching: bool = True
+    # vLLM's release-dependent scheduling rules (module docstring); off: the older behaviour
+    reserve_full_isl: bool = False
+    prepend_uncached_free: bool = False
+    async_scheduling: bool = False
 
 
 # --------------------------------------------------------------------------- results
@@ -164,9 +187,9 @@ class SimResult:
             scheduled, as vLLM's API server rejects them.
         preemptions: preemption events; a request preempted twice counts twice.
         preempted_requests: distinct requests preempted at least once.
-        recomputed_tokens: tokens prefilled again after a preemption (prefix-cache hits
-            excluded), counted in the chunk scheduled when the request is readmitted: the
-            later chunks of a re-prefill longer than the step budget are not counted.
+        recomputed_tokens: tokens whose KV is computed again after a preemption: of every
+            chunk prefilled after a readmission, the tokens the request had computed before
+            it was preempted; prefix-cache hits are not computed, so not counted.
         steps: scheduler steps run (11,255).
         duration_s: simulated seconds from 0 to the last finish, idle gaps included (56.37).
         peak_blocks: most blocks held at the end of a step (494).
@@ -291,6 +314,7 @@ class _Req:
         "first_token",
         "preemptions",
         "l_start",
+        "hw",
         "index",
     )
 
@@ -316,6 +340,7 @@ class _Req:
         self.first_token = -1.0  # time its first token was sampled; -1 before
         self.preemptions = 0
         self.l_start = 0  # context length when this decode run began (for fragmentation)
+        self.hw = 0  # most tokens it had computed when preempted: a re-prefill below recomputes
 
 
 def _unused_slots(x: int, b: int) -> int:
@@ -344,6 +369,12 @@ class _Engine:
         self.T = config.max_num_batched_tokens  # a step's tokens: 1 per decoder, rest prefill
         self.max_seqs = config.max_num_seqs
         self.roof = config.roofline
+        self.full_isl = config.reserve_full_isl
+        self.prepend = config.prepend_uncached_free and self.caching
+        self.asyn = config.async_scheduling
+        # async scheduling: requests that sampled their last token, holding their blocks and
+        # a max_num_seqs slot until the next step is scheduled (a kind-2 event releases them)
+        self.zombies: dict[int, _Req] = {}
         self.caps = sorted(set(lay.window_caps))
         fg, bs = lay.full_groups, lay.block_size
         if not lay.window_caps and not lay.state_blocks:  # the common case, inlined
@@ -442,16 +473,30 @@ class _Engine:
                         q.appendleft([left - keep * fg, None])
 
     def _give(
-        self, plain: int, own: int, own_chain: _Chain | None, shared: int, chain: _Chain | None
+        self,
+        plain: int,
+        own: int,
+        own_chain: _Chain | None,
+        shared: int,
+        chain: _Chain | None,
+        front: int = 0,
     ) -> None:
         """Return a request's blocks: its plain ones, then its own full blocks (kept cached for
-        when it resumes), then shared blocks no one holds any more, in vLLM's tail-first order."""
+        when it resumes), then shared blocks no one holds any more, in vLLM's tail-first order.
+        ``front`` of the plain ones have no block hash and go to the front of the queue
+        (``prepend_uncached_free``)."""
         total = plain + own * self.fg + shared * self.fg
         self.free += total
         self.freed += total
         if not self.caching:
             return
         q = self.queue
+        if front:
+            plain -= front
+            if q and q[0][1] is None:
+                q[0][0] += front
+            else:
+                q.appendleft([front, None])
         if plain:
             if q and q[-1][1] is None:
                 q[-1][0] += plain  # plain blocks are interchangeable: extend the tail run
@@ -522,7 +567,10 @@ class _Engine:
             self._hold(chain, held, 0)
             shared = before - chain.in_use if held == before else 0
         r.held = 0
-        self._give(plain, own, own_chain, shared, chain)
+        front = 0
+        if self.prepend:  # its partly filled last block has no hash (BlockPool.free_blocks)
+            front = self.blocks(tokens) - self.blocks(tokens // self.B * self.B)
+        self._give(plain, own, own_chain, shared, chain, front)
 
     # ------------------------------------------------------------------ decoders
     def _add_decoder(self, r: _Req) -> None:
@@ -590,6 +638,7 @@ class _Engine:
             v.generated = tokens + 1 - v.prompt
             v.generated = tokens + 1 - v.prompt
         self._release(v, tokens, preempted=True)
+        v.hw = max(v.hw, tokens)
         v.computed = 0
         v.preemptions += 1
         self.preemptions += 1
@@ -597,9 +646,15 @@ class _Engine:
         self.waiting.appendleft(v)
 
     def _finish(self, r: _Req, tokens: int) -> None:
-        self._release(r, tokens, preempted=False)
-        r.epoch += 1
         del self.running[r.seq]
+        if self.asyn:  # released once the next step is scheduled (module docstring)
+            r.epoch += 1
+            r.computed = tokens
+            self.zombies[r.seq] = r
+            heapq.heappush(self.events, (self.step, r.seq, r.epoch, 2))
+        else:
+            self._release(r, tokens, preempted=False)
+            r.epoch += 1
         self.finish_steps[r.index] = self.step - 1
         self.completed += 1
         self.prompt_done += r.prompt
@@ -642,16 +697,20 @@ class _Engine:
         self.alloc_slots += self.chain_tb * self.B * steps
 
     def _process_events(self, last: int) -> None:
-        """Finishes and window caps of decoders at steps up to ``last`` (the step just run)."""
+        """Finishes and window caps of decoders, and releases of finished requests (async
+        scheduling), at steps up to ``last`` (the step just run)."""
         ev = self.events
-        running = self.running
+        running, zombies = self.running, self.zombies
         while ev and ev[0][0] <= last:
             step, seq, epoch, kind = heapq.heappop(ev)
-            r = running.get(seq)
+            r = running.get(seq) or zombies.get(seq)
             if r is None or r.epoch != epoch:
                 continue
             assert step == last
-            if kind == 0:
+            if kind == 2:
+                del zombies[seq]
+                self._release(r, r.computed, preempted=False)
+            elif kind == 0:
                 length = self._drop_decoder(r)
                 self._finish(r, length)
             else:
@@ -689,10 +748,10 @@ class _Engine:
         """Run decode-only steps up to the next event in one go; False if the very next step
         runs out of blocks (the caller then runs it as a single step, with preemption)."""
         ev = self.events
-        running = self.running
+        running, zombies = self.running, self.zombies
         while ev:  # drop stale events
             step, seq, epoch, _ = ev[0]
-            r = running.get(seq)
+            r = running.get(seq) or zombies.get(seq)
             if r is not None and r.epoch == epoch:
                 break
             heapq.heappop(ev)
@@ -773,7 +832,7 @@ class _Engine:
 
     def _admissible(self) -> bool:
         """Could this step admit the head of the queue (or does it run out of blocks)?"""
-        if len(self.running) >= self.max_seqs or self.dec_n >= self.T:
+        if len(self.running) + len(self.zombies) >= self.max_seqs or self.dec_n >= self.T:
             return False
         need = self.cw[self.step % self.B]
         free = self.free - need
@@ -784,7 +843,7 @@ class _Engine:
             return True  # the decoders evict blocks it would hit: let the step decide
         shared, own, touch = self._hits(r)
         hit = (shared + own) * self.B
-        end = min(r.num_tokens, hit + self.T - self.dec_n)
+        end = r.num_tokens if self.full_isl else min(r.num_tokens, hit + self.T - self.dec_n)
         return self.blocks(end) - self.fg * (shared + own) + touch <= free
 
     def _exhaust(self, r0: int) -> bool:
@@ -837,6 +896,8 @@ class _Engine:
                     new = min(p.chain.m, b // B)
                     self._hold(p.chain, p.held, new)
                     p.held = new
+                if p.hw > a:
+                    self.recomputed += min(b, p.hw) - a
                 tokens += b - a
                 kv += b
                 pairs += (b * (b + 1) - a * (a + 1)) // 2
@@ -849,7 +910,8 @@ class _Engine:
                     done.append(p)
         if not preempted:
             waiting, running = self.waiting, self.running
-            while waiting and budget > 0 and len(running) < self.max_seqs:
+            seqs = self.max_seqs - len(self.zombies)
+            while waiting and budget > 0 and len(running) < seqs:
                 r = waiting[0]
                 shared, own, touch = self._hits(r)
                 hits = shared + own
@@ -858,6 +920,8 @@ class _Engine:
                 new_blocks = blocks(b) - fg * hits
                 if new_blocks + touch > self.free:
                     break
+                if self.full_isl and blocks(r.num_tokens) - fg * hits + touch > self.free:
+                    break  # vLLM >= 0.19 reserves the whole prompt (module docstring)
                 waiting.popleft()
                 if touch:
                     self._touch(r, shared, own, touch)
@@ -865,8 +929,8 @@ class _Engine:
                 self.query_tokens += r.num_tokens
                 self.hit_tokens += a
                 self.blocks_saved += fg * hits
-                if r.preemptions:
-                    self.recomputed += b - a
+                if r.hw > a:
+                    self.recomputed += min(b, r.hw) - a
                 if r.own is not None:  # whatever was not reused is stale now
                     for seg in r.own.segments:
                         seg[1] = None
@@ -889,7 +953,7 @@ class _Engine:
                     done.append(r)
                 else:
                     self.partial = r
-        if not self.running and not done:
+        if not self.running and not done and not self.zombies:
             if self.waiting and not preempted:  # cannot fit even into an empty pool
                 raise AssertionError("a request larger than the pool reached the scheduler")
         dt = self.roof.step_s(tokens, kv, pairs) if tokens else 0.0
@@ -931,14 +995,16 @@ class _Engine:
                 waiting.append(reqs[i])
                 i += 1
             self.next_arrival = arrivals[i]
-            if not running:
+            if not running and not self.zombies:
                 if not waiting:
                     self.timeline.append((now, self.capacity - self.free))
                     if i == total:
                         return
                     self.now = arrivals[i]  # idle until the next request
                     continue
-            elif self.partial is None and (not waiting or not admissible()) and stretch():
+            elif (
+                running and self.partial is None and (not waiting or not admissible()) and stretch()
+            ):
                 continue
             single()
 

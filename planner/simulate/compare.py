@@ -22,6 +22,7 @@ from planner.model.specs import Engine, KVDtype
 from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
 from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
 from planner.simulate.roofline import ModelParams, Roofline, estimate_params, roofline_for
+from planner.simulate.steptimes import StepTable
 from planner.simulate.workload import Workload
 from planner.weights import Weights, per_rank
 
@@ -146,7 +147,10 @@ class SimReport:
         tensor_parallel_size: TP size (1).
         params: the model's parameters.
         roofline: the last run's step-time model (runs that differ in KV dtype differ in
-            ``kv_bytes_per_token``: here fp8's 15,552, half of auto's).
+            ``kv_bytes_per_token``: here fp8's 15,552, half of auto's); reported, but not what
+            times the steps when ``timing`` names measured step times.
+        timing: what times the steps: ``roofline model``, or ``measured step times (FILE)``
+            with ``--step-times FILE`` (:mod:`planner.simulate.steptimes`).
         goal: what ``best`` optimises: throughput, ttft, tpot or preemptions.
         axes: the compared settings with more than one value (``["kv-cache-dtype"]``).
         runs: one per setting, in :func:`build_settings`' order.
@@ -167,6 +171,7 @@ class SimReport:
     tensor_parallel_size: int
     params: ModelParams
     roofline: Roofline
+    timing: str
     goal: str
     axes: list[str]
     runs: list[SettingRun]
@@ -250,6 +255,7 @@ def simulate_model(
     axes: Sequence[str] = (),
     num_gpu_blocks: int | None = None,
     goal: str = "throughput",
+    step_times: StepTable | None = None,
 ) -> SimReport:
     """Replay ``workload`` on ``dep`` served by vLLM once per variant of its settings, and
     compare.
@@ -266,6 +272,7 @@ def simulate_model(
         num_gpu_blocks: explicit pool in blocks of the first variant; the others get the
             same bytes.
         goal: what "best" means: throughput, ttft, tpot or preemptions.
+        step_times: measured step times; they time every step instead of the roofline.
 
     Returns:
         The :class:`SimReport`.
@@ -296,7 +303,7 @@ def simulate_model(
     notes: list[str] = []
     warnings: list[str] = []
     roof_gpu = gpu or get_gpu("h100")
-    if gpu is None:
+    if gpu is None and step_times is None:
         notes.append("no --gpu: step times use the H100 roofline")
     explicit_pool = num_gpu_blocks is not None or kv_cache_memory_bytes is not None
     if explicit_pool and base.gpu_memory_utilization is not None:
@@ -375,7 +382,7 @@ def simulate_model(
             max_num_seqs=est.vllm.max_num_seqs,
             max_num_batched_tokens=est.vllm.max_num_batched_tokens,
             max_model_len=length,
-            roofline=roofline,
+            roofline=step_times or roofline,
             prefix_caching=serve.enable_prefix_caching,
         )
         result = simulate(workload, config)
@@ -442,6 +449,7 @@ def simulate_model(
         tensor_parallel_size=tp,
         params=params,
         roofline=roofline,
+        timing=step_times.timing if step_times is not None else "roofline model",
         goal=goal,
         axes=list(axes),
         runs=runs,

@@ -37,7 +37,7 @@ from typing import Any
 from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
-from planner.simulate.roofline import Roofline
+from planner.simulate.roofline import StepTimer
 from planner.simulate.workload import Request, Workload
 
 USAGE_BINS = 1000
@@ -115,7 +115,7 @@ class SimConfig:
     max_num_seqs: int
     max_num_batched_tokens: int
     max_model_len: int
-    roofline: Roofline
+    roofline: StepTimer  # a Roofline, or measured step times (steptimes.StepTable)
     prefix_caching: bool = True
 
 

@@ -20,10 +20,16 @@ Printed per trace, vLLM / kvplan: peak blocks in use (after a step's allocation;
 blocks count as free), preemptions, steps, mean running requests (time-weighted) and whether
 every request finishes at the same step, plus the first differing request.
 
-Run status (kvplan's issue 13, this script's first version): vLLM 0.33.0's wheel was installed
-with ``--no-deps`` into a separate venv under /tmp over kvplan's (torch 2.13 CPU); whether it
-imports depends on its light dependencies (cbor2, msgspec, pyzmq, ...). See the report of the
-commit that added this file for the exact outcome; ``--self-check`` runs only kvplan's side.
+Run status: NOT RUN YET. vLLM 0.33.0's wheel (``pip install --no-deps``) went into a venv under
+/tmp layered over kvplan's (torch 2.13 CPU); after installing cbor2, psutil, pyzmq, urllib3,
+aiohttp, requests, openai-harmony, openai, pybase64, cachetools, msgspec, cloudpickle and uvloop
+one at a time, ``from vllm.v1.core.sched.scheduler import Scheduler`` still stopped at
+``ModuleNotFoundError: No module named 'cpuinfo'`` (vllm/usage/usage_lib.py, imported by
+vllm.config), with more to come. The constructor calls follow the 0.33.0 sources
+(``Scheduler(vllm_config, kv_cache_config, structured_output_manager, block_size)``,
+``SchedulerConfig(max_model_len=..., is_encoder_decoder=...)``, ``KVCacheConfig(num_blocks,
+kv_cache_tensors, kv_cache_groups)``) but have not been exercised; ``--self-check`` runs only
+kvplan's side.
 """
 
 from __future__ import annotations

@@ -1,18 +1,26 @@
 """Speed of `kvplan simulate`'s scheduler: 100,000 requests (mean 1,000 prompt / 250 output
 tokens, Poisson arrivals) replayed over Llama-3.1-8B's KV pool on one H100.
 
-    python benchmarks/simulate_100k.py [--runs 5] [--requests 100000] [--rate 40]
+    python benchmarks/simulate_100k.py [--runs 5] [--requests 100000] [--rate 40] [--no-cli]
 
 Times only :func:`planner.simulate.simulate` (workload generation and model loading are timed
 once, separately) and prints the median of the runs, then the same for a quarter and a half of
-the requests to show how cost grows with the request count.
+the requests to show how cost grows with the request count. Then the whole command, as a user
+runs it: ``kvplan simulate llama-3.1-8b --gpu h100 -w SPEC.yaml --json`` in a fresh process
+(interpreter start, imports, generating the requests from the spec, the replay and the JSON),
+median wall time of the runs. Issue 13's targets: <= 1 s in process, <= 2 s for the process.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import planner
 from planner.simulate import (
@@ -36,6 +44,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=40.0, help="arrivals per second")
     parser.add_argument("--model", default="llama-3.1-8b")
     parser.add_argument("--gpu", default="h100")
+    parser.add_argument("--no-cli", action="store_true", help="skip timing the whole command")
     args = parser.parse_args()
 
     dep = planner.Deployment(
@@ -86,6 +95,41 @@ def main() -> None:
             f"preemptions, mean prompt {workload.prompt_tokens / n:,.0f} / output "
             f"{workload.output_tokens / n:,.0f} tokens, KV max {result.usage_max:.0%}"
         )
+    if not args.no_cli:
+        time_cli(args)
+
+
+SPEC = """name: bench
+seed: 0
+num_requests: {n}
+arrival: {{process: poisson, rate_per_s: {rate}}}
+prompt_tokens: {{dist: lognormal, mean: 1000, sigma: 0.8, min: 1, max: 12000}}
+output_tokens: {{dist: lognormal, mean: 250, sigma: 0.8, min: 1, max: 4000}}
+"""
+
+
+def time_cli(args: argparse.Namespace) -> None:
+    """Median wall time of ``kvplan simulate ... --json`` in a fresh process (what a user waits
+    for), over the same traffic as a YAML spec."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), HF_HUB_OFFLINE="1", KVPLAN_JOBS="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "bench.yaml"
+        spec.write_text(SPEC.format(n=args.requests, rate=args.rate))
+        argv = [sys.executable, "-m", "planner.cli", "simulate", args.model, "--gpu", args.gpu]
+        argv += ["-w", str(spec), "--max-model-len", "16384", "--json"]
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            done = subprocess.run(argv, env=env, cwd=root, capture_output=True, text=True)
+            times.append(time.perf_counter() - start)
+            if done.returncode != 0:
+                sys.exit(f"kvplan simulate failed: {done.stderr.strip()}")
+    runs = ", ".join(f"{t:.3f}" for t in times)
+    print(
+        f"{args.requests:>7,} requests: `kvplan simulate --json` process median "
+        f"{statistics.median(times):.3f} s ({runs})"
+    )
 
 
 if __name__ == "__main__":

@@ -107,6 +107,15 @@ def simulate(
             show_default=False,
         ),
     ] = None,
+    step_times: Annotated[
+        str | None,
+        typer.Option(
+            "--step-times",
+            help="Measured step times (CSV tokens,seconds or JSON; see planner/simulate/"
+            "steptimes.py) instead of the roofline model for TTFT/TPOT.",
+            show_default=False,
+        ),
+    ] = None,
     goal: Annotated[
         str,
         typer.Option("--goal", help="What 'best' means: throughput, ttft, tpot or preemptions."),
@@ -198,6 +207,11 @@ def simulate(
         load = load_workload(
             workload, seed=seed, num_requests=num_requests, skip_bad_lines=skip_bad_lines
         )
+        table = None
+        if step_times is not None:
+            from planner.simulate.steptimes import load_step_times
+
+            table = load_step_times(step_times)
         loaded = load_model(model, revision=revision, offline=offline or None)
         report = simulate_model(
             Deployment(model=loaded, gpu=gpu_, settings=base),
@@ -206,6 +220,7 @@ def simulate(
             axes=varied,
             num_gpu_blocks=num_gpu_blocks,
             goal=goal,
+            step_times=table,
         )
         # every output is rendered before any is written: an error leaves no file behind
         outputs: list[tuple[str, str, bytes | str]] = []

@@ -67,14 +67,21 @@ def simulate(report: SimReport, *, as_json: bool = False) -> None:
     )
     out.print(f"KV pool: {_user(report.pool)}", soft_wrap=True)
     roof = report.roofline
-    out.print(
-        f"Times are a roofline model, not a measurement: {report.gpu} "
-        f"{roof.bandwidth_bytes_per_s / 1e9:,.0f} GB/s, "
-        f"{roof.flops_per_s / 1e12:,.0f} TFLOPS bf16; "
-        f"{fmt_bytes(roof.weight_bytes)} of weights read per step "
-        f"(~{report.params.active / 1e9:.1f} B active params).",
-        soft_wrap=True,
-    )
+    if report.timing == "roofline model":
+        out.print(
+            f"Times are a roofline model, not a measurement: {report.gpu} "
+            f"{roof.bandwidth_bytes_per_s / 1e9:,.0f} GB/s, "
+            f"{roof.flops_per_s / 1e12:,.0f} TFLOPS bf16; "
+            f"{fmt_bytes(roof.weight_bytes)} of weights read per step "
+            f"(~{report.params.active / 1e9:.1f} B active params).",
+            soft_wrap=True,
+        )
+    else:
+        out.print(
+            f"Times are {_user(report.timing)} by tokens per step: interpolated linearly "
+            "between rows, extrapolated from the last two.",
+            soft_wrap=True,
+        )
     if len(report.runs) == 1:
         _simulate_one(out, report.runs[0])
     else:
@@ -129,7 +136,8 @@ def _simulate_one(out: Console, run: SettingRun) -> None:
 def _simulate_table(out: Console, report: SimReport) -> None:
     """Metrics down, settings across: fits a terminal for the usual two to four settings."""
     single_axis = len(report.axes) == 1
-    table = Table(title="Settings compared (times from the roofline model)", title_justify="left")
+    title = f"Settings compared (times from the {_timing_short(report)})"
+    table = Table(title=title, title_justify="left")
     table.add_column(report.axes[0] if single_axis else "setting", no_wrap=True)
     for i, run in enumerate(report.runs):
         name = run.values[report.axes[0]] if single_axis else run.label
@@ -172,6 +180,10 @@ def _simulate_table(out: Console, report: SimReport) -> None:
         out.print(f"[bold]★ {_user(report.best_reason)}[/]", soft_wrap=True)
 
 
+def _timing_short(report: SimReport) -> str:
+    return "roofline model" if report.timing == "roofline model" else "measured step times"
+
+
 def simulate_plot(report: SimReport, path: str) -> bytes:
     """Usage over time for every run, and the runs' throughput and preemptions, as the bytes of
     an image in the format ``path``'s suffix names (PNG by default)."""
@@ -195,7 +207,7 @@ def simulate_plot(report: SimReport, path: str) -> bytes:
             where="pre",
             label=run.label,
         )
-    ax1.set_xlabel("time (s, roofline model)")
+    ax1.set_xlabel(f"time (s, {_timing_short(report)})")
     ax1.set_ylabel("KV cache usage (%)")
     ax1.set_ylim(0, 105)
     ax1.set_title(f"{report.model} · {report.workload} · {report.gpu}")
@@ -204,7 +216,7 @@ def simulate_plot(report: SimReport, path: str) -> bytes:
     labels = [run.label for run in report.runs]
     ax2.bar(range(len(labels)), [run.result.output_tokens_per_s for run in report.runs])
     ax2.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize="small")
-    ax2.set_ylabel("output tokens/s (roofline)")
+    ax2.set_ylabel(f"output tokens/s ({_timing_short(report)})")
     for i, run in enumerate(report.runs):
         ax2.annotate(
             f"{run.result.preemptions:,} preempt.",

@@ -16,12 +16,13 @@ from typing import Any
 
 from planner.budget import vllm_budget
 from planner.deployment import Deployment, ServeSettings, kv_dtype_for, positive_count
-from planner.errors import DoesNotFitError, UsageError
+from planner.errors import DoesNotFitError, KvplanError, UsageError
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype
 from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
 from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
 from planner.simulate.roofline import ModelParams, Roofline, estimate_params, roofline_for
+from planner.simulate.steptimes import StepTable
 from planner.simulate.workload import Workload
 from planner.weights import Weights, per_rank
 
@@ -146,7 +147,10 @@ class SimReport:
         tensor_parallel_size: TP size (1).
         params: the model's parameters.
         roofline: the last run's step-time model (runs that differ in KV dtype differ in
-            ``kv_bytes_per_token``: here fp8's 15,552, half of auto's).
+            ``kv_bytes_per_token``: here fp8's 15,552, half of auto's); reported, but not what
+            times the steps when ``timing`` names measured step times.
+        timing: what times the steps: ``roofline model``, or ``measured step times (FILE)``
+            with ``--step-times FILE`` (:mod:`planner.simulate.steptimes`).
         goal: what ``best`` optimises: throughput, ttft, tpot or preemptions.
         axes: the compared settings with more than one value (``["kv-cache-dtype"]``).
         runs: one per setting, in :func:`build_settings`' order.
@@ -167,6 +171,7 @@ class SimReport:
     tensor_parallel_size: int
     params: ModelParams
     roofline: Roofline
+    timing: str
     goal: str
     axes: list[str]
     runs: list[SettingRun]
@@ -250,6 +255,7 @@ def simulate_model(
     axes: Sequence[str] = (),
     num_gpu_blocks: int | None = None,
     goal: str = "throughput",
+    step_times: StepTable | None = None,
 ) -> SimReport:
     """Replay ``workload`` on ``dep`` served by vLLM once per variant of its settings, and
     compare.
@@ -266,6 +272,7 @@ def simulate_model(
         num_gpu_blocks: explicit pool in blocks of the first variant; the others get the
             same bytes.
         goal: what "best" means: throughput, ttft, tpot or preemptions.
+        step_times: measured step times; they time every step instead of the roofline.
 
     Returns:
         The :class:`SimReport`.
@@ -296,7 +303,7 @@ def simulate_model(
     notes: list[str] = []
     warnings: list[str] = []
     roof_gpu = gpu or get_gpu("h100")
-    if gpu is None:
+    if gpu is None and step_times is None:
         notes.append("no --gpu: step times use the H100 roofline")
     explicit_pool = num_gpu_blocks is not None or kv_cache_memory_bytes is not None
     if explicit_pool and base.gpu_memory_utilization is not None:
@@ -318,97 +325,107 @@ def simulate_model(
             f"weights from {weights.source} - activation, non-torch and CUDA-graph estimates), "
             "as `kvplan estimate --gpu` computes it"
         )
-    runs: list[SettingRun] = []
     memory_of_blocks: int | None = None
     roofline: Roofline | None = None
     seen_notes: set[str] = set()
     shortened: list[tuple[str, int, int, int, int]] = []
-    for serve in settings:
-        # the batch defaults are the named GPU's (an A100 gets 2,048 / 256), or vLLM's
-        # no-GPU ones with an explicit pool: never the roofline's stand-in H100
-        run_dep = Deployment(model=model, gpu=gpu, settings=serve)
-        est = estimate(spec, serve, gpu)
-        assert est.vllm is not None
-        for warning in est.warnings:
-            if warning not in warnings:
-                warnings.append(warning)
-        layout, layout_notes = BlockLayout.from_estimate(est)
-        for note in layout_notes:
-            if note not in seen_notes:
-                seen_notes.add(note)
-                notes.append(note)
-        bpb = est.vllm.bytes_per_block
-        if num_gpu_blocks is not None:
-            if memory_of_blocks is None:
-                memory_of_blocks = num_gpu_blocks * bpb
-            blocks = memory_of_blocks // bpb
-            kv_bytes = blocks * bpb
-        elif kv_cache_memory_bytes is not None:
-            blocks, kv_bytes = kv_cache_memory_bytes // bpb, kv_cache_memory_bytes
-        else:
-            assert gpu is not None
-            blocks, kv_bytes = pool_for_gpu(run_dep, est, weights)
-        label = ", ".join(f"{a}={axis_value(serve, a)}" for a in axes) or "as given"
-        if blocks < 2:
-            raise DoesNotFitError(
-                f"{label}: {kv_bytes:,} B of KV memory holds {blocks} block(s) of "
-                f"{bpb:,} B (one is vLLM's null block): zero KV capacity. Give more memory "
-                "(--kv-cache-memory, --gpu-memory-utilization, a larger --gpu) or --tp"
-            )
-        usable = blocks - 1
-        length = est.max_model_len
-        if layout.blocks(length) > usable:
-            fit = _largest_fitting_len(layout, usable, length)
-            if max_model_len is not None:
+    configs: list[SimConfig] = []
+    pending: list[dict[str, Any]] = []  # each run's fields but its result
+    # a setting that cannot be planned fails only after the ones before it have run, as in a
+    # serial sweep: their errors come first
+    deferred: KvplanError | None = None
+    try:
+        for serve in settings:
+            # the batch defaults are the named GPU's (an A100 gets 2,048 / 256), or vLLM's
+            # no-GPU ones with an explicit pool: never the roofline's stand-in H100
+            run_dep = Deployment(model=model, gpu=gpu, settings=serve)
+            est = estimate(spec, serve, gpu)
+            assert est.vllm is not None
+            for warning in est.warnings:
+                if warning not in warnings:
+                    warnings.append(warning)
+            layout, layout_notes = BlockLayout.from_estimate(est)
+            for note in layout_notes:
+                if note not in seen_notes:
+                    seen_notes.add(note)
+                    notes.append(note)
+            bpb = est.vllm.bytes_per_block
+            if num_gpu_blocks is not None:
+                if memory_of_blocks is None:
+                    memory_of_blocks = num_gpu_blocks * bpb
+                blocks = memory_of_blocks // bpb
+                kv_bytes = blocks * bpb
+            elif kv_cache_memory_bytes is not None:
+                blocks, kv_bytes = kv_cache_memory_bytes // bpb, kv_cache_memory_bytes
+            else:
+                assert gpu is not None
+                blocks, kv_bytes = pool_for_gpu(run_dep, est, weights)
+            label = ", ".join(f"{a}={axis_value(serve, a)}" for a in axes) or "as given"
+            if blocks < 2:
                 raise DoesNotFitError(
-                    f"{label}: vLLM won't start: one {length:,}-token request needs "
-                    f"{layout.blocks(length):,} blocks; the pool has {usable:,}. Largest that "
-                    f"fits: {fit:,} tokens. Try --max-model-len {fit} (or -1, vLLM's auto-fit) "
-                    "or more KV memory"
+                    f"{label}: {kv_bytes:,} B of KV memory holds {blocks} block(s) of "
+                    f"{bpb:,} B (one is vLLM's null block): zero KV capacity. Give more memory "
+                    "(--kv-cache-memory, --gpu-memory-utilization, a larger --gpu) or --tp"
                 )
-            shortened.append((label, length, layout.blocks(length), usable, fit))
-            length = fit
-        roofline = roofline_for(spec, est, roof_gpu, params)
-        config = SimConfig(
-            num_gpu_blocks=blocks,
-            layout=layout,
-            max_num_seqs=est.vllm.max_num_seqs,
-            max_num_batched_tokens=est.vllm.max_num_batched_tokens,
-            max_model_len=length,
-            roofline=roofline,
-            prefix_caching=serve.enable_prefix_caching,
-            # the scheduler rules of serve.vllm_version (planner.vllm_rules)
-            reserve_full_isl=serve.rules.reserve_full_isl,
-            prepend_uncached_free=serve.rules.prepend_uncached_free,
-            async_scheduling=serve.rules.async_scheduling,
-        )
-        result = simulate(workload, config)
-        outcome, running = worst_case_of_pool(layout, blocks, length, config.max_num_seqs)
-        if outcome == WONT_START:
-            warnings.append(
-                f"vLLM won't start with max_num_seqs {config.max_num_seqs:,} and this KV pool"
-                + (f" ({label})" if axes else "")
-                + f": each running sequence of a hybrid holds a Mamba state block, and the pool "
-                f"has {blocks:,}. Simulated anyway; use --max-num-seqs {blocks}"
-            )
-        runs.append(
-            SettingRun(
-                label=label,
-                values={a: axis_value(serve, a) for a in axes},
-                block_size=est.block_size,
-                kv_cache_dtype=est.kv_cache_dtype,
-                prefix_caching=serve.enable_prefix_caching,
-                max_num_seqs=config.max_num_seqs,
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                max_model_len=length,
-                bytes_per_block=bpb,
-                kv_cache_bytes=kv_bytes,
+            usable = blocks - 1
+            length = est.max_model_len
+            if layout.blocks(length) > usable:
+                fit = _largest_fitting_len(layout, usable, length)
+                if max_model_len is not None:
+                    raise DoesNotFitError(
+                        f"{label}: vLLM won't start: one {length:,}-token request needs "
+                        f"{layout.blocks(length):,} blocks; the pool has {usable:,}. Largest that "
+                        f"fits: {fit:,} tokens. Try --max-model-len {fit} (or -1, vLLM's auto-fit) "
+                        "or more KV memory"
+                    )
+                shortened.append((label, length, layout.blocks(length), usable, fit))
+                length = fit
+            roofline = roofline_for(spec, est, roof_gpu, params)
+            config = SimConfig(
                 num_gpu_blocks=blocks,
-                outcome=outcome,
-                worst_case_running=running,
-                result=result,
+                layout=layout,
+                max_num_seqs=est.vllm.max_num_seqs,
+                max_num_batched_tokens=est.vllm.max_num_batched_tokens,
+                max_model_len=length,
+                roofline=step_times or roofline,
+                prefix_caching=serve.enable_prefix_caching,
+                # the scheduler rules of serve.vllm_version (planner.vllm_rules)
+                reserve_full_isl=serve.rules.reserve_full_isl,
+                prepend_uncached_free=serve.rules.prepend_uncached_free,
+                async_scheduling=serve.rules.async_scheduling,
             )
-        )
+            outcome, running = worst_case_of_pool(layout, blocks, length, config.max_num_seqs)
+            if outcome == WONT_START:
+                warnings.append(
+                    f"vLLM won't start with max_num_seqs {config.max_num_seqs:,} and this KV pool"
+                    + (f" ({label})" if axes else "")
+                    + ": each running sequence of a hybrid holds a Mamba state block, and the "
+                    f"pool has {blocks:,}. Simulated anyway; use --max-num-seqs {blocks}"
+                )
+            configs.append(config)
+            pending.append(
+                dict(
+                    label=label,
+                    values={a: axis_value(serve, a) for a in axes},
+                    block_size=est.block_size,
+                    kv_cache_dtype=est.kv_cache_dtype,
+                    prefix_caching=serve.enable_prefix_caching,
+                    max_num_seqs=config.max_num_seqs,
+                    max_num_batched_tokens=config.max_num_batched_tokens,
+                    max_model_len=length,
+                    bytes_per_block=bpb,
+                    kv_cache_bytes=kv_bytes,
+                    num_gpu_blocks=blocks,
+                    outcome=outcome,
+                    worst_case_running=running,
+                )
+            )
+    except KvplanError as exc:
+        deferred = exc
+    results = simulate_all(workload, configs)
+    if deferred is not None:
+        raise deferred
+    runs = [SettingRun(**f, result=r) for f, r in zip(pending, results, strict=True)]
     if num_gpu_blocks is not None and len({r.bytes_per_block for r in runs}) > 1:
         notes.append(
             f"--num-gpu-blocks {num_gpu_blocks:,} is counted in blocks of the first setting "
@@ -446,6 +463,7 @@ def simulate_model(
         tensor_parallel_size=tp,
         params=params,
         roofline=roofline,
+        timing=step_times.timing if step_times is not None else "roofline model",
         goal=goal,
         axes=list(axes),
         runs=runs,
@@ -454,6 +472,68 @@ def simulate_model(
         notes=notes,
         warnings=warnings,
     )
+
+
+def _jobs(variants: int) -> int:
+    """Worker processes for ``variants`` replays: ``KVPLAN_JOBS`` (1 = serial) or the CPUs."""
+    import os
+
+    raw = os.environ.get("KVPLAN_JOBS", "").strip()
+    if raw:
+        try:
+            jobs = int(raw)
+        except ValueError:
+            jobs = 0
+        if jobs < 1:
+            raise UsageError(f"KVPLAN_JOBS must be a whole number >= 1, got {raw[:40]!r}")
+    else:
+        jobs = os.cpu_count() or 1
+    return max(1, min(variants, jobs))
+
+
+_WORKLOAD: Workload | None = None  # a worker process's workload, set once by _init_worker
+
+
+def _init_worker(workload: Workload) -> None:
+    global _WORKLOAD
+    _WORKLOAD = workload
+
+
+def _simulate_in_worker(config: SimConfig) -> SimResult:
+    assert _WORKLOAD is not None
+    return simulate(_WORKLOAD, config)
+
+
+def simulate_all(workload: Workload, configs: Sequence[SimConfig]) -> list[SimResult]:
+    """:func:`planner.simulate.engine.simulate` of ``workload`` under each config, in order.
+
+    Several configs run in parallel, one process each up to ``min(len(configs), CPUs)`` (or
+    ``KVPLAN_JOBS``; ``KVPLAN_JOBS=1`` runs them here, one after another, as does a single
+    config). Each replay is deterministic, so the results are those of a serial run, in the
+    same order; the first config (in order) that fails raises its error. The workload goes to
+    each worker once: inherited where processes fork, pickled otherwise.
+    """
+    jobs = _jobs(len(configs)) if len(configs) > 1 else 1
+    if jobs == 1:
+        return [simulate(workload, c) for c in configs]
+    import multiprocessing
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    # fork shares the workload without pickling it; it is unsafe once threads run
+    fork = "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+    ctx = multiprocessing.get_context("fork" if fork else None)
+    try:
+        with ProcessPoolExecutor(
+            jobs, mp_context=ctx, initializer=_init_worker, initargs=(workload,)
+        ) as pool:
+            return list(pool.map(_simulate_in_worker, configs))
+    except BrokenProcessPool:
+        raise KvplanError(
+            "a simulation worker process died (out of memory?); rerun with KVPLAN_JOBS=1 to "
+            "simulate one setting at a time"
+        ) from None
 
 
 def build_settings(

@@ -56,7 +56,7 @@ from typing import Any
 from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
-from planner.simulate.roofline import Roofline
+from planner.simulate.roofline import StepTimer
 from planner.simulate.workload import Request, Workload
 
 USAGE_BINS = 1000
@@ -134,7 +134,7 @@ class SimConfig:
     max_num_seqs: int
     max_num_batched_tokens: int
     max_model_len: int
-    roofline: Roofline
+    roofline: StepTimer  # a Roofline, or measured step times (steptimes.StepTable)
     prefix_caching: bool = True
     # vLLM's release-dependent scheduling rules (module docstring); off: the older behaviour
     reserve_full_isl: bool = False

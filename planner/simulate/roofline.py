@@ -14,12 +14,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 from planner.deployment import Gpu
 from planner.errors import UsageError
 from planner.kv_layout import KVEstimate
 from planner.model.specs import ModelSpec
 from planner.weights import Weights, from_config
+
+
+class StepTimer(Protocol):
+    """What times the engine's steps: a :class:`Roofline` (the model) or a measured table
+    (:class:`planner.simulate.steptimes.StepTable`)."""
+
+    def step_s(self, tokens: int, kv_tokens: int, pairs: int) -> float: ...
+
+    def decode_s(self, n: int, kv_tokens: int, steps: int) -> float: ...
 
 
 @dataclass(frozen=True)

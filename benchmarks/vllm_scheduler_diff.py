@@ -1,0 +1,261 @@
+"""Differential check: vLLM's own V1 scheduler against `kvplan simulate`'s engine, same traces.
+
+    python benchmarks/vllm_scheduler_diff.py            # needs `import vllm` (CPU is enough)
+
+Drives ``vllm.v1.core.sched.scheduler.Scheduler`` (the synchronous one: async scheduling off)
+with a fake model runner: each step every scheduled request advances by its scheduled tokens
+(vLLM's ``schedule()`` does that), and a request whose prompt is fully computed samples one
+token (token id 7, ``ignore_eos``), so it finishes after ``output_tokens`` samples
+(``max_tokens``). Steps take 1 s on both sides (kvplan: ``Roofline.constant(1.0)``), so an
+arrival at integer second ``a`` joins the queue before step ``a``; a step that schedules nothing
+while requests remain only waits for the next arrival, on both sides, and is not counted.
+
+Prompts: a request with ``prefix_id`` starts with ``prefix_tokens`` tokens that every request of
+that prefix shares (token ``1 + prefix number``), then its own tokens (``100000 + index``), so
+prefix-cache hits are exactly the shared full blocks, as kvplan models them. The pool is a
+single full-attention group of ``num_blocks`` blocks (one is vLLM's null block), as kvplan's
+``--num-gpu-blocks``.
+
+Printed per trace, vLLM / kvplan: peak blocks in use (after a step's allocation; cached free
+blocks count as free), preemptions, steps, mean running requests (time-weighted) and whether
+every request finishes at the same step, plus the first differing request.
+
+Run status: NOT RUN YET. vLLM 0.33.0's wheel (``pip install --no-deps``) went into a venv under
+/tmp layered over kvplan's (torch 2.13 CPU); after installing cbor2, psutil, pyzmq, urllib3,
+aiohttp, requests, openai-harmony, openai, pybase64, cachetools, msgspec, cloudpickle and uvloop
+one at a time, ``from vllm.v1.core.sched.scheduler import Scheduler`` still stopped at
+``ModuleNotFoundError: No module named 'cpuinfo'`` (vllm/usage/usage_lib.py, imported by
+vllm.config), with more to come. The constructor calls follow the 0.33.0 sources
+(``Scheduler(vllm_config, kv_cache_config, structured_output_manager, block_size)``,
+``SchedulerConfig(max_model_len=..., is_encoder_decoder=...)``, ``KVCacheConfig(num_blocks,
+kv_cache_tensors, kv_cache_groups)``) but have not been exercised; ``--self-check`` runs only
+kvplan's side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from planner.simulate import BlockLayout, Roofline, SimConfig, simulate  # noqa: E402
+from planner.simulate.workload import Request, Workload  # noqa: E402
+
+MODEL_DIR = ROOT / "tests" / "fixtures" / "configs" / "meta-llama--Llama-3.1-8B"
+TOKEN = 7  # what the fake model runner samples
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    requests: tuple[Request, ...]
+    num_blocks: int
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 8192
+    prefix_caching: bool = True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    peak_blocks: int
+    preemptions: int
+    steps: int
+    mean_running: float
+    finish_steps: list[int]
+
+
+def _requests(
+    seed: int,
+    n: int,
+    prompt: tuple[int, int],
+    output: tuple[int, int],
+    rate: float,
+    prefixes: int = 0,
+    prefix_tokens: tuple[int, int] = (0, 0),
+) -> tuple[Request, ...]:
+    rng = random.Random(seed)
+    sizes = [rng.randint(*prefix_tokens) for _ in range(prefixes)]
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        own = rng.randint(*prompt)
+        if prefixes and rng.random() < 0.8:
+            p = rng.randrange(prefixes)
+            out.append(
+                Request(sizes[p] + own, rng.randint(*output), float(int(t)), f"p{p}", sizes[p])
+            )
+        else:
+            out.append(Request(own, rng.randint(*output), float(int(t))))
+    return tuple(out)
+
+
+def cases() -> list[Case]:
+    long = _requests(1, 60, (1500, 6000), (50, 300), 0.5)
+    chat = _requests(2, 300, (50, 800), (20, 400), 2.0)
+    shared = _requests(3, 400, (20, 300), (10, 200), 3.0, prefixes=40, prefix_tokens=(200, 1200))
+    return [
+        Case("chunked long prompts, tight pool", long, 700, 16, 256, 512, 6400),
+        Case("chat, tight pool, caching off", chat, 400, max_model_len=4096, prefix_caching=False),
+        Case("chat, tight pool, caching on", chat, 400, max_model_len=4096),
+        Case("40 prefixes, caching on", shared, 900, max_model_len=4096),
+        Case("40 prefixes, caching off", shared, 900, max_model_len=4096, prefix_caching=False),
+        Case("max_num_seqs-bound", chat, 5000, max_num_seqs=8, max_model_len=4096),
+    ]
+
+
+def run_kvplan(case: Case) -> Outcome:
+    config = SimConfig(
+        num_gpu_blocks=case.num_blocks,
+        layout=BlockLayout(case.block_size),
+        max_num_seqs=case.max_num_seqs,
+        max_num_batched_tokens=case.max_num_batched_tokens,
+        max_model_len=case.max_model_len,
+        roofline=Roofline.constant(1.0),
+        prefix_caching=case.prefix_caching,
+    )
+    r = simulate(Workload(case.name, "generated", case.requests), config)
+    return Outcome(r.peak_blocks, r.preemptions, r.steps, r.mean_concurrency, r.finish_steps)
+
+
+def _scheduler(case: Case):  # type: ignore[no-untyped-def]
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    scheduler_config = SchedulerConfig(
+        max_model_len=case.max_model_len,
+        is_encoder_decoder=False,
+        max_num_seqs=case.max_num_seqs,
+        max_num_batched_tokens=case.max_num_batched_tokens,
+        enable_chunked_prefill=True,
+        async_scheduling=False,
+    )
+    model_config = ModelConfig(
+        model=str(MODEL_DIR),
+        skip_tokenizer_init=True,
+        dtype="float16",
+        max_model_len=case.max_model_len,
+        seed=0,
+    )
+    cache_config = CacheConfig(
+        block_size=case.block_size, enable_prefix_caching=case.prefix_caching
+    )
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config, model_config=model_config, cache_config=cache_config
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=case.num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(["layer"], FullAttentionSpec(case.block_size, 1, 1, torch.float16))
+        ],
+    )
+    cache_config.num_gpu_blocks = case.num_blocks
+    return Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=case.block_size,
+        log_stats=False,
+    )
+
+
+def run_vllm(case: Case) -> Outcome:
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request as VRequest
+
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(case.block_size, sha256)
+    scheduler = _scheduler(case)
+    prefix_number: dict[str, int] = {}
+    pending = []
+    for i, r in enumerate(case.requests):
+        shared = r.prefix_tokens if r.prefix_id is not None else 0
+        if r.prefix_id is not None:
+            prefix_number.setdefault(r.prefix_id, len(prefix_number))
+            head = [1 + prefix_number[r.prefix_id]] * shared
+        else:
+            head = []
+        tokens = head + [100_000 + i] * (r.prompt_tokens - shared)
+        params = SamplingParams(max_tokens=r.output_tokens, ignore_eos=True)
+        pending.append((r.arrival_s, VRequest(str(i), tokens, params, None, block_hasher=hasher)))
+    pool = scheduler.kv_cache_manager.block_pool
+    usable = case.num_blocks - 1
+    now, steps, peak, preemptions, running_time = 0.0, 0, 0, 0, 0.0
+    finish = [-1] * len(pending)
+    nxt = 0
+    while nxt < len(pending) or scheduler.has_unfinished_requests():
+        while nxt < len(pending) and pending[nxt][0] <= now:
+            scheduler.add_request(pending[nxt][1])
+            nxt += 1
+        if not scheduler.has_unfinished_requests():
+            now = pending[nxt][0]  # idle until the next arrival
+            continue
+        out = scheduler.schedule()
+        if out.total_num_scheduled_tokens == 0:
+            raise AssertionError(f"{case.name}: nothing scheduled at step {steps}")
+        peak = max(peak, usable - pool.get_num_free_blocks())
+        preemptions += len(out.preempted_req_ids or ())
+        running_time += len(scheduler.running)
+        ids = list(out.num_scheduled_tokens)
+        sampled = []
+        for rid in ids:
+            req = scheduler.requests[rid]
+            sampled.append([TOKEN] if req.num_computed_tokens >= req.num_tokens else [])
+        result = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={r: k for k, r in enumerate(ids)},
+            sampled_token_ids=sampled,
+        )
+        engine_outputs = scheduler.update_from_output(out, result)
+        for outputs in engine_outputs.values():
+            for o in outputs.outputs:
+                if o.finish_reason is not None:
+                    finish[int(o.request_id)] = steps
+        steps += 1
+        now += 1.0
+    return Outcome(peak, preemptions, steps, running_time / now if now else 0.0, finish)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--self-check", action="store_true", help="kvplan's side only")
+    args = parser.parse_args()
+    print(
+        f"{'trace (vLLM/kvplan)':<36} {'peak blocks':>13} {'preemptions':>13} {'steps':>13} "
+        f"{'mean running':>15}  finish steps"
+    )
+    for case in cases():
+        k = run_kvplan(case)
+        if args.self_check:
+            print(
+                f"{case.name:<36} {k.peak_blocks:>13,} {k.preemptions:>13,} {k.steps:>13,} "
+                f"{k.mean_running:>15.2f}  (kvplan only)"
+            )
+            continue
+        v = run_vllm(case)
+        differ = [
+            i for i, (a, b) in enumerate(zip(v.finish_steps, k.finish_steps, strict=True)) if a != b
+        ]
+        same = "equal" if not differ else f"{len(differ)} differ (first: request {differ[0]})"
+        print(
+            f"{case.name:<36} {v.peak_blocks:>6,}/{k.peak_blocks:<6,} {v.preemptions:>6,}/"
+            f"{k.preemptions:<6,} {v.steps:>6,}/{k.steps:<6,} {v.mean_running:>7.2f}/"
+            f"{k.mean_running:<7.2f}  {same}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Measured step times for ``kvplan simulate --step-times FILE``: tokens per step -> seconds.
+
+Where a table is given it replaces the roofline (:mod:`planner.simulate.roofline`) for every
+step's duration, so TTFT, TPOT and throughput come from the measurements.
+
+The file is CSV or JSON (by suffix: ``.csv``, ``.json``; anything else is tried as CSV):
+
+- CSV: a header row naming the columns ``tokens`` and ``seconds`` (others are ignored), then
+  one row per measurement; blank lines and lines starting with ``#`` are skipped::
+
+      tokens,seconds
+      1,0.0065
+      256,0.0081
+      2048,0.0410
+
+- JSON: a list of ``{"tokens": N, "seconds": S}`` objects, or one object mapping tokens to
+  seconds (``{"1": 0.0065, "256": 0.0081, "2048": 0.041}``).
+
+``tokens`` is the number of tokens a step schedules (prompt chunk tokens plus one per decoding
+request), a whole number >= 1, each at most once; ``seconds`` is that step's wall time, > 0 (e.g.
+``vllm bench latency`` per batch size, or a profile of one engine step). A step of ``t`` tokens
+takes the row's seconds; between rows it is interpolated linearly; past the last row it is
+extrapolated from the last two rows (never falling: a negative slope counts as flat; a one-row
+table is that time for every step); below the first row it takes the first row's time. The
+table does not depend on context length, so a step's KV reads are whatever the measurements
+included.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.errors import InputFileError
+
+MAX_BYTES = 1 << 20
+MAX_ROWS = 100_000
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """Step duration by tokens scheduled in the step, from measurements.
+
+    Has :class:`planner.simulate.roofline.Roofline`'s ``step_s`` / ``decode_s`` so the engine
+    takes either. Worked example, rows (1, 10 ms), (101, 20 ms): a 51-token step takes 15 ms, a
+    201-token step 30 ms (extrapolated), and 4 decode steps of 11 requests 4 x 11 ms.
+
+    Attributes:
+        tokens: the measured tokens per step, ascending.
+        seconds: the measured seconds of each.
+        source: where the table came from (the file name), for the report.
+    """
+
+    tokens: tuple[int, ...]
+    seconds: tuple[float, ...]
+    source: str = ""
+    _cache: dict[int, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.tokens or len(self.tokens) != len(self.seconds):
+            raise ValueError("a step-time table needs one seconds value per tokens value")
+        if any(b <= a for a, b in zip(self.tokens, self.tokens[1:], strict=False)):
+            raise ValueError("step-time table tokens must be strictly ascending")
+
+    @property
+    def timing(self) -> str:
+        """How the report names this timing model."""
+        return f"measured step times ({self.source})"
+
+    def at(self, tokens: int) -> float:
+        """Seconds for a step of ``tokens`` tokens (see the module docstring)."""
+        cached = self._cache.get(tokens)
+        if cached is not None:
+            return cached
+        xs, ys = self.tokens, self.seconds
+        if tokens <= xs[0] or len(xs) == 1:
+            value = ys[0] if tokens <= xs[0] else ys[-1]
+        elif tokens >= xs[-1]:
+            slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+            value = ys[-1] + slope * (tokens - xs[-1])
+        else:
+            i = bisect.bisect_left(xs, tokens)
+            if xs[i] == tokens:
+                value = ys[i]
+            else:
+                x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+                value = y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
+        self._cache[tokens] = value
+        return value
+
+    def step_s(self, tokens: int, kv_tokens: int, pairs: int) -> float:
+        """Seconds for a step of ``tokens`` new tokens (context is not a key of the table)."""
+        return self.at(tokens)
+
+    def decode_s(self, n: int, kv_tokens: int, steps: int) -> float:
+        """Seconds for ``steps`` decode steps of ``n`` requests: every one schedules ``n``
+        tokens, so each takes ``at(n)``."""
+        return steps * self.at(n)
+
+
+def _number(value: Any, where: str, column: str) -> float:
+    if isinstance(value, bool):
+        raise InputFileError(f"{where}: {column} must be a number, got {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        shown = str(value)[:40]
+        raise InputFileError(f"{where}: {column} must be a number, got {shown!r}") from None
+
+
+def _rows_from_csv(text: str, source: str) -> list[tuple[str, Any, Any]]:
+    lines = [
+        (n, line)
+        for n, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    if not lines:
+        raise InputFileError(f"{source}: no step times (expected a 'tokens,seconds' header)")
+    header = [h.strip().lower() for h in next(csv.reader(io.StringIO(lines[0][1])))]
+    if "tokens" not in header or "seconds" not in header:
+        raise InputFileError(
+            f"{source}: the first row must name the columns tokens and seconds, got "
+            f"{lines[0][1][:80]!r}"
+        )
+    ti, si = header.index("tokens"), header.index("seconds")
+    rows = []
+    for n, line in lines[1:]:
+        cells = next(csv.reader(io.StringIO(line)))
+        if len(cells) <= max(ti, si):
+            raise InputFileError(f"{source}: line {n}: expected {len(header)} columns")
+        rows.append((f"{source}: line {n}", cells[ti], cells[si]))
+    return rows
+
+
+def _rows_from_json(text: str, source: str) -> list[tuple[str, Any, Any]]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputFileError(f"{source}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise InputFileError(f"{source}: JSON nested too deeply") from None
+    if isinstance(data, dict):
+        return [(f"{source}: key {k!r}", k, v) for k, v in data.items()]
+    if not isinstance(data, list):
+        raise InputFileError(
+            f"{source}: expected a list of {{tokens, seconds}} objects or a tokens -> seconds "
+            "object"
+        )
+    rows = []
+    for i, item in enumerate(data):
+        where = f"{source}: item {i}"
+        if not isinstance(item, dict) or "tokens" not in item or "seconds" not in item:
+            raise InputFileError(f"{where}: expected an object with tokens and seconds")
+        rows.append((where, item["tokens"], item["seconds"]))
+    return rows
+
+
+def parse_step_times(text: str, source: str, *, as_json: bool) -> StepTable:
+    """A :class:`StepTable` from the text of a step-time file (see the module docstring);
+    :class:`InputFileError` (one line naming the row) for anything else."""
+    rows = _rows_from_json(text, source) if as_json else _rows_from_csv(text, source)
+    if not rows:
+        raise InputFileError(f"{source}: no step times")
+    if len(rows) > MAX_ROWS:
+        raise InputFileError(f"{source}: {len(rows):,} rows; at most {MAX_ROWS:,}")
+    table: dict[int, float] = {}
+    for where, raw_tokens, raw_seconds in rows:
+        tokens = _number(raw_tokens, where, "tokens")
+        seconds = _number(raw_seconds, where, "seconds")
+        if not math.isfinite(tokens) or tokens != int(tokens) or tokens < 1:
+            raise InputFileError(f"{where}: tokens must be a whole number >= 1, got {tokens:g}")
+        if not math.isfinite(seconds) or seconds <= 0:
+            raise InputFileError(f"{where}: seconds must be > 0, got {seconds:g}")
+        if int(tokens) in table:
+            raise InputFileError(f"{where}: tokens {int(tokens)} is given twice")
+        table[int(tokens)] = seconds
+    keys = sorted(table)
+    return StepTable(tuple(keys), tuple(table[k] for k in keys), source=source)
+
+
+def load_step_times(path: str | Path) -> StepTable:
+    """The step-time table in ``path`` (``.json``: JSON; otherwise CSV)."""
+    from planner import files
+
+    source = str(path)
+    text = files.read_text_file(Path(path), limit=MAX_BYTES, what="step-time table")
+    return parse_step_times(text, source, as_json=Path(path).suffix.lower() == ".json")

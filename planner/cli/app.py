@@ -27,7 +27,7 @@ app = typer.Typer(
     "read; 2 a bad flag or an invalid file.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode=None,
 )
 

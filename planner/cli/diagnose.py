@@ -96,6 +96,9 @@ def diagnose(
     from planner.render import diagnose as render
 
     with user_errors():
+        from planner.status import quiet
+
+        quiet(json_)
         result = diagnose_file(
             log,
             model=model,

@@ -195,6 +195,9 @@ def estimate(
     from planner.render import estimate as render
 
     with user_errors():
+        from planner.status import quiet
+
+        quiet(json_)
         settings = _serve_settings(
             engine=engine,
             tp=tp,

@@ -204,24 +204,33 @@ def simulate(
         )
         variants, varied = build_settings({k: v for k, v in axes.items() if v}, base)
         gpu_ = get_gpu(gpu) if gpu else None
-        load = load_workload(
-            workload, seed=seed, num_requests=num_requests, skip_bad_lines=skip_bad_lines
-        )
+        from planner.status import quiet, status
+
+        quiet(json_)
+        with status(f"Reading the workload {workload}"):
+            load = load_workload(
+                workload, seed=seed, num_requests=num_requests, skip_bad_lines=skip_bad_lines
+            )
         table = None
         if step_times is not None:
             from planner.simulate.steptimes import load_step_times
 
             table = load_step_times(step_times)
         loaded = load_model(model, revision=revision, offline=offline or None)
-        report = simulate_model(
-            Deployment(model=loaded, gpu=gpu_, settings=base),
-            load,
-            variants=variants,
-            axes=varied,
-            num_gpu_blocks=num_gpu_blocks,
-            goal=goal,
-            step_times=table,
-        )
+        runs = len(variants) if variants else 1
+        with status(
+            f"Replaying {len(load.requests):,} requests"
+            + (f" under {runs} settings" if runs > 1 else "")
+        ):
+            report = simulate_model(
+                Deployment(model=loaded, gpu=gpu_, settings=base),
+                load,
+                variants=variants,
+                axes=varied,
+                num_gpu_blocks=num_gpu_blocks,
+                goal=goal,
+                step_times=table,
+            )
         # every output is rendered before any is written: an error leaves no file behind
         outputs: list[tuple[str, str, bytes | str]] = []
         if save_trace:

@@ -95,15 +95,20 @@ def download_config(repo: str, *, revision: str | None = None, offline: bool | N
     local_only = offline_env() if offline is None else offline
     # huggingface_hub logs each connection retry as a warning; the one-line error says it all.
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    from planner.status import status
+
+    where = "the local Hugging Face cache" if local_only else "the Hugging Face Hub"
+    wait = "" if local_only else " (up to ~20 s without network; HF_HUB_OFFLINE=1 skips it)"
     try:
-        return Path(
-            hf_hub_download(
-                repo_id=repo,
-                filename="config.json",
-                revision=revision,
-                local_files_only=local_only,
+        with status(f"Fetching {repo}/config.json from {where}{wait}"):
+            return Path(
+                hf_hub_download(
+                    repo_id=repo,
+                    filename="config.json",
+                    revision=revision,
+                    local_files_only=local_only,
+                )
             )
-        )
     except Exception as exc:
         from huggingface_hub import errors
 

@@ -100,7 +100,10 @@ def hub_headers(repo: str, *, revision: str | None = None) -> Tensors | None:
     try:
         from huggingface_hub import get_safetensors_metadata
 
-        meta = get_safetensors_metadata(repo, revision=revision)
+        from planner.status import status
+
+        with status(f"Reading {repo}'s safetensors headers from the Hugging Face Hub"):
+            meta = get_safetensors_metadata(repo, revision=revision)
     except Exception:  # offline, no safetensors, gated: fall back to the config
         return None
     tensors: list[tuple[str, Mapping[str, Any]]] = []

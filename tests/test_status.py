@@ -1,0 +1,66 @@
+"""The status line on stderr while slow work runs (issue 14, item 3): shown on a terminal,
+silent in pipes and under --json."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner import status as status_mod
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_silent_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", piped)
+    with status_mod.status("Fetching"):
+        pass
+    assert piped.getvalue() == ""
+
+
+def test_shown_on_a_terminal_and_silenced_by_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    tty = Terminal()
+    monkeypatch.setattr(sys, "stderr", tty)
+    monkeypatch.setattr(status_mod, "_QUIET", False)
+    assert status_mod.shown()
+    status_mod.quiet()
+    assert not status_mod.shown()
+    status_mod.quiet(False)
+    assert status_mod.shown()
+
+
+def test_a_hub_fetch_says_what_it_waits_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import huggingface_hub
+
+    from planner.model import hub
+
+    seen: list[str] = []
+
+    class Recorder:
+        def __init__(self, message: str) -> None:
+            seen.append(message)
+
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    monkeypatch.setattr(status_mod, "status", Recorder)
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda **kw: str(config))
+    assert hub.download_config("org/name", offline=False) == config
+    assert seen == [
+        "Fetching org/name/config.json from the Hugging Face Hub (up to ~20 s without "
+        "network; HF_HUB_OFFLINE=1 skips it)"
+    ]

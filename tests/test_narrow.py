@@ -92,3 +92,42 @@ def test_estimate_plan_numbers_are_whole(args: list[str]) -> None:
     joined = out.replace(" \\\n", " ")
     for token in vllm_command.split():
         assert token in joined
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [
+            "simulate",
+            "llama-3.1-8b",
+            "--gpu",
+            "a10g",
+            "--workload",
+            "examples/workloads/chat.yaml",
+            "--block-size",
+            "8,16,32",
+            "--max-model-len",
+            "8192",
+            "--num-requests",
+            "200",
+        ],
+        ["diagnose", "tests/fixtures/logs/vllm-v1-llama8b-h100.log", "--gpu", "h100"],
+    ],
+)
+def test_simulate_and_diagnose_cut_nothing(args: list[str]) -> None:
+    out = text_of(args)  # asserts no ellipsis
+    data = json_of(args)
+    assert isinstance(data, dict)
+    if args[0] == "simulate":
+        for run in data["runs"]:
+            assert run["label"].split("=")[1] in out  # block-size=8 -> "8" in the table
+            assert f"{run['num_gpu_blocks']:,}" in out
+    else:
+        words = {
+            "wont_start": "won't start",
+            "queues_at_worst_case": "queues at worst case",
+            "fits_at_worst_case": "fits at worst case",
+        }[data["outcome"]]
+        assert words in " ".join(out.split())
+        for term in data["terms"]:
+            assert term["name"] in out

@@ -24,7 +24,7 @@ app = typer.Typer(
     name="kvplan",
     help="KV-cache memory planner for vLLM, SGLang and TensorRT-LLM: what fits, before launch. "
     "Exit codes, every command: 0 ok; 1 won't start, a check failed, or the model cannot be "
-    "read; 2 a bad flag or an invalid file.",
+    "read; 2 a bad flag or an invalid file; 3 verify measured less than the plan.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,

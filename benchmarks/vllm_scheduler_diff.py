@@ -35,6 +35,7 @@ kvplan's side.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 from dataclasses import dataclass
@@ -48,6 +49,11 @@ from planner.simulate.workload import Request, Workload  # noqa: E402
 
 MODEL_DIR = ROOT / "tests" / "fixtures" / "configs" / "meta-llama--Llama-3.1-8B"
 TOKEN = 7  # what the fake model runner samples
+
+# vLLM picks its platform once, at first use (vllm/platforms/__init__.py, cpu_platform_plugin):
+# a plain (CUDA) wheel on a machine without a GPU resolves to UnspecifiedPlatform, and then
+# DeviceConfig("auto") fails with "Failed to infer device type". Ask for CPU before any import.
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 
 @dataclass(frozen=True)
@@ -156,7 +162,13 @@ def _scheduler(case: Case):  # type: ignore[no-untyped-def]
         num_blocks=case.num_blocks,
         kv_cache_tensors=[],
         kv_cache_groups=[
-            KVCacheGroupSpec(["layer"], FullAttentionSpec(case.block_size, 1, 1, torch.float16))
+            KVCacheGroupSpec(
+                ["layer"],
+                # keyword-only in 0.33 (@dataclass(kw_only=True), v1/kv_cache_interface.py)
+                FullAttentionSpec(
+                    block_size=case.block_size, num_kv_heads=1, head_size=1, dtype=torch.float16
+                ),
+            )
         ],
     )
     cache_config.num_gpu_blocks = case.num_blocks

@@ -125,6 +125,13 @@ def run_kvplan(case: Case) -> Outcome:
         max_model_len=case.max_model_len,
         roofline=Roofline.constant(1.0),
         prefix_caching=case.prefix_caching,
+        # the rules of the Scheduler driven below (vLLM 0.33, synchronous): admission needs the
+        # whole sequence to fit (SchedulerConfig.scheduler_reserve_full_isl, default True,
+        # config/scheduler.py); freed unhashed blocks go to the front of the free queue
+        # (BlockPool.free_blocks, v1/core/block_pool.py); no async scheduling.
+        reserve_full_isl=True,
+        prepend_uncached_free=True,
+        async_scheduling=False,
     )
     r = simulate(Workload(case.name, "generated", case.requests), config)
     return Outcome(r.peak_blocks, r.preemptions, r.steps, r.mean_concurrency, r.finish_steps)
@@ -172,6 +179,13 @@ def _scheduler(case: Case):  # type: ignore[no-untyped-def]
         ],
     )
     cache_config.num_gpu_blocks = case.num_blocks
+    # CpuPlatform.check_and_update_config rewrites some settings; make sure the ones kvplan's
+    # side assumes survived
+    sc = vllm_config.scheduler_config
+    assert not sc.async_scheduling and sc.scheduler_reserve_full_isl and sc.watermark == 0.0, sc
+    assert sc.enable_chunked_prefill and sc.max_num_batched_tokens == case.max_num_batched_tokens
+    assert sc.max_num_seqs == case.max_num_seqs
+    assert vllm_config.cache_config.enable_prefix_caching == case.prefix_caching
     return Scheduler(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,

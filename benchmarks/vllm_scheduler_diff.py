@@ -20,16 +20,22 @@ Printed per trace, vLLM / kvplan: peak blocks in use (after a step's allocation;
 blocks count as free), preemptions, steps, mean running requests (time-weighted) and whether
 every request finishes at the same step, plus the first differing request.
 
-Run status: NOT RUN YET. vLLM 0.33.0's wheel (``pip install --no-deps``) went into a venv under
-/tmp layered over kvplan's (torch 2.13 CPU); after installing cbor2, psutil, pyzmq, urllib3,
-aiohttp, requests, openai-harmony, openai, pybase64, cachetools, msgspec, cloudpickle and uvloop
-one at a time, ``from vllm.v1.core.sched.scheduler import Scheduler`` still stopped at
-``ModuleNotFoundError: No module named 'cpuinfo'`` (vllm/usage/usage_lib.py, imported by
-vllm.config), with more to come. The constructor calls follow the 0.33.0 sources
-(``Scheduler(vllm_config, kv_cache_config, structured_output_manager, block_size)``,
-``SchedulerConfig(max_model_len=..., is_encoder_decoder=...)``, ``KVCacheConfig(num_blocks,
-kv_cache_tensors, kv_cache_groups)``) but have not been exercised; ``--self-check`` runs only
-kvplan's side.
+Run status: RUN, all 6 traces agree. vLLM 0.33.0's wheel (``pip install --no-deps``) in a venv
+under /tmp layered over kvplan's (torch 2.13 CPU), plus einops (the Llama architecture
+inspection behind ``ModelConfig`` imports it); run as
+``PYTHONPATH=. <that venv>/bin/python benchmarks/vllm_scheduler_diff.py`` (about 10 s). Two
+fixes were needed: ``VLLM_TARGET_DEVICE=cpu`` before vLLM is first imported (a plain wheel on a
+GPU-less machine otherwise resolves to UnspecifiedPlatform and ``DeviceConfig("auto")`` fails),
+and ``FullAttentionSpec`` by keyword (kw_only dataclass in 0.33). kvplan's side runs with
+``reserve_full_isl`` and ``prepend_uncached_free`` on and ``async_scheduling`` off, the
+synchronous 0.33 Scheduler's rules; ``_scheduler`` asserts vLLM's config kept them (no async,
+``scheduler_reserve_full_isl``, watermark 0) after ``CpuPlatform.check_and_update_config``.
+Result: peak blocks, preemptions, steps, mean running and every request's finish step equal on
+all 6. With kvplan's old defaults (both rules off) 3 traces differed in preemptions (chunked long
+prompts 2 vs 56, 40 prefixes on 59 vs 69, off 40 vs 56) and 2 in finish steps, all from
+``reserve_full_isl``; ``prepend_uncached_free`` changes nothing on these traces, so it is not
+tested here, nor is async scheduling. Peak blocks is the whole usable pool on 5 of 6 traces, so
+it discriminates little.
 """
 
 from __future__ import annotations

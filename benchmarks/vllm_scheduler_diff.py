@@ -20,21 +20,28 @@ Printed per trace, vLLM / kvplan: peak blocks in use (after a step's allocation;
 blocks count as free), preemptions, steps, mean running requests (time-weighted) and whether
 every request finishes at the same step, plus the first differing request.
 
-Run status: NOT RUN YET. vLLM 0.33.0's wheel (``pip install --no-deps``) went into a venv under
-/tmp layered over kvplan's (torch 2.13 CPU); after installing cbor2, psutil, pyzmq, urllib3,
-aiohttp, requests, openai-harmony, openai, pybase64, cachetools, msgspec, cloudpickle and uvloop
-one at a time, ``from vllm.v1.core.sched.scheduler import Scheduler`` still stopped at
-``ModuleNotFoundError: No module named 'cpuinfo'`` (vllm/usage/usage_lib.py, imported by
-vllm.config), with more to come. The constructor calls follow the 0.33.0 sources
-(``Scheduler(vllm_config, kv_cache_config, structured_output_manager, block_size)``,
-``SchedulerConfig(max_model_len=..., is_encoder_decoder=...)``, ``KVCacheConfig(num_blocks,
-kv_cache_tensors, kv_cache_groups)``) but have not been exercised; ``--self-check`` runs only
-kvplan's side.
+Run status: RUN, all 6 traces agree. vLLM 0.33.0's wheel (``pip install --no-deps``) in a venv
+under /tmp layered over kvplan's (torch 2.13 CPU), plus einops (the Llama architecture
+inspection behind ``ModelConfig`` imports it); run as
+``PYTHONPATH=. <that venv>/bin/python benchmarks/vllm_scheduler_diff.py`` (about 10 s). Two
+fixes were needed: ``VLLM_TARGET_DEVICE=cpu`` before vLLM is first imported (a plain wheel on a
+GPU-less machine otherwise resolves to UnspecifiedPlatform and ``DeviceConfig("auto")`` fails),
+and ``FullAttentionSpec`` by keyword (kw_only dataclass in 0.33). kvplan's side runs with
+``reserve_full_isl`` and ``prepend_uncached_free`` on and ``async_scheduling`` off, the
+synchronous 0.33 Scheduler's rules; ``_scheduler`` asserts vLLM's config kept them (no async,
+``scheduler_reserve_full_isl``, watermark 0) after ``CpuPlatform.check_and_update_config``.
+Result: peak blocks, preemptions, steps, mean running and every request's finish step equal on
+all 6. With kvplan's old defaults (both rules off) 3 traces differed in preemptions (chunked long
+prompts 2 vs 56, 40 prefixes on 59 vs 69, off 40 vs 56) and 2 in finish steps, all from
+``reserve_full_isl``; ``prepend_uncached_free`` changes nothing on these traces, so it is not
+tested here, nor is async scheduling. Peak blocks is the whole usable pool on 5 of 6 traces, so
+it discriminates little.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 from dataclasses import dataclass
@@ -48,6 +55,11 @@ from planner.simulate.workload import Request, Workload  # noqa: E402
 
 MODEL_DIR = ROOT / "tests" / "fixtures" / "configs" / "meta-llama--Llama-3.1-8B"
 TOKEN = 7  # what the fake model runner samples
+
+# vLLM picks its platform once, at first use (vllm/platforms/__init__.py, cpu_platform_plugin):
+# a plain (CUDA) wheel on a machine without a GPU resolves to UnspecifiedPlatform, and then
+# DeviceConfig("auto") fails with "Failed to infer device type". Ask for CPU before any import.
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 
 @dataclass(frozen=True)
@@ -119,6 +131,13 @@ def run_kvplan(case: Case) -> Outcome:
         max_model_len=case.max_model_len,
         roofline=Roofline.constant(1.0),
         prefix_caching=case.prefix_caching,
+        # the rules of the Scheduler driven below (vLLM 0.33, synchronous): admission needs the
+        # whole sequence to fit (SchedulerConfig.scheduler_reserve_full_isl, default True,
+        # config/scheduler.py); freed unhashed blocks go to the front of the free queue
+        # (BlockPool.free_blocks, v1/core/block_pool.py); no async scheduling.
+        reserve_full_isl=True,
+        prepend_uncached_free=True,
+        async_scheduling=False,
     )
     r = simulate(Workload(case.name, "generated", case.requests), config)
     return Outcome(r.peak_blocks, r.preemptions, r.steps, r.mean_concurrency, r.finish_steps)
@@ -156,10 +175,23 @@ def _scheduler(case: Case):  # type: ignore[no-untyped-def]
         num_blocks=case.num_blocks,
         kv_cache_tensors=[],
         kv_cache_groups=[
-            KVCacheGroupSpec(["layer"], FullAttentionSpec(case.block_size, 1, 1, torch.float16))
+            KVCacheGroupSpec(
+                ["layer"],
+                # keyword-only in 0.33 (@dataclass(kw_only=True), v1/kv_cache_interface.py)
+                FullAttentionSpec(
+                    block_size=case.block_size, num_kv_heads=1, head_size=1, dtype=torch.float16
+                ),
+            )
         ],
     )
     cache_config.num_gpu_blocks = case.num_blocks
+    # CpuPlatform.check_and_update_config rewrites some settings; make sure the ones kvplan's
+    # side assumes survived
+    sc = vllm_config.scheduler_config
+    assert not sc.async_scheduling and sc.scheduler_reserve_full_isl and sc.watermark == 0.0, sc
+    assert sc.enable_chunked_prefill and sc.max_num_batched_tokens == case.max_num_batched_tokens
+    assert sc.max_num_seqs == case.max_num_seqs
+    assert vllm_config.cache_config.enable_prefix_caching == case.prefix_caching
     return Scheduler(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,

@@ -574,18 +574,20 @@ class _Engine:
         """``r`` finished its prefill in the last step; from ``self.step`` on it decodes."""
         B = self.B
         length = r.computed
-        r.base = self.step - length
-        r.res = r.base % B
-        r.weight = self.layout.weight(-(-length // B))
+        r.base = base = self.step - length
+        r.res = res = base % B
+        caps = self.caps
+        # without window groups every block boundary takes the full-attention blocks
+        r.weight = w = self.layout.weight(-(-length // B)) if caps else self.fg
         r.l_start = length
-        self.cw[r.res] += r.weight
-        self.cw_total += r.weight
-        self.buckets[r.res][r.seq] = r
+        self.cw[res] += w
+        self.cw_total += w
+        self.buckets[res][r.seq] = r
         self.dec_n += 1
         self.dec_sum += length
-        finish = r.base + r.prompt + r.output - 2
+        finish = base + r.prompt + r.output - 2
         heapq.heappush(self.events, (finish, r.seq, r.epoch, 0))
-        if self.caps:
+        if caps:
             self._push_cap(r, -(-length // B), finish)
 
     def _push_cap(self, r: _Req, n: int, finish: int) -> None:
@@ -600,9 +602,10 @@ class _Engine:
     def _drop_decoder(self, r: _Req) -> int:
         """Remove ``r`` from the decoding aggregates; returns its context length now."""
         length = self.step - r.base
-        self.cw[r.res] -= r.weight
-        self.cw_total -= r.weight
-        del self.buckets[r.res][r.seq]
+        res, w = r.res, r.weight
+        self.cw[res] -= w
+        self.cw_total -= w
+        del self.buckets[res][r.seq]
         self.dec_n -= 1
         self.dec_sum -= length
         r.epoch += 1
@@ -655,12 +658,13 @@ class _Engine:
             r.epoch += 1
         self.finish_steps[r.index] = self.step - 1
         self.completed += 1
+        output, now, first, arrival = r.output, self.now, r.first_token, r.arrival
         self.prompt_done += r.prompt
-        self.output_done += r.output
-        self.ttft.append(r.first_token - r.arrival)
-        self.e2e.append(self.now - r.arrival)
-        if r.output > 1:
-            self.tpot.append((self.now - r.first_token) / (r.output - 1))
+        self.output_done += output
+        self.ttft.append(first - arrival)
+        self.e2e.append(now - arrival)
+        if output > 1:
+            self.tpot.append((now - first) / (output - 1))
 
     def _prefilled(self, r: _Req) -> None:
         """``r``'s prefill completed in the step just run: it sampled a token."""
@@ -700,8 +704,9 @@ class _Engine:
         scheduling), at steps up to ``last`` (the step just run)."""
         ev = self.events
         running, zombies = self.running, self.zombies
+        heappop = heapq.heappop
         while ev and ev[0][0] <= last:
-            step, seq, epoch, kind = heapq.heappop(ev)
+            step, seq, epoch, kind = heappop(ev)
             r = running.get(seq) or zombies.get(seq)
             if r is None or r.epoch != epoch:
                 continue

@@ -49,7 +49,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from array import array
 from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +59,7 @@ from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
 from planner.simulate.roofline import StepTimer
-from planner.simulate.workload import Request, Workload
+from planner.simulate.workload import RequestList, Workload
 
 USAGE_BINS = 1000
 TIMELINE_POINTS = 240
@@ -156,7 +158,7 @@ class Percentiles:
     max: float
 
     @classmethod
-    def of(cls, values: list[float]) -> Percentiles:
+    def of(cls, values: Sequence[float]) -> Percentiles:
         if not values:
             return cls(0.0, 0.0, 0.0, 0.0)
         v = sorted(values)
@@ -318,14 +320,16 @@ class _Req:
         "index",
     )
 
-    def __init__(self, index: int, r: Request, chain: _Chain | None) -> None:
+    def __init__(
+        self, index: int, arrival: float, prompt: int, output: int, chain: _Chain | None
+    ) -> None:
         self.index = index
-        self.arrival = r.arrival_s
-        self.prompt = r.prompt_tokens
-        self.output = r.output_tokens
+        self.arrival = arrival
+        self.prompt = prompt
+        self.output = output
         self.chain = chain  # its shared prefix's cached blocks (None: nothing to share)
         self.own: _Chain | None = None  # its own full blocks kept cached after a preemption
-        self.num_tokens = r.prompt_tokens  # tokens to prefill: prompt + outputs so far
+        self.num_tokens = prompt  # tokens to prefill: prompt + outputs so far
         self.computed = 0  # tokens whose KV is computed: prefill progress
         self.generated = 0  # output tokens sampled so far
         self.held = 0  # leading blocks of ``chain`` this request holds
@@ -386,19 +390,10 @@ class _Engine:
         else:
             self.blocks = lay.blocks
 
-        chains: dict[str, _Chain] = {}
-        self.reqs: list[_Req] = []
+        # requests are made into _Req as they arrive (run), and dropped once they finish
+        self.requests = workload.requests
+        self.chains: dict[str, _Chain] = {}
         self.rejected = 0
-        for i, r in enumerate(workload.requests):
-            if r.prompt_tokens + r.output_tokens > config.max_model_len:
-                self.rejected += 1
-                continue
-            chain = None
-            if self.caching and r.prefix_id is not None and r.prefix_tokens >= self.B:
-                chain = chains.get(r.prefix_id)
-                if chain is None:
-                    chain = chains[r.prefix_id] = _Chain(r.prefix_tokens // self.B)
-            self.reqs.append(_Req(i, r, chain))
         self.finish_steps = [-1] * len(workload.requests)
 
         self.waiting: deque[_Req] = deque()
@@ -421,18 +416,20 @@ class _Engine:
         # statistics
         self.usage_time = [0.0] * (USAGE_BINS + 1)
         self.peak = 0
-        self.timeline: list[tuple[float, int]] = []
+        # (seconds, blocks used) after each step or stretch and at idle points, as two columns
+        self.tl_time: array[float] = array("d")
+        self.tl_used: array[int] = array("q")
         self.conc_time = 0.0
         self.max_conc = 0
         self.preemptions = 0
-        self.preempted: set[int] = set()
+        self.preempted = 0  # distinct requests preempted
         self.recomputed = 0
         self.query_tokens = 0
         self.hit_tokens = 0
         self.blocks_saved = 0
-        self.ttft: list[float] = []
-        self.tpot: list[float] = []
-        self.e2e: list[float] = []
+        self.ttft: array[float] = array("d")
+        self.tpot: array[float] = array("d")
+        self.e2e: array[float] = array("d")
         self.completed = 0
         self.prompt_done = 0
         self.output_done = 0
@@ -577,18 +574,20 @@ class _Engine:
         """``r`` finished its prefill in the last step; from ``self.step`` on it decodes."""
         B = self.B
         length = r.computed
-        r.base = self.step - length
-        r.res = r.base % B
-        r.weight = self.layout.weight(-(-length // B))
+        r.base = base = self.step - length
+        r.res = res = base % B
+        caps = self.caps
+        # without window groups every block boundary takes the full-attention blocks
+        r.weight = w = self.layout.weight(-(-length // B)) if caps else self.fg
         r.l_start = length
-        self.cw[r.res] += r.weight
-        self.cw_total += r.weight
-        self.buckets[r.res][r.seq] = r
+        self.cw[res] += w
+        self.cw_total += w
+        self.buckets[res][r.seq] = r
         self.dec_n += 1
         self.dec_sum += length
-        finish = r.base + r.prompt + r.output - 2
+        finish = base + r.prompt + r.output - 2
         heapq.heappush(self.events, (finish, r.seq, r.epoch, 0))
-        if self.caps:
+        if caps:
             self._push_cap(r, -(-length // B), finish)
 
     def _push_cap(self, r: _Req, n: int, finish: int) -> None:
@@ -603,9 +602,10 @@ class _Engine:
     def _drop_decoder(self, r: _Req) -> int:
         """Remove ``r`` from the decoding aggregates; returns its context length now."""
         length = self.step - r.base
-        self.cw[r.res] -= r.weight
-        self.cw_total -= r.weight
-        del self.buckets[r.res][r.seq]
+        res, w = r.res, r.weight
+        self.cw[res] -= w
+        self.cw_total -= w
+        del self.buckets[res][r.seq]
         self.dec_n -= 1
         self.dec_sum -= length
         r.epoch += 1
@@ -642,7 +642,8 @@ class _Engine:
         v.computed = 0
         v.preemptions += 1
         self.preemptions += 1
-        self.preempted.add(v.index)
+        if v.preemptions == 1:
+            self.preempted += 1
         self.waiting.appendleft(v)
 
     def _finish(self, r: _Req, tokens: int) -> None:
@@ -657,12 +658,13 @@ class _Engine:
             r.epoch += 1
         self.finish_steps[r.index] = self.step - 1
         self.completed += 1
+        output, now, first, arrival = r.output, self.now, r.first_token, r.arrival
         self.prompt_done += r.prompt
-        self.output_done += r.output
-        self.ttft.append(r.first_token - r.arrival)
-        self.e2e.append(self.now - r.arrival)
-        if r.output > 1:
-            self.tpot.append((self.now - r.first_token) / (r.output - 1))
+        self.output_done += output
+        self.ttft.append(first - arrival)
+        self.e2e.append(now - arrival)
+        if output > 1:
+            self.tpot.append((now - first) / (output - 1))
 
     def _prefilled(self, r: _Req) -> None:
         """``r``'s prefill completed in the step just run: it sampled a token."""
@@ -693,7 +695,8 @@ class _Engine:
         self.conc_time += running * dt
         if running > self.max_conc:
             self.max_conc = running
-        self.timeline.append((self.now, used_last))
+        self.tl_time.append(self.now)
+        self.tl_used.append(used_last)
         self.alloc_slots += self.chain_tb * self.B * steps
 
     def _process_events(self, last: int) -> None:
@@ -701,8 +704,9 @@ class _Engine:
         scheduling), at steps up to ``last`` (the step just run)."""
         ev = self.events
         running, zombies = self.running, self.zombies
+        heappop = heapq.heappop
         while ev and ev[0][0] <= last:
-            step, seq, epoch, kind = heapq.heappop(ev)
+            step, seq, epoch, kind = heappop(ev)
             r = running.get(seq) or zombies.get(seq)
             if r is None or r.epoch != epoch:
                 continue
@@ -983,24 +987,58 @@ class _Engine:
         assert live == touch, (live, touch)
 
     # ------------------------------------------------------------------ main loop
+    def _arrivals(self) -> Iterator[_Req]:
+        """The workload's requests as they arrive, rejected ones counted and left out."""
+        reqs, limit, B = self.requests, self.cfg.max_model_len, self.B
+        chains, caching = self.chains, self.caching
+        if isinstance(reqs, RequestList):
+            prompts, outputs, arrivals = reqs.prompt, reqs.output, reqs.arrival
+            groups = reqs.prefix
+            ids, tokens = reqs.prefix_ids, reqs.prefix_tokens
+            for i in range(len(prompts)):
+                prompt, output = prompts[i], outputs[i]
+                if prompt + output > limit:
+                    self.rejected += 1
+                    continue
+                chain = None
+                if caching and groups is not None and (g := groups[i]) >= 0 and tokens[g] >= B:
+                    chain = chains.get(ids[g])
+                    if chain is None:
+                        chain = chains[ids[g]] = _Chain(tokens[g] // B)
+                yield _Req(i, arrivals[i], prompt, output, chain)
+            return
+        for i, r in enumerate(reqs):
+            if r.prompt_tokens + r.output_tokens > limit:
+                self.rejected += 1
+                continue
+            chain = None
+            if caching and r.prefix_id is not None and r.prefix_tokens >= B:
+                chain = chains.get(r.prefix_id)
+                if chain is None:
+                    chain = chains[r.prefix_id] = _Chain(r.prefix_tokens // B)
+            yield _Req(i, r.arrival_s, r.prompt_tokens, r.output_tokens, chain)
+
     def run(self) -> None:
-        reqs = self.reqs
-        i, total = 0, len(reqs)
+        incoming = self._arrivals()
+        nxt = next(incoming, None)
+        arrival = math.inf if nxt is None else nxt.arrival
         waiting, running = self.waiting, self.running
         stretch, single, admissible = self._stretch, self._single_step, self._admissible
-        arrivals = [r.arrival for r in reqs] + [math.inf]
         while True:
             now = self.now
-            while arrivals[i] <= now:
-                waiting.append(reqs[i])
-                i += 1
-            self.next_arrival = arrivals[i]
+            while arrival <= now:
+                assert nxt is not None
+                waiting.append(nxt)
+                nxt = next(incoming, None)
+                arrival = math.inf if nxt is None else nxt.arrival
+            self.next_arrival = arrival
             if not running and not self.zombies:
                 if not waiting:
-                    self.timeline.append((now, self.capacity - self.free))
-                    if i == total:
+                    self.tl_time.append(now)
+                    self.tl_used.append(self.capacity - self.free)
+                    if nxt is None:
                         return
-                    self.now = arrivals[i]  # idle until the next request
+                    self.now = arrival  # idle until the next request
                     continue
             elif (
                 running and self.partial is None and (not waiting or not admissible()) and stretch()
@@ -1031,7 +1069,7 @@ class _Engine:
             completed=self.completed,
             rejected_too_long=self.rejected,
             preemptions=self.preemptions,
-            preempted_requests=len(self.preempted),
+            preempted_requests=self.preempted,
             recomputed_tokens=self.recomputed,
             steps=self.step,
             duration_s=duration,
@@ -1055,21 +1093,23 @@ class _Engine:
             prefix_hit_tokens=self.hit_tokens,
             prefix_hit_rate=self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
             prefix_blocks_saved=self.blocks_saved,
-            timeline=_downsample(self.timeline, self.capacity),
+            timeline=_downsample(self.tl_time, self.tl_used, self.capacity),
             finish_steps=self.finish_steps,
             allocated_blocks=self.allocated,
             freed_blocks=self.freed,
-            max_used_blocks_seen=max((u for _, u in self.timeline), default=0),
+            max_used_blocks_seen=max(self.tl_used, default=0),
         )
 
 
-def _downsample(points: list[tuple[float, int]], capacity: int) -> list[tuple[float, float]]:
+def _downsample(
+    times: Sequence[float], useds: Sequence[int], capacity: int
+) -> list[tuple[float, float]]:
     """At most TIMELINE_POINTS (time, usage fraction) points, keeping each bucket's peak."""
-    if not points:
+    if not times:
         return []
-    end = points[-1][0] or 1.0
+    end = times[-1] or 1.0
     buckets: dict[int, float] = {}
-    for t, used in points[:-1]:
+    for t, used in zip(times[:-1], useds[:-1], strict=True):
         b = min(TIMELINE_POINTS - 1, int(t / end * TIMELINE_POINTS))
         u = used / capacity
         if u > buckets.get(b, -1.0):
@@ -1077,7 +1117,7 @@ def _downsample(points: list[tuple[float, int]], capacity: int) -> list[tuple[fl
     out = [
         (round((b + 1) * end / TIMELINE_POINTS, 6), round(u, 6)) for b, u in sorted(buckets.items())
     ]
-    return out + [(round(end, 6), round(points[-1][1] / capacity, 6))]  # the pool at the end
+    return out + [(round(end, 6), round(useds[-1] / capacity, 6))]  # the pool at the end
 
 
 def simulate(workload: Workload, config: SimConfig) -> SimResult:

@@ -64,3 +64,27 @@ def test_a_hub_fetch_says_what_it_waits_for(
         "Fetching org/name/config.json from the Hugging Face Hub (up to ~20 s without "
         "network; HF_HUB_OFFLINE=1 skips it)"
     ]
+
+
+def test_a_long_replay_reports_arrivals_every_4096(monkeypatch: pytest.MonkeyPatch) -> None:
+    from planner.simulate import engine
+    from planner.simulate.engine import BlockLayout, SimConfig, simulate
+    from planner.simulate.roofline import Roofline
+    from planner.simulate.workload import Request, Workload
+
+    # 10,000 one-token requests, one every 10 ms: arrivals 4,096 and 8,192 are reported
+    work = Workload("w", "t", tuple(Request(16, 1, i * 0.01) for i in range(10_000)))
+    config = SimConfig(
+        num_gpu_blocks=100,
+        layout=BlockLayout(16),
+        max_num_seqs=8,
+        max_num_batched_tokens=256,
+        max_model_len=64,
+        roofline=Roofline.constant(0.001),
+    )
+    seen: list[int] = []
+    monkeypatch.setattr(engine, "PROGRESS", seen.append)
+    with_bar = simulate(work, config)
+    monkeypatch.setattr(engine, "PROGRESS", None)
+    assert seen == [4096, 8192]
+    assert simulate(work, config) == with_bar  # watching changes nothing

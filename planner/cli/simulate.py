@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
@@ -218,10 +220,7 @@ def simulate(
             table = load_step_times(step_times)
         loaded = load_model(model, revision=revision, offline=offline or None)
         runs = len(variants) if variants else 1
-        with status(
-            f"Replaying {len(load.requests):,} requests"
-            + (f" under {runs} settings" if runs > 1 else "")
-        ):
+        with replay_progress(len(load.requests), runs):
             report = simulate_model(
                 Deployment(model=loaded, gpu=gpu_, settings=base),
                 load,
@@ -241,3 +240,37 @@ def simulate(
             outputs.append(("--plot", plot, render.simulate_plot(report, plot)))
         write_all_atomic(outputs)
         render.simulate(report, as_json=json_)
+
+
+@contextlib.contextmanager
+def replay_progress(requests: int, runs: int) -> Iterator[None]:
+    """A progress bar of arrived requests on stderr while one setting replays (a spinner for
+    a parallel sweep, whose workers run elsewhere); nothing piped or under --json."""
+    from planner.simulate import engine
+    from planner.status import shown, status
+
+    if runs > 1 or not shown() or requests < 4096:
+        with status(
+            f"Replaying {requests:,} requests" + (f" under {runs} settings" if runs > 1 else "")
+        ):
+            yield
+        return
+    import sys
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(
+        TextColumn("Replaying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("requests arrived"),
+        console=Console(file=sys.stderr),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("replay", total=requests)
+        engine.PROGRESS = lambda n: bar.update(task, completed=n)
+        try:
+            yield
+        finally:
+            engine.PROGRESS = None

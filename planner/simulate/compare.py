@@ -497,6 +497,9 @@ _WORKLOAD: Workload | None = None  # a worker process's workload, set once by _i
 def _init_worker(workload: Workload) -> None:
     global _WORKLOAD
     _WORKLOAD = workload
+    from planner.simulate import engine
+
+    engine.PROGRESS = None  # a forked worker must not draw the parent's progress bar
 
 
 def _simulate_in_worker(config: SimConfig) -> SimResult:

@@ -51,7 +51,7 @@ import itertools
 import math
 from array import array
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,9 @@ from planner.simulate.roofline import StepTimer
 from planner.simulate.workload import RequestList, Workload
 
 USAGE_BINS = 1000
+# Called with the number of requests that have arrived, every 4,096 of them, while a replay
+# runs in this process (the CLI's progress bar; None: nobody is watching).
+PROGRESS: Callable[[int], None] | None = None
 TIMELINE_POINTS = 240
 
 
@@ -1024,6 +1027,7 @@ class _Engine:
         arrival = math.inf if nxt is None else nxt.arrival
         waiting, running = self.waiting, self.running
         stretch, single, admissible = self._stretch, self._single_step, self._admissible
+        report, arrived = PROGRESS, 0
         while True:
             now = self.now
             while arrival <= now:
@@ -1031,6 +1035,9 @@ class _Engine:
                 waiting.append(nxt)
                 nxt = next(incoming, None)
                 arrival = math.inf if nxt is None else nxt.arrival
+                arrived += 1
+                if report is not None and not arrived & 4095:
+                    report(arrived)
             self.next_arrival = arrival
             if not running and not self.zombies:
                 if not waiting:

@@ -252,6 +252,7 @@ class Plan:
     advice: Advice | None = None  # what replaying the user's workload measured
     command_files: dict[str, str] = field(default_factory=dict)  # name -> text a command reads
     vllm_version: str = ""  # the release whose rules the budget followed
+    command_notes: list[str] = field(default_factory=list)  # notes on the other engines' commands
 
 
 @dataclass(frozen=True)
@@ -427,6 +428,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         advice,
         launch.files,
         s.vllm_version or NEWEST_VERSION,
+        list(launch.notes),
     )
 
 

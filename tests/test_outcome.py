@@ -247,3 +247,15 @@ def test_fp8_kv_always_comes_with_its_caveat(gpu: str, flags: list[str], native:
     [caveat] = [n for n in data["plan_notes"] if n.startswith("fp8 KV can cost accuracy")]
     assert "evaluate on your task before production" in caveat
     assert ("has no native fp8" in caveat) is not native
+
+
+def test_a_plan_that_wont_start_still_fits_one_screen() -> None:
+    result = runner.invoke(
+        app, ["estimate", "llama-3.1-8b", "--gpu", "l4"], env={"COLUMNS": "80", "NO_COLOR": "1"}
+    )
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[1] == "✗ Won't start"
+    # 131,072 tokens x 128 KiB = 16 GiB for one request
+    assert lines[2].startswith("  one 131,072-token request needs 16.00 GiB of KV cache;")
+    assert len(lines) <= 40

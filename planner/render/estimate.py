@@ -435,7 +435,13 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             and rec.max_num_seqs == cap.max_num_seqs
         )
         out.print(f"[bold]Recommended[/] ({basis}): {'keep ' if unchanged else ''}{flags}")
-        if not unchanged:
+        if rec.auto_fit_max_model_len:
+            out.print(
+                f"  the longest request that fits: {rec.auto_fit_max_model_len:,} tokens "
+                "(--max-model-len -1), rounded down",
+                markup=False,
+            )
+        elif not unchanged:
             out.print(f"  {rec.reason}", markup=False)
         if rec.basis == "engine_default":
             out.print(
@@ -492,7 +498,8 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
                 markup=False,
             )
     for note in p.notes:
-        out.print(f"[dim]note: {_user(note)}[/]")
+        if note not in p.command_notes:  # those go with the commands (--details)
+            out.print(f"[dim]note: {_user(note)}[/]")
     out.print(
         "[dim]Activation, non-torch and CUDA-graph terms are estimates (`kvplan verify --gpu` "
         "measures them); weights are exact only from safetensors headers.[/]"
@@ -508,6 +515,8 @@ def _other_commands(p: Plan) -> None:
         for i, line in enumerate(wrap_command(command)):
             out.print(f"  {name if i == 0 else '':7} {line}", markup=False, soft_wrap=True)
     _command_files(p)
+    for note in p.command_notes:
+        out.print(f"[dim]note: {_user(note)}[/]")
 
 
 def _command_files(p: Plan) -> None:
@@ -523,7 +532,19 @@ def _gib(n: int) -> str:
 
 
 def _short_reason(p: Plan) -> str:
-    """vLLM's refusal, without the advice vLLM appends (kvplan's own follows)."""
+    """Why vLLM refuses, in one short line (its own wording is in "vLLM would log" and the
+    JSON): one request of max_model_len does not fit, or no memory is left, or the Mamba
+    blocks are fewer than max_num_seqs."""
+    cap = p.vllm
+    if cap.estimated_max_model_len is not None or (
+        cap.available_kv_bytes > 0 and cap.error and "max seq len" in cap.error
+    ):
+        need = cap.bytes_per_block * cap.blocks_per_request
+        left = max(cap.available_kv_bytes - cap.bytes_per_block, 0)  # less the null block
+        return (
+            f"one {cap.max_model_len:,}-token request needs {fmt_bytes(need)} of KV cache; "
+            f"{fmt_bytes(left)} is left"
+        )
     reason = p.outcome_reason or ""
     return reason.split(" Try increasing")[0]
 

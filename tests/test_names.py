@@ -47,12 +47,13 @@ def test_instruct_variant_resolves_to_its_base_with_a_note(
     notes: list[str] = []
     with notes_to(notes.append):
         spec = planner.load_model_spec(model)
-    assert spec.name == "meta-llama/Llama-3.1-8B"
-    assert spec.source == "catalog: llama-3.1-8b"
+    # the variant keeps its own name (its weights are what is served); the geometry is the base's
+    assert spec.name == "meta-llama/Llama-3.1-8B-Instruct"
+    assert spec.source == "catalog: llama-3.1-8b (same geometry)"
     assert notes == [
-        "meta-llama/Llama-3.1-8B-Instruct is not in the catalog; using llama-3.1-8b "
-        "(meta-llama/Llama-3.1-8B), whose config has the same layers, heads, KV heads, head "
-        "size, hidden size, vocabulary, context and dtype"
+        "meta-llama/Llama-3.1-8B-Instruct is not in the catalog; planning it with "
+        "llama-3.1-8b's config (meta-llama/Llama-3.1-8B), which has the same layers, heads, KV "
+        "heads, head size, hidden size, vocabulary, context and dtype"
     ]
     assert _offline_hub == []  # the catalog answered; the Hub was never asked
 
@@ -62,7 +63,26 @@ def test_variant_note_is_one_stderr_line_and_json_stays_clean() -> None:
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["kv_bytes_per_token"] == 131_072
     notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
-    assert len(notes) == 1 and "using llama-3.1-8b (meta-llama/Llama-3.1-8B)" in notes[0]
+    assert len(notes) == 1 and "llama-3.1-8b's config (meta-llama/Llama-3.1-8B)" in notes[0]
+
+
+def test_the_command_serves_the_variant_asked_for() -> None:
+    # planning with the base's geometry must not swap the weights the user deploys
+    result = runner.invoke(
+        app,
+        [
+            "estimate",
+            "llama-3.1-8b-instruct",
+            "--gpu",
+            "h100",
+            "--max-model-len",
+            "16384",
+            "--json",
+        ],
+    )
+    data = json.loads(result.stdout)
+    assert data["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert data["commands"]["vllm"].startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct ")
 
 
 def test_variant_geometry_equals_its_entry() -> None:

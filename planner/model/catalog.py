@@ -67,8 +67,10 @@ def _variant_index() -> dict[str, tuple[CatalogEntry, str]]:
     return index
 
 
-def resolve(model: str) -> tuple[CatalogEntry, str] | None:
-    """The entry ``model`` names, and a note when it is a variant the catalog stands in for.
+def resolve(model: str) -> tuple[CatalogEntry, str, str] | None:
+    """The entry ``model`` names, a note when it is a variant the catalog stands in for, and
+    the hub id to serve: the variant's own (``meta-llama/Llama-3.1-8B-Instruct``: its weights
+    are what the user deploys; only the geometry is the entry's), else the entry's.
 
     A variant (``llama-3.1-8b-instruct``, ``meta-llama/Llama-3.1-8B-Instruct``) resolves only
     when tools/build_catalog.py checked that its layers, heads, KV heads, head size, hidden
@@ -76,15 +78,17 @@ def resolve(model: str) -> tuple[CatalogEntry, str] | None:
     """
     entry = lookup(model)
     if entry is not None:
-        return entry, ""
+        return entry, "", entry.hub_id
     found = _variant_index().get(model.strip().lower())
     if found is None:
         return None
     entry, hub_id = found
-    return entry, (
-        f"{hub_id} is not in the catalog; using {entry.name} ({entry.hub_id}), whose config has "
-        "the same layers, heads, KV heads, head size, hidden size, vocabulary, context and dtype"
+    note = (
+        f"{hub_id} is not in the catalog; planning it with {entry.name}'s config "
+        f"({entry.hub_id}), which has the same layers, heads, KV heads, head size, hidden size, "
+        "vocabulary, context and dtype"
     )
+    return entry, note, hub_id
 
 
 # "8b", "1.5b", "8x7b", "0.6b", "17b-16e": the parameter count in a model name.

@@ -742,13 +742,15 @@ def load_model_spec(
         return _load_local(path, model)
     found = catalog.resolve(model)
     if found is not None and revision is None:
-        entry, note = found
+        entry, note, served = found
         from planner.notes import say
 
         say(note)  # a same-geometry variant: say which entry stands in for it
-        return parse_config(entry.config, name=entry.hub_id, source=f"catalog: {entry.name}")
-    if found is not None and not found[1]:
-        model = found[0].hub_id  # a catalog name with --revision: that revision from the Hub
+        # the variant keeps its own name (commands serve it); the geometry is the entry's
+        source = f"catalog: {entry.name}" + (" (same geometry)" if note else "")
+        return parse_config(entry.config, name=served, source=source)
+    if found is not None:
+        model = found[2]  # a catalog name or variant with --revision: that revision, Hub
     if HUB_ID.match(model) and len(model) <= MAX_HUB_ID:
         from planner.model.hub import RepoMissingError, download_config
 

@@ -92,6 +92,14 @@ def _bar(parts: list[tuple[str, int]], total: int, width: int = 64) -> str:
     return "".join(out)
 
 
+# The three outcomes in words (JSON ``outcome`` -> what every view says).
+OUTCOME_PHRASES = {
+    "wont_start": "won't start",
+    "queues_at_worst_case": "starts, queues at worst case",
+    "fits_at_worst_case": "fits at worst case",
+}
+
+
 def outcome_words(
     outcome: str | None,
     running: int | None,
@@ -107,15 +115,16 @@ def outcome_words(
     if outcome is None:
         return "—"
     if outcome == "wont_start":
-        return "won't start"
+        return OUTCOME_PHRASES[outcome]
     if short:
         word = "queues" if outcome == "queues_at_worst_case" else "fits"
         return f"{word} {running or 0:,}/{max_num_seqs or running or 0:,}"
     of = f" of {max_num_seqs:,}" if max_num_seqs else ""
     requests = f"requests of {max_model_len:,} tokens" if max_model_len else "requests"
+    phrase = OUTCOME_PHRASES[outcome]
     if outcome == "queues_at_worst_case":
-        return f"starts, queues at worst case: {running or 0:,}{of} {requests} run at once"
-    return f"fits at worst case: all {running or 0:,} {requests} run at once"
+        return f"{phrase}: {running or 0:,}{of} {requests} run at once"
+    return f"{phrase}: all {running or 0:,} {requests} run at once"
 
 
 @dataclass(frozen=True)

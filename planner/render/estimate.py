@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any
 from planner.budget import estimate_ranges
 from planner.render._output import (
     BAR_CHARS,
+    OUTCOME_PHRASES,
     Column,
     _bar,
     _user,
     console,
     fitted_table,
+    outcome_words,
     to_json,
     warnings_,
     write_out,
@@ -318,17 +320,6 @@ def _gpu_table(rep: Report) -> None:
         out.print(f"not shown at this width: {', '.join(dropped)}", markup=False)
 
 
-def outcome_text(outcome: str, running: int, max_num_seqs: int, max_model_len: int) -> str:
-    """One outcome in the words every view uses (JSON ``outcome``: wont_start,
-    queues_at_worst_case, fits_at_worst_case)."""
-    if outcome == "wont_start":
-        return "won't start"
-    requests = f"{max_num_seqs:,} requests of {max_model_len:,} tokens"
-    if outcome == "queues_at_worst_case":
-        return f"starts, queues at worst case: {running:,} of {requests} run at once"
-    return f"fits at worst case: all {requests} run at once"
-
-
 def wrap_command(command: str, width: int = 80) -> list[str]:
     """``command`` as shell lines of at most ``width`` columns (a flag stays with its value),
     joined by `` \\`` continuations: pasted into a shell it is the same command. A single
@@ -369,11 +360,8 @@ def _engine_plan(rep: Report) -> None:
         f"TP {est.tensor_parallel_size}, KV {est.kv_cache_dtype}"
     )
     mark = "✗" if rep.engine_outcome == "wont_start" else "✓"
-    words = {
-        "wont_start": "Won't start",
-        "queues_at_worst_case": "Starts, queues at worst case",
-        "fits_at_worst_case": "Fits at worst case",
-    }[rep.engine_outcome or "wont_start"]
+    phrase = OUTCOME_PHRASES[rep.engine_outcome or "wont_start"]
+    words = phrase[0].upper() + phrase[1:]
     out.print(
         f"{mark} {words}: {int(e.max_concurrency):,} of {e.max_running_requests:,} running "
         f"requests fit at {est.max_model_len:,} tokens each",
@@ -409,7 +397,7 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         + (f", PP {est.pipeline_parallel_size}" if est.pipeline_parallel_size > 1 else "")
         + f", KV {est.kv_cache_dtype}"
     )
-    verdict = outcome_text(p.outcome, p.worst_case_running, cap.max_num_seqs, cap.max_model_len)
+    verdict = outcome_words(p.outcome, p.worst_case_running, cap.max_num_seqs, cap.max_model_len)
     mark = "✗" if p.outcome == "wont_start" else "✓"
     out.print(f"{mark} {verdict[0].upper()}{verdict[1:]}", markup=False)
     if p.outcome_reason:

@@ -196,7 +196,7 @@ def advise(
         return r.preemptions == 0 and r.usage_max <= target
 
     gmu = s.gmu
-    ceiling = max(cap.max_num_seqs, _default_seqs(dep, est))
+    ceiling = max(cap.max_num_seqs, s.default_max_num_seqs(est.max_model_len, dep.gpu))
     if cap.mamba_max_num_seqs is not None:
         ceiling = min(ceiling, cap.mamba_max_num_seqs)
     yours = run(cap.max_num_seqs, gmu)
@@ -234,13 +234,6 @@ def advise(
         yours=yours,
         ceiling=ceiling,
     )
-
-
-def _default_seqs(dep: Deployment, est: KVEstimate) -> int:
-    """vLLM's default max_num_seqs on the deployment's GPU."""
-    from planner.deployment import vllm_batch_defaults
-
-    return vllm_batch_defaults(est.max_model_len, dep.gpu)[1]
 
 
 def _shrink(

@@ -370,6 +370,11 @@ class ServeSettings:
             vllm_version=self.vllm_version,
         )
 
+    def default_max_num_seqs(self, max_model_len: int, gpu: Gpu | None) -> int:
+        """The max_num_seqs vLLM picks itself for this entrypoint, version and GPU (what
+        ``batch_defaults`` resolves when no ``--max-num-seqs`` is given)."""
+        return replace(self, max_num_seqs=None).batch_defaults(max_model_len, gpu)[1]
+
     def but(self, **changes: Any) -> ServeSettings:
         """These settings with ``changes`` (validated again)."""
         return replace(self, **changes)

@@ -30,7 +30,6 @@ from planner.deployment import (
     fp8_kv_caveat,
     positive_count,
     render_changes,
-    vllm_batch_defaults,
 )
 from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate, estimate
@@ -394,7 +393,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     launch = engine_commands(
         spec.name,
         target,
-        vllm_default_max_num_seqs=vllm_batch_defaults(target.max_model_len, dep.gpu)[1],
+        vllm_default_max_num_seqs=s.default_max_num_seqs(target.max_model_len, dep.gpu),
         tp=s.tp,
         pp=s.pp,
         kv_cache_dtype=s.kv_cache_dtype.value,

@@ -170,3 +170,16 @@ def fitted_table(columns: list[Column], width: int, *, gap: int = 2) -> tuple[li
     lines = [line([c.header for c in kept])]
     lines += [line([c.cells[i] for c in kept]) for i in range(rows)]
     return lines, dropped
+
+
+def print_fitted(out: Console, title: str, columns: list[Column], note: str = "") -> None:
+    """``title``, then :func:`fitted_table`'s rows at ``out``'s width, then which columns were
+    left out for width and ``note`` (e.g. "--json has every field."), if any."""
+    lines, dropped = fitted_table(columns, out.width)
+    out.print(title, markup=False)
+    for text in lines:
+        out.print(text, markup=False, soft_wrap=True)
+    more = f"not shown at this width: {', '.join(dropped)}" if dropped else ""
+    footer = "; ".join(part for part in (more, note) if part)
+    if footer:
+        out.print(footer, markup=False)

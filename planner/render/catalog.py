@@ -5,24 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from planner.render._output import Column, console, fitted_table, to_json, write_out
+from planner.render._output import Column, console, print_fitted, to_json, write_out
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
     from planner.deployment import Gpu
     from planner.model_list import ModelRow
-
-
-def _print_fitted(title: str, columns: list[Column], note: str) -> None:
-    """A catalog as plain aligned rows that fit the console (identifiers whole), then which
-    columns were left out for width."""
-    out = console()
-    lines, dropped = fitted_table(columns, out.width)
-    out.print(title, markup=False, soft_wrap=True)
-    for text in lines:
-        out.print(text, markup=False, soft_wrap=True)
-    more = f"not shown at this width: {', '.join(dropped)}; " if dropped else ""
-    out.print(f"{more}{note}", markup=False)
 
 
 def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
@@ -45,7 +33,8 @@ def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
             right=True,
         ),
     ]
-    _print_fitted(
+    print_fitted(
+        console(),
         "Bundled catalog (offline): KV bytes per token for vLLM, TP 1, dtype auto",
         columns,
         "--json has every field.",
@@ -77,7 +66,8 @@ def gpus(rows: list[Gpu], *, as_json: bool = False) -> None:
         ),
         Column("source", [g.source for g in rows]),
     ]
-    _print_fitted(
+    print_fitted(
+        console(),
         "GPU catalog: memory as the CUDA driver reports it",
         columns,
         "--gpu also takes nvidia-smi names; --json has every field.",

@@ -14,8 +14,8 @@ from planner.render._output import (
     _user,
     console,
     err_console,
-    fitted_table,
     outcome_words,
+    print_fitted,
     to_json,
     write_out,
 )
@@ -312,12 +312,7 @@ def _check_table(rep: CheckReport, out: Console) -> None:
         Column("margin", [_margin(r) for r in rows], right=True),
         Column("limiting", [r.limiting or "—" for r in rows]),
     ]
-    lines, dropped = fitted_table(columns, out.width)
-    out.print(f"kvplan check {one_line(rep.file)}: {headline(rep)}", markup=False)
-    for text in lines:
-        out.print(text, markup=False, soft_wrap=True, highlight=False)
-    if dropped:
-        out.print(f"not shown at this width: {', '.join(dropped)}", markup=False)
+    print_fitted(out, f"kvplan check {one_line(rep.file)}: {headline(rep)}", columns)
     for r in rep.results:
         out.print(
             f"[bold]{_user(r.name)}[/]: {_user(_summary(r))}", soft_wrap=True, highlight=False

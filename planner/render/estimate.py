@@ -17,8 +17,8 @@ from planner.render._output import (
     _bar,
     _user,
     console,
-    fitted_table,
     outcome_words,
+    print_fitted,
     to_json,
     warnings_,
     write_out,
@@ -308,16 +308,12 @@ def _gpu_table(rep: Report) -> None:
         Column("memory", [fmt_bytes(r.memory_bytes) for r in rows], right=True),
         Column("weights", [fmt_bytes(r.weights_bytes) for r in rows], right=True),
     ]
-    lines, dropped = fitted_table(columns, out.width)
-    out.print(
+    print_fitted(
+        out,
         f"vLLM on common GPUs (TP {est.tensor_parallel_size}, default gpu_memory_utilization, "
         f"max_model_len {length:,}); name one with --gpu:",
-        markup=False,
+        columns,
     )
-    for text in lines:
-        out.print(text, markup=False, soft_wrap=True)
-    if dropped:
-        out.print(f"not shown at this width: {', '.join(dropped)}", markup=False)
 
 
 def wrap_command(command: str, width: int = 80) -> list[str]:

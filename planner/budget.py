@@ -31,7 +31,7 @@ from planner.deployment import (
 )
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import ModelSpec
-from planner.units import GIB, MIB
+from planner.units import GIB, MIB, format_gib
 from planner.weights import Weights
 
 # Activation peak of vLLM's profile run (``GPUModelRunner.profile_run``): a forward pass over
@@ -163,7 +163,7 @@ class VllmCapacity:
     def log_lines(self) -> list[str]:
         """The lines vLLM prints at startup, in its version's wording (``format_gib``: 2
         decimals; tokens and concurrency on one line from 0.33, two lines before)."""
-        lines = [f"Available KV cache memory: {_gib(self.available_kv_bytes)} GiB"]
+        lines = [f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB"]
         if self.fits:
             size = f"GPU KV cache size: {self.kv_cache_size_tokens:,} tokens"
             concurrency = (
@@ -218,10 +218,6 @@ def estimate_ranges(cap: VllmCapacity, ranks: int) -> dict[str, tuple[int, int]]
     low = cap.available_kv_bytes - sum(r[1] - b for r, b in zip(terms.values(), base, strict=True))
     high = cap.available_kv_bytes + sum(b - r[0] for r, b in zip(terms.values(), base, strict=True))
     return {**terms, "available_kv_bytes": (low, high)}
-
-
-def _gib(n: int) -> str:
-    return f"{round(n / GIB, 2):.2f}"
 
 
 def vllm_capacity(
@@ -293,8 +289,8 @@ def vllm_capacity(
         estimated = _max_len_that_fits(estimate_at, est.max_model_len, check, bpb * bpr)
         error = (
             f"To serve at least one request with the model's max seq len "
-            f"({est.max_model_len}), ({_gib(bpb * bpr)} GiB KV cache is needed, which is larger "
-            f"than the available KV cache memory ({_gib(check)} GiB)."
+            f"({est.max_model_len}), ({format_gib(bpb * bpr)} GiB KV cache is needed, which is "
+            f"larger than the available KV cache memory ({format_gib(check)} GiB)."
             + (
                 f" Based on the available memory, the estimated maximum model length is "
                 f"{estimated}."

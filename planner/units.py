@@ -82,3 +82,9 @@ def fmt_bytes(n: int) -> str:
     if n >= KIB:
         return f"{n / KIB:,.1f} KiB"
     return f"{n:,} B"
+
+
+def format_gib(n: int) -> str:
+    """Bytes as GiB with 2 decimals and no unit, the way vLLM's ``format_gib`` logs them
+    (``Available KV cache memory: 51.38 GiB``)."""
+    return f"{round(n / GIB, 2):.2f}"

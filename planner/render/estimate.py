@@ -23,7 +23,7 @@ from planner.render._output import (
     warnings_,
     write_out,
 )
-from planner.units import fmt_bytes
+from planner.units import fmt_bytes, format_gib
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -511,10 +511,6 @@ def _command_files(p: Plan) -> None:
         out.print(f"cat > {name} <<'EOF'\n{text}EOF", soft_wrap=True, markup=False)
 
 
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f}"
-
-
 def _short_reason(p: Plan) -> str:
     """Why vLLM refuses, in one short line (its own wording is in "vLLM would log" and the
     JSON): one request of max_model_len does not fit, or no memory is left, or the Mamba
@@ -562,7 +558,7 @@ def _budget(p: Plan) -> None:
 
     def span(key: str) -> str:
         low, high = ranges[key]
-        return f"{_gib(low)}–{_gib(high)}"
+        return f"{format_gib(low)}–{format_gib(high)}"
 
     rows = [
         ("weights", cap.weights_bytes, f"{p.weights.source}: {p.weights.detail}"),

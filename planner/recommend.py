@@ -555,7 +555,8 @@ def _recommend(
             f"max_model_len {length:,}: the longest request that fits is {auto_fit:,} tokens "
             "(what --max-model-len -1 picks), rounded down; "
         )
-    if cap.mamba_max_num_seqs is not None and cap.max_num_seqs > cap.mamba_max_num_seqs:
+    mamba_capped = cap.mamba_max_num_seqs is not None and cap.max_num_seqs > cap.mamba_max_num_seqs
+    if mamba_capped:
         dep = dep.with_settings(max_num_seqs=cap.mamba_max_num_seqs)
         est = estimate(dep.spec, dep.settings, dep.gpu, batch_sizes=())
         cap = capacity(dep, est)
@@ -604,7 +605,7 @@ def _recommend(
     else:
         seqs, basis = cap.max_num_seqs, ENGINE_DEFAULT
         whose = "your" if users_seqs else "vLLM's default"
-        kept = "" if "Mamba" in prefix else f"{whose} max_num_seqs {seqs:,}, kept: "
+        kept = "" if mamba_capped else f"{whose} max_num_seqs {seqs:,}, kept: "
         running = min(seqs, usable // bpr)
         reason = kept + (
             f"with every request at {est.max_model_len:,} tokens {running:,} run at once "

@@ -65,6 +65,9 @@ def check(
             format_ = "json"
         if format_ not in render.CHECK_FORMATS:
             raise UsageError(f"--format {format_!r}: use one of {', '.join(render.CHECK_FORMATS)}")
+        from planner.status import quiet
+
+        quiet(format_ != "table")  # no status line beside a machine-read report
         result = check_file(plans, offline=offline or None)
         render.check(result, fmt=format_, output=output)
     raise typer.Exit(result.exit_code)

@@ -94,13 +94,18 @@ def cuda_graph_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int
     return sizes
 
 
-def cuda_graph_estimate_bytes(est: KVEstimate) -> int:
+def cuda_graph_estimate_bytes(est: KVEstimate, decode_query_len: int = 1) -> int:
     """What vLLM's CUDA-graph profiling will subtract, estimated: 0.32 MiB per layer of the
     rank's pipeline stage per captured size (see the constant). Llama-3.1-8B (32 layers) at
     256 sequences: 32 x 51 x 335,544 B = 0.51 GiB; at 8 sequences (5 sizes) 0.05 GiB."""
     assert est.vllm is not None
     layers = est.pp_layers[1] - est.pp_layers[0]
-    sizes = cuda_graph_sizes(est.vllm.max_num_seqs, est.vllm.max_num_batched_tokens)
+    seqs, tokens = est.vllm.max_num_seqs, est.vllm.max_num_batched_tokens
+    sizes = set(cuda_graph_sizes(seqs * decode_query_len, tokens))
+    if decode_query_len > 1:
+        # speculative decoding: decode batches are 1 + k tokens per sequence; vLLM 0.33
+        # appends those sizes (request counts x query length) to the token grid
+        sizes |= {n * decode_query_len for n in cuda_graph_sizes(seqs, 512)}
     return layers * len(sizes) * GRAPH_LAYER_SIZE_BYTES
 
 
@@ -388,7 +393,10 @@ def graph_bytes(dep: Deployment, est: KVEstimate) -> int:
     s = dep.settings
     if s.cuda_graph_bytes is not None:
         return s.cuda_graph_bytes
-    return cuda_graph_estimate_bytes(est) if s.rules.subtracts_cuda_graphs else 0
+    if not s.rules.subtracts_cuda_graphs:
+        return 0
+    k = s.speculative.num_speculative_tokens if s.speculative and s.speculative.has_drafter else 0
+    return cuda_graph_estimate_bytes(est, 1 + k)
 
 
 def vllm_budget(
@@ -413,6 +421,7 @@ def vllm_budget(
         gpu_memory_utilization=s.gmu,
         kv_cache_memory_bytes=s.kv_cache_memory_bytes,
         cuda_graph_bytes=graph_bytes(dep, est),
+        non_torch=non_torch_bytes(s.tp * s.dp, s.pp),  # DP ranks share NCCL groups too
         headroom_bytes=s.headroom_bytes,
         one_line_log=s.rules.one_line_capacity_log,
     )

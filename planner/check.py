@@ -185,6 +185,12 @@ SCHEMA: dict[str, str] = {
     "gpu_memory": "total memory of a GPU not in the catalog",
     "tp": "tensor-parallel size",
     "pp": "pipeline-parallel size",
+    "dp": "data-parallel size (each rank its own KV pool; figures are per rank)",
+    "enable_expert_parallel": "vLLM expert parallelism (EP = dp x tp)",
+    "num_redundant_experts": "EPLB redundant experts (needs enable_expert_parallel)",
+    "dcp": "decode-context-parallel size (divides tp)",
+    "speculative_config": "vLLM's --speculative-config as a mapping (method, "
+    "num_speculative_tokens, model)",
     "max_model_len": "context length per request",
     "max_num_seqs": "concurrent sequences",
     "max_num_batched_tokens": "vLLM tokens per step",
@@ -210,6 +216,11 @@ SETTINGS = (
     "engine",
     "tp",
     "pp",
+    "dp",
+    "enable_expert_parallel",
+    "num_redundant_experts",
+    "dcp",
+    "speculative_config",
     "max_model_len",
     "max_num_seqs",
     "max_num_batched_tokens",
@@ -219,7 +230,12 @@ SETTINGS = (
     "enable_prefix_caching",
     "enforce_eager",
 )
-ALIASES = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp"}
+ALIASES = {
+    "tensor_parallel_size": "tp",
+    "pipeline_parallel_size": "pp",
+    "data_parallel_size": "dp",
+    "decode_context_parallel_size": "dcp",
+}
 TOP_LEVEL = ("deployments", "workload")
 # How a plans file words a refused value, by the rule it broke (SettingError.rule); the value
 # follows as "(got 90)".
@@ -941,7 +957,8 @@ def check_deployment(entry: Entry, *, cache: _Cache | None = None) -> Deployment
         a TP the model cannot split) is a result with status ``error``, not an exception.
     """
     from planner.deployment import Deployment
-    from planner.weights import per_rank
+    from planner.model.load import load_draft
+    from planner.weights import for_deployment
 
     cache = cache or _Cache(None)
     s = entry.settings
@@ -956,8 +973,9 @@ def check_deployment(entry: Entry, *, cache: _Cache | None = None) -> Deployment
     }
     try:
         loaded = cache.model(entry.model)
-        dep = Deployment(model=loaded, gpu=entry.gpu, settings=s)
-        weights = per_rank(loaded, tp=s.tp, pp=s.pp)
+        s, draft = load_draft(s, offline=cache.offline)
+        dep = Deployment(model=loaded, gpu=entry.gpu, settings=s, draft=draft)
+        weights = for_deployment(dep)
         if s.engine is Engine.VLLM:
             return _check_vllm(entry, dep, weights, shown)
         return _check_other(entry, dep, weights, shown)

@@ -17,6 +17,7 @@ fraction then goes into the file too, not on the command line.
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -134,6 +135,8 @@ def engine_commands(
     vllm = ["vllm", "serve", model, "--tensor-parallel-size", str(tp)]
     if pp > 1:
         vllm += ["--pipeline-parallel-size", str(pp)]
+    if settings is not None:
+        vllm += vllm_parallel_flags(settings)
     vllm += ["--max-model-len", str(length)]
     # vLLM's default max_num_seqs is left to vLLM (it depends on the GPU); any other is passed
     if (
@@ -158,9 +161,24 @@ def engine_commands(
         if not settings.enable_prefix_caching:
             vllm += ["--no-enable-prefix-caching"]
 
-    sgl = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp-size", str(tp)]
+    dp = settings.dp if settings is not None else 1
+    ep = settings is not None and settings.enable_expert_parallel
+    # SGLang 0.5.23: attention DP groups inside one TP group (--attn-dp-size, the old
+    # --dp-size N --enable-dp-attention) is vLLM's DP + EP layout; plain replicas are --dp-size
+    sgl_tp = tp * dp if (dp > 1 and ep) else tp
+    sgl = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp-size", str(sgl_tp)]
     if pp > 1:
         sgl += ["--pp-size", str(pp)]
+    if dp > 1:
+        sgl += ["--attn-dp-size", str(dp)] if ep else ["--dp-size", str(dp)]
+    if ep:
+        sgl += ["--ep-size", str(tp * dp)]
+    if settings is not None and settings.speculative is not None:
+        notes.append(
+            "speculative decoding: the SGLang command leaves it out (its "
+            "--speculative-algorithm flags are not written by kvplan); its figures include "
+            "no draft layers"
+        )
     sgl += ["--context-length", str(length)]
     if sglang is not None:
         if sglang.fraction is not None:
@@ -205,6 +223,25 @@ def engine_commands(
         name: shlex.join(args) for name, args in (("vllm", vllm), ("sglang", sgl), ("trtllm", trt))
     }
     return EngineCommands(commands, files, notes)
+
+
+def vllm_parallel_flags(settings: ServeSettings) -> list[str]:
+    """``vllm serve`` flags for data, expert and decode-context parallelism and speculative
+    decoding, as vLLM 0.33 spells them (``--enable-eplb --eplb-config`` for redundant
+    experts; the speculative config as one JSON word)."""
+    words: list[str] = []
+    if settings.dp > 1:
+        words += ["--data-parallel-size", str(settings.dp)]
+    if settings.enable_expert_parallel:
+        words += ["--enable-expert-parallel"]
+    if settings.num_redundant_experts:
+        eplb = json.dumps({"num_redundant_experts": settings.num_redundant_experts})
+        words += ["--enable-eplb", "--eplb-config", eplb.replace(" ", "")]
+    if settings.dcp > 1:
+        words += ["--decode-context-parallel-size", str(settings.dcp)]
+    if settings.speculative is not None:
+        words += ["--speculative-config", settings.speculative.as_json()]
+    return words
 
 
 def _at_full_length(

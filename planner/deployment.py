@@ -31,6 +31,7 @@ from planner.units import GIB
 
 if TYPE_CHECKING:
     from planner.model.load import LoadedModel
+    from planner.speculative import SpeculativeConfig
     from planner.vllm_rules import Entrypoint, Runner, VllmRules
 
 # Token counts, lengths, sequences and parallel sizes above 2^40 describe no deployment; the
@@ -131,6 +132,14 @@ SPELLINGS: dict[str, Names] = {
     "engine": Names("--engine", "engine", None),
     "tp": Names("--tensor-parallel-size", "tp", "tensor_parallel_size"),
     "pp": Names("--pipeline-parallel-size", "pp", "pipeline_parallel_size"),
+    "dp": Names("--data-parallel-size", "dp", "data_parallel_size"),
+    "enable_expert_parallel": Names(
+        "--enable-expert-parallel", "enable_expert_parallel", "enable_expert_parallel"
+    ),
+    # vLLM spells it --enable-eplb --eplb-config '{"num_redundant_experts": R}' (as_flags)
+    "num_redundant_experts": Names("--num-redundant-experts", "num_redundant_experts", None),
+    "dcp": Names("--decode-context-parallel-size", "dcp", "decode_context_parallel_size"),
+    "speculative": Names("--speculative-config", "speculative_config", "speculative_config"),
     "kv_cache_dtype": Names("--kv-cache-dtype", "kv_cache_dtype", "kv_cache_dtype"),
     "block_size": Names("--block-size", "block_size", "block_size"),
     "max_model_len": Names("--max-model-len", "max_model_len", "max_model_len"),
@@ -157,6 +166,10 @@ SPELLINGS: dict[str, Names] = {
 
 
 def _shown(value: Any) -> str:
+    from planner.speculative import SpeculativeConfig
+
+    if isinstance(value, SpeculativeConfig):
+        return f"'{value.as_json()}'"
     if isinstance(value, Engine | KVDtype):
         return str(value.value)
     if isinstance(value, bool):
@@ -170,6 +183,10 @@ def as_flags(changes: Mapping[str, Any]) -> str:
     words = []
     for key, value in changes.items():
         flag = SPELLINGS[key].cli
+        if key == "num_redundant_experts":
+            if value:
+                words.append(f"--enable-eplb --eplb-config '{{\"num_redundant_experts\":{value}}}'")
+            continue
         if isinstance(value, bool):
             words.append(flag if value else "--no-" + flag.removeprefix("--"))
         else:
@@ -285,6 +302,15 @@ class ServeSettings:
         entrypoint: ``serve`` (``vllm serve``) or ``llm`` (the ``LLM`` class): batch defaults.
         runner: ``generate`` or ``pooling`` (no sampler warm-up in the activation peak).
         headroom_bytes: memory the user keeps free on top of the engine's budget.
+        dp: data-parallel size: dp engines, each with its own KV pool and ``max_num_seqs``;
+            routed experts shard over dp x tp GPUs (``FusedMoEParallelConfig``).
+        enable_expert_parallel: whole experts per GPU (EP = dp x tp) instead of TP-sharded
+            experts; per-GPU expert bytes are the same up to rounding, EPLB needs it.
+        num_redundant_experts: EPLB's redundant experts (global); the most-loaded GPU holds
+            ``ceil((E + R) / ep)`` experts.
+        dcp: decode-context-parallel size (divides tp): KV sharded over dcp TP ranks, so a
+            block spans ``block_size x dcp`` tokens.
+        speculative: ``--speculative-config`` (:mod:`planner.speculative`).
     """
 
     engine: Engine = Engine.VLLM
@@ -304,11 +330,18 @@ class ServeSettings:
     vllm_version: str | None = None
     entrypoint: Entrypoint = "serve"
     runner: Runner = "generate"
+    dp: int = 1
+    enable_expert_parallel: bool = False
+    num_redundant_experts: int = 0
+    dcp: int = 1
+    speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         for key, value in (
             ("tp", self.tp),
             ("pp", self.pp),
+            ("dp", self.dp),
+            ("dcp", self.dcp),
             ("block_size", self.block_size),
             ("max_model_len", self.max_model_len),
             ("max_num_batched_tokens", self.max_num_batched_tokens),
@@ -338,6 +371,49 @@ class ServeSettings:
             raise UsageError(f"--entrypoint must be one of {', '.join(ENTRYPOINTS)}")
         if self.runner not in RUNNERS:
             raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}")
+        self._check_parallel()
+
+    def _check_parallel(self) -> None:
+        """vLLM's ParallelConfig rules for DP, EP, EPLB and DCP (``vllm/config/parallel.py``)."""
+        r = self.num_redundant_experts
+        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= MAX_COUNT:
+            raise SettingError(
+                f"--num-redundant-experts must be a whole number >= 0, got {r!r}",
+                rule="whole",
+                value=r,
+            )
+        if r and not self.enable_expert_parallel:
+            raise UsageError(
+                "--num-redundant-experts needs --enable-expert-parallel (vLLM's EPLB runs only "
+                "with expert parallelism)"
+            )
+        if self.tp % self.dcp:
+            raise UsageError(
+                f"--decode-context-parallel-size {self.dcp} must divide --tp {self.tp} "
+                "(DCP reuses the TP ranks)"
+            )
+        if self.engine is not Engine.VLLM and (
+            self.dcp > 1 or self.speculative is not None or self.num_redundant_experts
+        ):
+            raise UsageError(
+                "--decode-context-parallel-size, --speculative-config and EPLB are sized for "
+                "vLLM only; drop them or use --engine vllm"
+            )
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the whole deployment: tp x pp per engine, dp engines."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def expert_parallel_size(self) -> int:
+        """The GPUs routed experts spread over (vLLM flattens MoE over dp x tp): the EP size
+        with --enable-expert-parallel, else the experts' TP size."""
+        return self.dp * self.tp
+
+    @property
+    def num_lookahead_tokens(self) -> int:
+        return self.speculative.num_lookahead_tokens if self.speculative else 0
 
     @property
     def rules(self) -> VllmRules:
@@ -433,7 +509,11 @@ class ServeSettings:
             return start, problems
 
 
-_FLAG_NAMES = {"tp": "--tp", "pp": "--pp"}  # kvplan's short flags, as its messages name them
+_FLAG_NAMES = {
+    "tp": "--tp",
+    "pp": "--pp",
+    "dp": "--dp",
+}  # kvplan's short flags, as its messages name them
 
 
 def _flag(name: str) -> str:
@@ -444,6 +524,8 @@ def _flag(name: str) -> str:
 _COUNT_FIELDS = (
     "tp",
     "pp",
+    "dp",
+    "dcp",
     "block_size",
     "max_model_len",
     "max_num_batched_tokens",
@@ -519,7 +601,15 @@ def _check_type(name: str, value: Any) -> None:
         or (isinstance(value, float) and not math.isfinite(value))
     ):
         rule, expected = "number", "a number"
-    elif name in ("enable_prefix_caching", "enforce_eager") and not isinstance(value, bool):
+    elif name == "num_redundant_experts" and (
+        isinstance(value, bool) or not isinstance(value, int)
+    ):
+        rule, expected = "whole", "a whole number"
+    elif name in (
+        "enable_prefix_caching",
+        "enforce_eager",
+        "enable_expert_parallel",
+    ) and not isinstance(value, bool):
         rule, expected = "bool", "true or false"
     elif name in ("engine", "kv_cache_dtype", "vllm_version", "entrypoint", "runner") and not (
         isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())
@@ -538,8 +628,19 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
     if name == "kv_cache_dtype":
         dtype = value if isinstance(value, KVDtype) else KVDtype.parse(str(value).strip())
         return {"kv_cache_dtype": dtype}
-    if name in ("enable_prefix_caching",):
+    if name in ("enable_prefix_caching", "enable_expert_parallel"):
         return {name: parse_bool(value)}
+    if name == "num_redundant_experts":
+        redundant = _as_count(value)
+        if redundant < 0:
+            raise SettingError(
+                f"expected a whole number >= 0, got {value!r}", rule="whole", value=value
+            )
+        return {name: redundant}
+    if name == "speculative":
+        from planner.speculative import parse_speculative
+
+        return {name: parse_speculative(value)}
     if name == "enforce_eager":
         return {"cuda_graph_bytes": 0} if parse_bool(value) else {}
     if name == "gpu_memory_utilization":
@@ -592,6 +693,25 @@ class Deployment:
     model: LoadedModel
     gpu: Gpu | None
     settings: ServeSettings = field(default_factory=ServeSettings)
+    # the draft checkpoint of --speculative-config (eagle, eagle3, draft_model, dflash)
+    draft: LoadedModel | None = None
+
+    def __post_init__(self) -> None:
+        spec = self.settings.speculative
+        if spec is None:
+            return
+        from planner.speculative import NEEDS_MODEL, mtp_layers
+
+        if spec.method in NEEDS_MODEL and self.draft is None:
+            raise UsageError(
+                f"--speculative-config method {spec.method}: load the draft model "
+                f"{spec.model!r} (planner.load_model) and pass it as Deployment(draft=...)"
+            )
+        if spec.method == "mtp" and not mtp_layers(self.spec.config, self.spec.model_type):
+            raise UsageError(
+                f"--speculative-config method mtp: {self.spec.name} has no MTP layers "
+                "(num_nextn_predict_layers is 0 or absent); use eagle, a draft_model or ngram"
+            )
 
     @property
     def spec(self) -> ModelSpec:

@@ -272,6 +272,20 @@ def estimate(
     # Engines serve float32 checkpoints in bf16 (vLLM _resolve_auto_dtype); transformers does not.
     run_dtype_bytes = 2 if spec.dtype == "float32" and engine is not Engine.HF else spec.dtype_bytes
     rank_layers = _rank_layers(spec, tp, dtype.bytes, engine, run_dtype_bytes)
+    draft = _draft_layers(spec, settings, dtype.bytes)
+    if draft:
+        rank_layers = [*rank_layers, *draft]  # the drafter's layers sit on the last stage
+        notes.append(
+            f"{settings.speculative.method if settings.speculative else ''} drafter: "
+            f"{len(draft)} KV layer(s) join the target's pool"
+        )
+    if settings.dcp > 1 and any(
+        s is not None and (s.window or isinstance(s, StateSpec)) for s in rank_layers
+    ):
+        raise UsageError(
+            f"{spec.name}: --decode-context-parallel-size is sized here for full-attention and "
+            "MLA layers only; this model has window or state layers"
+        )
     tokens, seqs = settings.batch_defaults(length, gpu)
     in_flight = (pp + 1) * tokens  # async scheduling: max_concurrent_batches = pp + 1
     has_state = any(isinstance(s, StateSpec) for s in rank_layers)
@@ -284,6 +298,7 @@ def estimate(
         max_in_flight_tokens=in_flight if engine is Engine.VLLM else 0,
         swa_pool=spec.model_type in SGLANG_HYBRID_SWA_MODEL_TYPES,
         mamba_align=mamba_align,
+        dcp=settings.dcp,
     )
     if (
         engine is Engine.SGLANG
@@ -296,6 +311,7 @@ def estimate(
         )
 
     stages = [get_pp_indices(spec.num_layers, r, pp) for r in range(pp)]
+    stages[-1] = (stages[-1][0], stages[-1][1] + len(draft))
     vllm_layout = None
     if engine is Engine.VLLM:
         bs, vllm_layout, stage = _vllm_layout(rank_layers, stages, ctx, tokens, seqs, notes)
@@ -388,6 +404,46 @@ def _rank_layers(
         del _RANK_LAYERS[next(iter(_RANK_LAYERS))]
     _RANK_LAYERS[key] = (spec, layers)
     return layers
+
+
+def _draft_layers(spec: ModelSpec, settings: ServeSettings, kv_dtype_bytes: int) -> list[LayerSpec]:
+    """The drafter's KV layers on one rank (:mod:`planner.speculative`): ``mtp`` reuses the
+    target's last attention layer ``num_nextn_predict_layers`` times (vLLM builds the MTP
+    layer like a decoder layer); eagle, eagle3, dflash and draft models bring their own
+    checkpoint's layers, sharded by the drafter's TP; n-gram and suffix have none."""
+    from planner.speculative import mtp_layers
+
+    sc = settings.speculative
+    if sc is None or not sc.has_drafter or settings.engine is not Engine.VLLM:
+        return []
+    if sc.method == "mtp":
+        attention = [s for s in spec.layers if s is not None and s.bytes_per_token]
+        if not attention:
+            return []
+        last = attention[-1].for_rank(
+            tp=settings.tp,
+            kv_dtype_bytes=kv_dtype_bytes,
+            engine=settings.engine,
+            model_dtype_bytes=spec.dtype_bytes,
+        )
+        return [last] * mtp_layers(spec.config, spec.model_type)
+    if sc.draft_spec is None:
+        raise UsageError(
+            f"--speculative-config method {sc.method}: the draft model {sc.model!r} was not "
+            "loaded (planner.model.load.load_draft)"
+        )
+    draft = sc.draft_spec
+    tp = sc.draft_tp(settings.tp)
+    return [
+        s.for_rank(
+            tp=tp,
+            kv_dtype_bytes=kv_dtype_bytes,
+            engine=settings.engine,
+            model_dtype_bytes=draft.dtype_bytes,
+        )
+        for s in draft.layers
+        if s is not None
+    ]
 
 
 def settings_from_flags(flags: dict[str, Any]) -> ServeSettings:

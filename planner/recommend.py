@@ -36,10 +36,11 @@ from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype, cdiv
 from planner.units import GIB
 from planner.vllm_rules import NEWEST_VERSION
-from planner.weights import Weights, per_rank
+from planner.weights import Weights, for_deployment
 
 if TYPE_CHECKING:
     from planner.advise import Advice
+    from planner.cluster import Cluster, LayoutRow
     from planner.simulate.workload import Workload
 
 TARGET_KV_USAGE = 0.9
@@ -252,6 +253,23 @@ class Plan:
     command_files: dict[str, str] = field(default_factory=dict)  # name -> text a command reads
     vllm_version: str = ""  # the release whose rules the budget followed
     command_notes: list[str] = field(default_factory=list)  # notes on the other engines' commands
+    cluster: Cluster | None = None  # every DP rank's pool together (planner.cluster)
+    layouts: list[LayoutRow] = field(default_factory=list)  # --gpus: every TP x DP split
+    node_commands: list[str] = field(default_factory=list)  # --nodes: one vllm serve per node
+    speculative: SpeculativeFigures | None = None  # what --speculative-config costs
+    expert_parallel: bool = False
+
+
+@dataclass(frozen=True)
+class SpeculativeFigures:
+    """JSON ``speculative``: the drafter's share of one GPU (on the last PP stage)."""
+
+    method: str
+    num_speculative_tokens: int
+    num_lookahead_tokens: int
+    draft_weights_bytes: int
+    draft_kv_bytes_per_token: int
+    draft_kv_layers: int
 
 
 @dataclass(frozen=True)
@@ -270,9 +288,15 @@ class PlanOptions:
     avg_prompt_tokens: int | None = None  # a workload from two averages (planner.advise)
     avg_output_tokens: int | None = None
     target_kv_usage: float = TARGET_KV_USAGE  # the peak usage the workload advice keeps under
+    gpus: int | None = None  # GPUs to spread over: compare every TP x DP split of them
+    nodes: int = 1  # nodes x gpus_per_node; TP and PP stay inside a node
+    gpus_per_node: int | None = None
 
     def __post_init__(self) -> None:
         for flag, value in (
+            ("--gpus", self.gpus),
+            ("--nodes", self.nodes),
+            ("--gpus-per-node", self.gpus_per_node),
             ("--requests", self.requests),
             ("--shared-prefix", self.shared_prefix_tokens),
             ("--avg-tokens", self.avg_tokens),
@@ -290,6 +314,23 @@ class PlanOptions:
             raise UsageError("--worst-case ignores traffic; drop it or the workload")
         if not 0 < self.target_kv_usage <= 1:
             raise UsageError(f"--target-kv-usage must be in (0, 1], got {self.target_kv_usage}")
+        if self.nodes > 1 and self.gpus_per_node is None:
+            raise UsageError("--nodes needs --gpus-per-node")
+        if self.gpus is not None and self.gpus_per_node is not None:
+            if self.gpus != self.nodes * self.gpus_per_node:
+                raise UsageError(
+                    f"--gpus {self.gpus} is not --nodes {self.nodes} x --gpus-per-node "
+                    f"{self.gpus_per_node}; give one or the other"
+                )
+
+    @property
+    def total_gpus(self) -> int | None:
+        """The GPUs to spread over: --gpus, or --nodes x --gpus-per-node."""
+        if self.gpus is not None:
+            return self.gpus
+        if self.gpus_per_node is not None:
+            return self.nodes * self.gpus_per_node
+        return None
 
 
 # A plan when the user named no GPU, only a KV pool (--kv-cache-memory).
@@ -308,7 +349,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     gpu = dep.gpu or NO_GPU
     if gpu.memory_bytes <= 0 and s.kv_cache_memory_bytes is None:
         raise UsageError("--gpu-memory must be positive")
-    weights = per_rank(dep.model, tp=s.tp, pp=s.pp)
+    weights = for_deployment(dep)
     if s.kv_cache_memory_bytes is None:
         _check_weights_fit(dep, weights, gpu)
 
@@ -403,6 +444,57 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         sglang=by_engine.get("sglang"),
         trtllm=by_engine.get("trtllm"),
     )
+    from planner.cluster import best_layout, cluster_of, layouts, node_commands
+
+    total = options.total_gpus
+    layout_rows = []
+    if total is not None and gpu.memory_bytes:
+
+        def layout_capacity(d: Deployment) -> tuple[KVEstimate, Weights, VllmCapacity]:
+            e = estimate(d.spec, d.settings, d.gpu, batch_sizes=())
+            w = for_deployment(d)
+            return e, w, capacity(d, e, w)
+
+        layout_rows = layouts(at_length, total, options.gpus_per_node, layout_capacity)
+        best = best_layout(layout_rows)
+        mine = next((r for r in layout_rows if r.yours), None)
+        if best is not None and not best.yours:
+            than = (
+                f", against {mine.cluster_kv_cache_size_tokens:,} for your tp {s.tp} x dp {s.dp}"
+                if mine is not None
+                else ""
+            )
+            notes.append(
+                f"On {total} GPUs, {best.flags} holds the most KV: "
+                f"{best.cluster_kv_cache_size_tokens:,} cluster tokens{than}"
+            )
+    per_node = (
+        node_commands(launch.commands["vllm"], at_length, options.nodes, options.gpus_per_node)
+        if options.nodes > 1 and options.gpus_per_node
+        else []
+    )
+    if s.enable_expert_parallel and s.gpus > 1:
+        notes.append(
+            "expert parallelism: all-to-all buffers are outside this budget (DeepEP's "
+            "high-throughput backend reserves VLLM_DEEPEP_BUFFER_SIZE_MB, 1 GiB by default, per "
+            "GPU, twice across nodes; the default allgather_reducescatter none): keep them free "
+            "with --headroom"
+        )
+    figures = None
+    if s.speculative is not None:
+        plain = dep.with_settings(speculative=None)
+        bare = estimate(
+            spec, replace(at_length.settings, speculative=None), dep.gpu, batch_sizes=()
+        )
+        figures = SpeculativeFigures(
+            method=s.speculative.method,
+            num_speculative_tokens=s.speculative.num_speculative_tokens,
+            num_lookahead_tokens=s.speculative.num_lookahead_tokens,
+            draft_weights_bytes=weights.bytes_per_rank - for_deployment(plain).bytes_per_rank,
+            draft_kv_bytes_per_token=est.kv_bytes_per_token - bare.kv_bytes_per_token,
+            draft_kv_layers=sum(g.num_layers for g in est.layer_groups)
+            - sum(g.num_layers for g in bare.layer_groups),
+        )
     fp8 = est.kv_dtype_bytes == 1 and est.kv_cache_dtype.startswith("fp8")
     if fp8 or any("kv_cache_dtype" in a.changes for a in alternatives):
         notes.append(fp8_kv_caveat(dep.gpu))
@@ -428,6 +520,11 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         launch.files,
         s.vllm_version or NEWEST_VERSION,
         list(launch.notes),
+        cluster_of(at_length, cap),
+        layout_rows,
+        per_node,
+        figures,
+        s.enable_expert_parallel,
     )
 
 
@@ -650,7 +747,7 @@ def _alternatives(
             e = estimate(alt.spec, alt.settings, alt.gpu, batch_sizes=())
         except UsageError:  # the model does not split over that many ranks
             continue
-        c = capacity(alt, e, per_rank(alt.model, tp=alt.settings.tp, pp=alt.settings.pp))
+        c = capacity(alt, e, for_deployment(alt))
         shown = {k: (v.value if isinstance(v, KVDtype) else v) for k, v in change.items()}
         out.append(
             Alternative(
@@ -739,7 +836,7 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
     if dep.gpu is not None or s.kv_cache_memory_bytes is not None:
         the_plan = plan(dep, options)
         return Report(the_plan.estimate, the_plan, [])
-    weights = per_rank(dep.model, tp=s.tp, pp=s.pp)
+    weights = for_deployment(dep)
     rows = []
     for name in COMMON_GPUS:
         on_gpu = dep.on(get_gpu(name))

@@ -17,7 +17,7 @@ import math
 import re
 import struct
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from planner.model.specs import (
 )
 
 if TYPE_CHECKING:
+    from planner.deployment import Deployment, ServeSettings
     from planner.model.load import LoadedModel
 
 SAFETENSORS_DTYPE_BITS = {
@@ -127,6 +128,7 @@ class Weights:
     quantization: str | None
     detail: str = ""
     active_parameter_count: int = 0  # per token (MoE: routed top-k); 0 when unknown
+    draft_bytes_per_rank: int = 0  # a draft checkpoint's share of bytes_per_rank
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,47 @@ class _Parts:
     other: int  # final norm, etc. (last stage, replicated)
     params: int
     active_params: int  # parameters one token passes through (MoE: top-k experts)
+    # routed experts per decoder layer (whole model; sharded over dp x tp, not tp): the
+    # config path and safetensors headers both keep them apart from ``layers``
+    experts: list[int] = field(default_factory=list)
+    num_experts: int = 0
+    # the checkpoint's MTP layers (``model.layers.{L + i}``): (shardable, replicated,
+    # routed experts) each; loaded only with --speculative-config method mtp
+    mtp: list[tuple[int, int, int]] = field(default_factory=list)
+    tower: int = 0  # vision/audio tower and projector (first stage, TP-sharded)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one engine spreads a checkpoint over its GPUs (vLLM 0.33).
+
+    ``tp`` x ``pp`` GPUs per DP rank; routed experts spread over ``dp x tp`` GPUs
+    (``FusedMoEParallelConfig.make``: "MoE layers will be sharded according to the product
+    of the tensor ... and data parallel sizes"), TP-sharded without EP, whole experts with
+    ``ep`` (``ceil((E + R) / (dp x tp))`` on the most-loaded GPU, ``R`` redundant EPLB
+    experts); everything else is sharded by the attention TP of one DP rank only. ``mtp``
+    loads the checkpoint's MTP layers on the last stage.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: bool = False
+    redundant_experts: int = 0
+    mtp: bool = False
+
+    @property
+    def expert_gpus(self) -> int:
+        return self.dp * self.tp
+
+    def expert_bytes(self, layer_experts: int, num_experts: int) -> int:
+        """Routed-expert bytes of one MoE layer on the most-loaded GPU."""
+        if not layer_experts:
+            return 0
+        if self.ep and num_experts:
+            local = -(-(num_experts + self.redundant_experts) // self.expert_gpus)
+            return -(-layer_experts * local // num_experts)
+        return -(-layer_experts // self.expert_gpus)
 
 
 def _quant_bytes_per_param(quant: Mapping[str, Any] | None, dtype_bytes: int) -> tuple[float, str]:
@@ -266,10 +309,10 @@ def _parts(spec: ModelSpec) -> _Parts:
         else None
     )
     mlp_mats = 3 if gated else 2
-    layers, replicated = [], []
+    layers, replicated, routed = [], [], []
     params = active = 0
     for i, s in enumerate(spec.layers):
-        shard = repl = 0.0
+        shard = repl = routed_bytes = 0.0
         n = 0
         # mixer
         if isinstance(s, MLA):
@@ -321,7 +364,8 @@ def _parts(spec: ModelSpec) -> _Parts:
         elif (block == "E") or (block is None and _is_moe_layer(c, mt, i, name)):
             per_expert = mlp_mats * hidden * moe_i
             shared = (mlp_mats if block is None else 2) * hidden * shared_i
-            shard += experts * mlp_mats * hidden * moe_i_stored * linear_bpp + shared * attn_bpp
+            routed_bytes += experts * mlp_mats * hidden * moe_i_stored * linear_bpp
+            shard += shared * attn_bpp
             repl += hidden * experts * wdtype  # router
             n += experts * per_expert + shared + hidden * experts
             active -= (experts - min(top_k, experts)) * per_expert  # idle experts per token
@@ -333,23 +377,59 @@ def _parts(spec: ModelSpec) -> _Parts:
         n += 2 * hidden
         layers.append(round(shard))
         replicated.append(round(repl))
+        routed.append(round(routed_bytes))
         params += n
     tied = bool(c.get("tie_word_embeddings", mt in TIED_BY_DEFAULT))
     embed = vocab * hidden * wdtype
     lm_head = 0 if tied else vocab * hidden * wdtype
     params += vocab * hidden * (1 if tied else 2) + hidden
-    return _Parts(embed, lm_head, layers, replicated, hidden * wdtype, params, params + active)
+    # MTP layers (DeepSeek/Kimi/GLM): a decoder layer like the last one, plus eh_proj
+    # (2H -> H) and enorm / hnorm / the shared head's norm; embeddings and head are shared
+    mtp = [
+        (
+            layers[-1] + round(2 * hidden * hidden * attn_bpp),
+            replicated[-1] + 3 * hidden * wdtype,
+            routed[-1],
+        )
+        for _ in range(_mtp_count(spec) if layers else 0)
+    ]
+    return _Parts(
+        embed,
+        lm_head,
+        layers,
+        replicated,
+        hidden * wdtype,
+        params,
+        params + active,
+        experts=routed,
+        num_experts=experts,
+        mtp=mtp,
+    )
 
 
-def from_config(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> Weights:
+def _mtp_count(spec: ModelSpec) -> int:
+    from planner.speculative import mtp_layers
+
+    return mtp_layers(spec.config, spec.model_type)
+
+
+def from_config(
+    spec: ModelSpec, *, tp: int = 1, pp: int = 1, placement: Placement | None = None
+) -> Weights:
     """Weight bytes per rank derived from the config's parameter count and quantization."""
     parts = _parts(spec)
     quant = spec.config.get("quantization_config") or spec.config.get("compression_config")
     _, label = _quant_bytes_per_param(quant if isinstance(quant, dict) else None, 2)
-    total = parts.embed + parts.lm_head + sum(parts.layers) + sum(parts.replicated) + parts.other
-    per_rank = _per_rank(parts, len(spec.layers), tp, pp)
+    total = (
+        parts.embed
+        + parts.lm_head
+        + sum(parts.layers)
+        + sum(parts.replicated)
+        + sum(parts.experts)
+        + parts.other
+    )
     return Weights(
-        bytes_per_rank=per_rank,
+        bytes_per_rank=_per_rank(parts, len(spec.layers), placement or Placement(tp=tp, pp=pp)),
         total_bytes=total,
         source="config",
         parameter_count=parts.params,
@@ -359,18 +439,34 @@ def from_config(spec: ModelSpec, *, tp: int = 1, pp: int = 1) -> Weights:
     )
 
 
-def _per_rank(parts: _Parts, num_layers: int, tp: int, pp: int) -> int:
+def _per_rank(parts: _Parts, num_layers: int, where: Placement) -> int:
+    """Bytes on the most-loaded GPU: each stage's shardable bytes over the attention TP,
+    its routed experts over dp x tp (:meth:`Placement.expert_bytes`), replicated bytes whole;
+    embeddings and the tower on the first stage, head, final norm and MTP layers on the last."""
+    tp, pp = where.tp, where.pp
+    # one DP rank without EP shards experts over tp like the rest: keep them in one sum
+    fold = where.dp == 1 and not where.ep
+    experts = parts.experts or [0] * num_layers
     best = 0
     for rank in range(pp):
         start, end = get_pp_indices(num_layers, rank, pp)
         shard = sum(parts.layers[start:end])
         repl = sum(parts.replicated[start:end])
+        routed = experts[start:end]
         if rank == 0:
-            shard += parts.embed  # vocab-parallel embedding
+            shard += parts.embed + parts.tower  # vocab-parallel embedding; the tower (weights mode)
         if rank == pp - 1:
             shard += parts.lm_head if parts.lm_head else (parts.embed if pp > 1 else 0)
             repl += parts.other
-        best = max(best, -(-shard // tp) + repl)
+            if where.mtp:
+                shard += sum(m[0] for m in parts.mtp)
+                repl += sum(m[1] for m in parts.mtp)
+                routed = [*routed, *(m[2] for m in parts.mtp)]
+        if fold:
+            best = max(best, -(-(shard + sum(routed)) // tp) + repl)
+        else:
+            moe = sum(where.expert_bytes(e, parts.num_experts) for e in routed)
+            best = max(best, -(-shard // tp) + moe + repl)
     return best
 
 
@@ -420,6 +516,16 @@ def _tensor_sizes(name: str, info: Any, where: str) -> tuple[int, int]:
     return count * SAFETENSORS_DTYPE_BITS.get(str(info.get("dtype")), 16) // 8, count
 
 
+# Vision / audio towers and their projectors (Qwen2.5-VL ``visual.*``, LLaVA / Gemma 3
+# ``vision_tower.*`` + ``multi_modal_projector.*``, Mllama / Llama 4 ``vision_model.*``):
+# not language-model layers, whatever block index they carry.
+TOWER = re.compile(
+    r"(?:^|\.)(?:visual|vision_tower|vision_model|vision_encoder|multi_modal_projector|"
+    r"mm_projector|audio_tower|audio_model|image_newline|vision_embed_tokens)(?:\.|$)"
+)
+ROUTED_EXPERT = re.compile(r"\.experts\.")  # not shared_experts / shared_expert
+
+
 def from_tensors(
     tensors: Iterable[tuple[str, Mapping[str, Any]]],
     num_layers: int,
@@ -428,10 +534,18 @@ def from_tensors(
     pp: int = 1,
     quantization: str | None = None,
     where: str = "safetensors header",
+    placement: Placement | None = None,
+    num_experts: int = 0,
+    mtp_layers: int = 0,
 ) -> Weights:
-    """Exact weight bytes from (name, {dtype, shape, data_offsets}) pairs."""
+    """Exact weight bytes from (name, {dtype, shape, data_offsets}) pairs: routed experts
+    (``.experts.``) apart from the rest of their layer, MTP layers (``layers.{L + i}``,
+    ``mtp.*``) apart and loaded only when ``placement.mtp``, tower tensors apart from the
+    language-model layers."""
     layers = [0] * num_layers
-    embed = lm_head = other = 0
+    experts = [0] * num_layers
+    mtp = [[0, 0] for _ in range(mtp_layers)]  # [non-expert, routed experts]
+    embed = lm_head = other = tower = 0
     params = 0
     for number, (name, info) in enumerate(tensors):
         if name == "__metadata__":
@@ -441,18 +555,40 @@ def from_tensors(
         size, count = _tensor_sizes(name, info, where)
         params += count
         match = LAYER_INDEX.search(name)
-        if match and int(match.group(1)) < num_layers:
-            layers[int(match.group(1))] += size
+        index = int(match.group(1)) if match else -1
+        if TOWER.search(name):
+            tower += size
+        elif mtp_layers and name.startswith("mtp."):  # Qwen3-Next: mtp.layers.0.*
+            mtp[0][1 if ROUTED_EXPERT.search(name) else 0] += size
+        elif 0 <= index < num_layers:
+            if ROUTED_EXPERT.search(name):
+                experts[index] += size
+            else:
+                layers[index] += size
+        elif mtp_layers and num_layers <= index < num_layers + mtp_layers:
+            mtp[index - num_layers][1 if ROUTED_EXPERT.search(name) else 0] += size
         elif "lm_head" in name or name.endswith("output.weight"):
             lm_head += size
         elif "embed" in name or "wte" in name or "word_embeddings" in name:
             embed += size
         else:
             other += size
-    parts = _Parts(embed, lm_head, layers, [0] * num_layers, other, params, params)
-    total = embed + lm_head + sum(layers) + other
+    parts = _Parts(
+        embed,
+        lm_head,
+        layers,
+        [0] * num_layers,
+        other,
+        params,
+        params,
+        experts=experts,
+        num_experts=num_experts,
+        mtp=[(m[0], 0, m[1]) for m in mtp],
+        tower=tower,
+    )
+    total = embed + lm_head + sum(layers) + sum(experts) + other + tower + sum(map(sum, mtp))
     return Weights(
-        bytes_per_rank=_per_rank(parts, num_layers, tp, pp),
+        bytes_per_rank=_per_rank(parts, num_layers, placement or Placement(tp=tp, pp=pp)),
         total_bytes=total,
         source="safetensors",
         parameter_count=params,
@@ -461,15 +597,56 @@ def from_tensors(
     )
 
 
-def per_rank(model: LoadedModel, *, tp: int = 1, pp: int = 1) -> Weights:
+def per_rank(
+    model: LoadedModel, *, tp: int = 1, pp: int = 1, placement: Placement | None = None
+) -> Weights:
     """Weight bytes on the most-loaded rank: exact from the fetched safetensors headers, else
     derived from the config. Pure: :func:`planner.model.load.load_model` did the fetching."""
     spec = model.spec
-    if pp > spec.num_layers:  # before the stages are laid out, one per pipeline rank
-        raise UsageError(f"--pp {pp} is more than the model's {spec.num_layers} layers")
+    where_ = placement or Placement(tp=tp, pp=pp)
+    if where_.pp > spec.num_layers:  # before the stages are laid out, one per pipeline rank
+        raise UsageError(f"--pp {where_.pp} is more than the model's {spec.num_layers} layers")
     if model.tensors is not None:
         # the folder names a local file's errors; the Hub's headers were parsed by the client
         local = model.tensors_where and not model.tensors_where.startswith("hub:")
         where = model.tensors_where if local else "safetensors header"
-        return from_tensors(model.tensors, spec.num_layers, tp=tp, pp=pp, where=where)
-    return from_config(spec, tp=tp, pp=pp)
+        return from_tensors(
+            model.tensors,
+            spec.num_layers,
+            where=where,
+            placement=where_,
+            num_experts=_num_experts(spec.config, spec.name),
+            mtp_layers=_mtp_count(spec),
+        )
+    return from_config(spec, placement=where_)
+
+
+def placement_of(settings: ServeSettings) -> Placement:
+    """Where ``settings`` put the weights (:class:`Placement`)."""
+    spec = settings.speculative
+    return Placement(
+        tp=settings.tp,
+        pp=settings.pp,
+        dp=settings.dp,
+        ep=settings.enable_expert_parallel,
+        redundant_experts=settings.num_redundant_experts,
+        mtp=spec is not None and spec.method == "mtp",
+    )
+
+
+def for_deployment(dep: Deployment) -> Weights:
+    """The weights on the most-loaded GPU of ``dep``: the target as its settings place it,
+    plus a draft checkpoint (eagle, eagle3, draft_model, dflash) on the last pipeline stage,
+    sharded by the drafter's TP (:mod:`planner.speculative`)."""
+    s = dep.settings
+    target = per_rank(dep.model, placement=placement_of(s))
+    if s.speculative is None or dep.draft is None:
+        return target
+    draft = per_rank(dep.draft, tp=s.speculative.draft_tp(s.tp))
+    return replace(
+        target,
+        bytes_per_rank=target.bytes_per_rank + draft.bytes_per_rank,
+        detail=f"{target.detail}; + {dep.draft.spec.name} draft "
+        f"({draft.bytes_per_rank:,} B per GPU, {draft.source})",
+        draft_bytes_per_rank=draft.bytes_per_rank,
+    )

@@ -114,6 +114,13 @@ def _typed(spelling: str, raw: str, spec: dict[str, Any]) -> object:
         value = float(raw)
     elif kind == "str":
         value = raw
+    elif kind == "json":
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            raise CommandError(f"{spelling} takes a JSON object, got {raw!r}") from None
+        if not isinstance(value, dict):
+            raise CommandError(f"{spelling} takes a JSON object, got {raw!r}")
     else:
         raise AssertionError(f"{spelling}: no value type {kind!r}")
     if "choices" in spec and value not in spec["choices"]:

@@ -131,6 +131,64 @@ RunnerOpt = Annotated[
     ),
 ]
 EagerOpt = Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (0 bytes).")]
+DpOpt = Annotated[
+    int,
+    typer.Option(
+        "--dp",
+        "--data-parallel-size",
+        help="Data-parallel size: engines with their own KV pool and --max-num-seqs each; "
+        "routed experts shard over dp x tp GPUs.",
+    ),
+]
+EpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-expert-parallel",
+        help="Whole experts per GPU (EP = dp x tp) instead of TP-sharded experts.",
+    ),
+]
+RedundantOpt = Annotated[
+    int,
+    typer.Option(
+        "--num-redundant-experts",
+        help="EPLB redundant experts (global; needs --enable-expert-parallel); vLLM's "
+        "--enable-eplb --eplb-config '{\"num_redundant_experts\": R}'.",
+    ),
+]
+DcpOpt = Annotated[
+    int,
+    typer.Option(
+        "--dcp",
+        "--decode-context-parallel-size",
+        help="Decode-context-parallel size (divides --tp): KV split over dcp TP ranks.",
+    ),
+]
+SpeculativeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--speculative-config",
+        help='vLLM\'s JSON, e.g. \'{"method":"mtp","num_speculative_tokens":1}\' or '
+        '\'{"method":"eagle","model":"yuhuili/EAGLE-LLaMA3.1-Instruct-8B",'
+        '"num_speculative_tokens":3}\' (model: a Hub id, catalog name or local dir).',
+        show_default=False,
+    ),
+]
+GpusOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--gpus",
+        help="GPUs to spread over: every TP x DP split of them is planned and the one that "
+        "holds the most KV named.",
+        show_default=False,
+    ),
+]
+NodesOpt = Annotated[
+    int, typer.Option("--nodes", help="Nodes (with --gpus-per-node): one command per node.")
+]
+GpusPerNodeOpt = Annotated[
+    int | None,
+    typer.Option("--gpus-per-node", help="GPUs per node; TP stays inside one.", show_default=False),
+]
 
 
 @contextlib.contextmanager

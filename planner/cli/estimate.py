@@ -13,21 +13,29 @@ from planner.cli._options import (
     BatchedTokensOpt,
     BatchOpt,
     BlockOpt,
+    DcpOpt,
+    DpOpt,
     EagerOpt,
     EngineOpt,
     EntrypointOpt,
+    EpOpt,
     GpuMemoryOpt,
     GpuOpt,
+    GpusOpt,
+    GpusPerNodeOpt,
     JsonOpt,
     KVDtypeOpt,
     MaxLenOpt,
     MaxSeqsOpt,
     ModelArg,
+    NodesOpt,
     OfflineOpt,
     PpOpt,
     PrefixOpt,
+    RedundantOpt,
     RevisionOpt,
     RunnerOpt,
+    SpeculativeOpt,
     TpOpt,
     VllmVersionOpt,
     _batch_sizes,
@@ -136,6 +144,14 @@ def estimate(
     model: ModelArg,
     tp: TpOpt = 1,
     pp: PpOpt = 1,
+    dp: DpOpt = 1,
+    enable_expert_parallel: EpOpt = False,
+    num_redundant_experts: RedundantOpt = 0,
+    dcp: DcpOpt = 1,
+    speculative_config: SpeculativeOpt = None,
+    gpus: GpusOpt = None,
+    nodes: NodesOpt = 1,
+    gpus_per_node: GpusPerNodeOpt = None,
     kv_cache_dtype: KVDtypeOpt = "auto",
     engine: EngineOpt = "vllm",
     block_size: BlockOpt = None,
@@ -187,10 +203,13 @@ def estimate(
       kvplan estimate Qwen/Qwen3-8B --tp 2 --kv-cache-dtype fp8 --max-model-len 32768
       kvplan estimate qwen2.5-7b --gpu rtx-4090 --grid
       kvplan estimate qwen3-14b --kv-cache-memory 6.51GiB --max-model-len 32768
+      kvplan estimate deepseek-v3 --gpu h200 --tp 8 --gpus 8
+      kvplan estimate deepseek-v3 --gpu h200 --dp 8 --enable-expert-parallel \\
+        --speculative-config '{"method":"mtp","num_speculative_tokens":1}'
     """
     from planner.deployment import Deployment
     from planner.errors import DoesNotFitError
-    from planner.model.load import load_model
+    from planner.model.load import load_draft, load_model
     from planner.recommend import PlanOptions, report, wont_start_error
     from planner.render import estimate as render
 
@@ -202,6 +221,11 @@ def estimate(
             engine=engine,
             tp=tp,
             pp=pp,
+            dp=dp,
+            enable_expert_parallel=enable_expert_parallel or None,
+            num_redundant_experts=num_redundant_experts or None,
+            dcp=dcp,
+            speculative=speculative_config,
             kv_cache_dtype=kv_cache_dtype,
             block_size=block_size,
             max_model_len=max_model_len,
@@ -227,10 +251,15 @@ def estimate(
             avg_output_tokens=avg_output_tokens,
             target_kv_usage=target_kv_usage,
             worst_case=worst_case,
+            gpus=gpus,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
         )
         gpu_ = _gpu_arg(gpu, gpu_memory)
         loaded = load_model(model, revision=revision, offline=offline or None)
-        result = report(Deployment(model=loaded, gpu=gpu_, settings=settings), options)
+        settings, draft = load_draft(settings, offline=offline or None)
+        dep = Deployment(model=loaded, gpu=gpu_, settings=settings, draft=draft)
+        result = report(dep, options)
         render.report(result, as_json=json_, show_grid=grid, details=details)
         if result.engine is not None:
             if result.engine_outcome == "wont_start":

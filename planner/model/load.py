@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.model.specs import ModelSpec
+
+if TYPE_CHECKING:
+    from planner.deployment import ServeSettings
 
 Tensors = tuple[tuple[str, Mapping[str, Any]], ...]
 
@@ -120,3 +123,19 @@ def hub_headers(repo: str, *, revision: str | None = None) -> Tensors | None:
                 )
             )
     return tuple(tensors)
+
+
+def load_draft(
+    settings: ServeSettings, *, offline: bool | None = None
+) -> tuple[ServeSettings, LoadedModel | None]:
+    """The draft checkpoint ``settings.speculative`` names (eagle, eagle3, draft_model,
+    dflash), fetched like any model (config and safetensors headers), and the settings with
+    its spec attached (its KV layers join the pool); None when the method loads none (mtp
+    reads the target's own layers, n-gram has no network)."""
+    from dataclasses import replace
+
+    spec = settings.speculative
+    if spec is None or spec.model is None or not spec.has_drafter or spec.method == "mtp":
+        return settings, None
+    draft = load_model(spec.model, offline=offline)
+    return settings.but(speculative=replace(spec, draft_spec=draft.spec)), draft

@@ -130,6 +130,7 @@ class CacheContext:
     max_in_flight_tokens: int = 0
     swa_pool: bool = True
     mamba_align: bool = False
+    dcp: int = 1  # vLLM's decode-context-parallel size: full-attention KV split over dcp ranks
 
     def window_tokens(self, window: int) -> tuple[int, int]:
         """Tokens a sliding-window layer keeps for one request, and extra blocks on top.
@@ -187,8 +188,10 @@ class LayerSpec:
         return block_size * self.bytes_per_token
 
     def tokens_held(self, ctx: CacheContext) -> int:
-        """Tokens of KV one request at ``ctx.max_model_len`` keeps, before block rounding."""
-        return ctx.max_model_len
+        """Tokens of KV one request at ``ctx.max_model_len`` keeps, before block rounding; a
+        rank keeps ``cdiv(L, dcp)`` of them under decode-context parallelism (vLLM
+        ``FullAttentionSpec.max_memory_usage_bytes``)."""
+        return cdiv(ctx.max_model_len, ctx.dcp)
 
     def blocks_per_request(self, ctx: CacheContext, block_size: int) -> int:
         """Blocks (pages) of this layer one request needs at ``ctx.max_model_len``."""

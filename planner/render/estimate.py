@@ -205,6 +205,12 @@ def report_dict(rep: Report) -> dict[str, Any]:
             ).items()
         },
         vllm_version=p.vllm_version,
+        data_parallel_size=p.cluster.data_parallel_size if p.cluster else 1,
+        expert_parallel=p.expert_parallel,
+        cluster=asdict(p.cluster) if p.cluster else None,
+        speculative=asdict(p.speculative) if p.speculative else None,
+        layouts=[asdict(r) for r in p.layouts] if p.layouts else None,
+        node_commands=p.node_commands or None,
         estimated_max_model_len=cap.estimated_max_model_len,
         fits=p.outcome != "wont_start",
         outcome=p.outcome,
@@ -388,10 +394,18 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         if p.gpu.memory_bytes
         else f"a {fmt_bytes(cap.available_kv_bytes)} KV pool"
     )
+    dp = p.cluster.data_parallel_size if p.cluster else 1
     out.print(
         f"[bold]{_user(est.model)}[/] on {_user(where)}, vLLM, TP {est.tensor_parallel_size}"
         + (f", PP {est.pipeline_parallel_size}" if est.pipeline_parallel_size > 1 else "")
+        + (f", DP {dp}" if dp > 1 else "")
+        + (" + EP" if p.expert_parallel else "")
         + f", KV {est.kv_cache_dtype}"
+        + (
+            f", {p.speculative.method} k={p.speculative.num_speculative_tokens}"
+            if p.speculative
+            else ""
+        )
     )
     verdict = outcome_words(p.outcome, p.worst_case_running, cap.max_num_seqs, cap.max_model_len)
     mark = "✗" if p.outcome == "wont_start" else "✓"
@@ -404,6 +418,21 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         f"{cap.num_gpu_blocks:,} blocks",
         markup=False,
     )
+    if p.cluster is not None and p.cluster.data_parallel_size > 1:
+        c = p.cluster
+        out.print(
+            f"  per DP rank; the {c.gpus:,} GPUs hold {c.kv_cache_size_tokens:,} tokens "
+            f"({c.data_parallel_size} pools), max_num_seqs {c.max_num_seqs:,} in all",
+            markup=False,
+        )
+    if p.speculative is not None:
+        sp = p.speculative
+        out.print(
+            f"  drafter ({sp.method}): {fmt_bytes(sp.draft_weights_bytes)} of weights, "
+            f"{sp.draft_kv_layers} KV layer(s) = {fmt_bytes(sp.draft_kv_bytes_per_token)}/token; "
+            f"{sp.num_lookahead_tokens} lookahead slot(s) per running request",
+            markup=False,
+        )
     if rec:
         basis = {
             "workload": "from your workload",
@@ -434,8 +463,14 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             )
     elif p.outcome == "wont_start":
         out.print("[bold]Recommended:[/] none on this GPU; see the error below", markup=False)
-    for line in wrap_command(p.commands["vllm"]):
-        out.print(f"  {line}", markup=False, soft_wrap=True)
+    if p.node_commands:
+        for node, command in enumerate(p.node_commands):
+            out.print(f"  node {node}{' (head)' if node == 0 else ''}:", markup=False)
+            for line in wrap_command(command):
+                out.print(f"  {line}", markup=False, soft_wrap=True)
+    else:
+        for line in wrap_command(p.commands["vllm"]):
+            out.print(f"  {line}", markup=False, soft_wrap=True)
     if p.advice is not None:
         y = p.advice.yours
         out.print(
@@ -460,6 +495,8 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             f"  Mamba layers: max_num_seqs may not exceed {cap.mamba_max_num_seqs:,} "
             "(one state block per decoding sequence)"
         )
+    if p.layouts:
+        _layouts(p)
     if show_grid:
         _grid(p)
     if p.alternatives:
@@ -487,6 +524,35 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
     out.print(
         "[dim]Activation, non-torch and CUDA-graph terms are estimates (`kvplan verify --gpu` "
         "measures them); weights are exact only from safetensors headers.[/]"
+    )
+
+
+def _layouts(p: Plan) -> None:
+    """``--gpus``: every TP x DP split, per GPU and for the cluster."""
+    from planner.render._output import Column, print_fitted
+
+    rows = p.layouts
+    gpus = rows[0].tp * rows[0].dp * p.estimate.pipeline_parallel_size
+    print_fitted(
+        console(),
+        f"Layouts on {gpus} GPUs:",
+        [
+            Column(
+                "layout",
+                [f"TP {r.tp} x DP {r.dp}" + (" + EP" if r.expert_parallel else "") for r in rows],
+                identifier=True,
+            ),
+            Column(
+                "cluster tokens",
+                [f"{r.cluster_kv_cache_size_tokens:,}" if r.fits else "won't start" for r in rows],
+                identifier=True,
+                right=True,
+            ),
+            Column("tokens/rank", [f"{r.kv_cache_size_tokens:,}" for r in rows], right=True),
+            Column("weights/GPU", [fmt_bytes(r.weights_bytes) for r in rows], right=True),
+            Column("", ["yours" if r.yours else "" for r in rows]),
+        ],
+        note="--json: layouts",
     )
 
 

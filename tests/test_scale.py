@@ -1,0 +1,371 @@
+"""Issue 15: data + expert parallelism, DP attention, EPLB, DCP, speculative decoding, nodes.
+
+Every expected figure is arithmetic written out here from the configs (shared/model-configs,
+copied to tests/fixtures/configs) or from vLLM 0.33's rules as ../shared/ENGINES-SCALE.md §4.1-4.2
+quotes them with source lines.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+import planner
+from planner.cli import app
+from planner.cluster import best_layout
+from planner.deployment import Deployment, ServeSettings
+from planner.errors import UsageError
+from planner.model.load import load_draft
+from planner.recommend import PlanOptions, plan
+from planner.speculative import SpeculativeConfig, parse_speculative
+from planner.weights import Placement, from_tensors, per_rank
+from tests.conftest import fixture_config
+from tests.helpers import check_command
+from tests.test_weights import write_safetensors
+
+runner = CliRunner()
+
+
+def run_cli(*args: str) -> Result:
+    return runner.invoke(app, list(args))
+
+
+MIB = 1 << 20
+EAGLE_8B = str(fixture_config("yuhuili--EAGLE-LLaMA3-Instruct-8B").parent)
+
+
+def mtp(k: int = 1) -> SpeculativeConfig:
+    return SpeculativeConfig(method="mtp", num_speculative_tokens=k)
+
+
+# --------------------------------------------------------------------------- KV of drafters
+
+
+def test_deepseek_v3_mtp_adds_one_mla_layer_to_the_pool() -> None:
+    # MLA latent kv_lora_rank 512 + qk_rope_head_dim 64, bf16, not split by TP:
+    # 61 layers x 576 x 2 B = 70,272 B/token/rank; MTP (num_nextn_predict_layers 1) adds one
+    # more layer of the same spec: 62 x 1,152 = 71,424 (ENGINES-SCALE §4.2)
+    spec = planner.load_model_spec("deepseek-v3")
+    plain = planner.estimate(spec, ServeSettings(tp=8))
+    with_mtp = planner.estimate(spec, ServeSettings(tp=8, speculative=mtp()))
+    assert plain.kv_bytes_per_token == 61 * 576 * 2 == 70_272
+    assert with_mtp.kv_bytes_per_token == 62 * 576 * 2 == 71_424
+    assert with_mtp.vllm is not None and len(with_mtp.vllm.groups) == 1  # same spec, one group
+    assert with_mtp.vllm.groups[0].num_layers == 62
+
+
+def test_llama_8b_with_a_one_layer_eagle_head() -> None:
+    # target: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 131,072 B/token; the EAGLE
+    # head's config has num_hidden_layers 1, 8 KV heads, head dim 4,096 / 32 = 128: one more
+    # layer of the same spec, 33 x 4,096 = 135,168 (ENGINES-SCALE §4.2)
+    settings = ServeSettings(
+        speculative=parse_speculative(
+            {"method": "eagle", "model": EAGLE_8B, "num_speculative_tokens": 3}
+        )
+    )
+    settings, draft = load_draft(settings)
+    assert draft is not None
+    est = planner.estimate(planner.load_model_spec("llama-3.1-8b"), settings)
+    assert est.kv_bytes_per_token == 33 * 8 * 128 * 2 * 2 == 135_168
+    assert est.vllm is not None and [g.num_layers for g in est.vllm.groups] == [33]
+
+
+def test_the_drafter_sits_on_the_last_pipeline_stage() -> None:
+    # PP 2 splits Llama-3.1-8B's 32 layers 16 / 16; the drafter exists only on the last
+    # stage (gpu_model_runner: get_pp_group().is_last_rank), so that stage holds 17 layers
+    settings, _ = load_draft(
+        ServeSettings(
+            pp=2,
+            speculative=parse_speculative(
+                {"method": "eagle", "model": EAGLE_8B, "num_speculative_tokens": 1}
+            ),
+        )
+    )
+    est = planner.estimate(planner.load_model_spec("llama-3.1-8b"), settings)
+    assert est.pp_stage == 1
+    assert est.kv_bytes_per_token == 17 * 4_096
+
+
+def test_lookahead_slots_by_method() -> None:
+    # VllmConfig.num_lookahead_tokens: k for eagle / mtp / draft models, k + 1 for dflash,
+    # 0 for prompt lookup
+    assert mtp(3).num_lookahead_tokens == 3
+    assert (
+        SpeculativeConfig(method="dflash", model="x", num_speculative_tokens=3).num_lookahead_tokens
+        == 4
+    )
+    assert SpeculativeConfig(method="ngram", num_speculative_tokens=3).num_lookahead_tokens == 0
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        ("{method: mtp}", "must be JSON"),
+        ('{"method": "medusa", "num_speculative_tokens": 2}', "not one kvplan sizes"),
+        ('{"method": "eagle", "num_speculative_tokens": 2}', 'needs "model"'),
+        ('{"method": "mtp"}', "num_speculative_tokens"),
+        ('{"method": "mtp", "num_speculative_tokens": 0}', "from 1 to 64"),
+        ('{"method": "mtp", "num_speculative_tokens": 1, "acceptance": 0.7}', "does not size"),
+    ],
+)
+def test_speculative_config_refusals(given: str, error: str) -> None:
+    with pytest.raises(UsageError, match=error):
+        parse_speculative(given)
+
+
+def test_mtp_on_a_model_without_mtp_layers_is_refused() -> None:
+    with pytest.raises(UsageError, match="has no MTP layers"):
+        Deployment(
+            model=planner.load_model("llama-3.1-8b"),
+            gpu=None,
+            settings=ServeSettings(speculative=mtp()),
+        )
+
+
+def test_draft_tp_must_be_one_or_the_targets() -> None:
+    spec = SpeculativeConfig(
+        method="eagle", model="x", num_speculative_tokens=1, draft_tensor_parallel_size=2
+    )
+    assert spec.draft_tp(2) == 2
+    with pytest.raises(UsageError, match="must be 1 or the target's --tp 4"):
+        spec.draft_tp(4)
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def _moe_checkpoint(tmp_path: Path, *, mtp_layer: bool = True, tower: bool = True) -> Path:
+    """A 2-layer MoE with 4 experts per layer, one MTP layer and a vision tower, every tensor
+    a whole number of MiB (bf16: 1 MiB = 512 x 1,024 elements)."""
+    config = json.loads(fixture_config("Qwen--Qwen3-30B-A3B").read_text())
+    config.update(num_hidden_layers=2, num_experts=4, num_nextn_predict_layers=1)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    one = ("BF16", [512, 1024])  # 1 MiB
+    tensors = {
+        "model.embed_tokens.weight": ("BF16", [1024, 1024]),  # 2 MiB
+        "lm_head.weight": ("BF16", [1024, 1024]),  # 2 MiB
+    }
+    for layer in (0, 1):
+        tensors[f"model.layers.{layer}.self_attn.qkv.weight"] = ("BF16", [4096, 1024])  # 8 MiB
+        tensors[f"model.layers.{layer}.mlp.shared_experts.up.weight"] = one
+        for e in range(4):
+            tensors[f"model.layers.{layer}.mlp.experts.{e}.up_proj.weight"] = one
+    if mtp_layer:
+        tensors["model.layers.2.self_attn.qkv.weight"] = ("BF16", [2048, 1024])  # 4 MiB
+        for e in range(4):
+            tensors[f"model.layers.2.mlp.experts.{e}.up_proj.weight"] = one
+    if tower:
+        tensors["visual.blocks.0.attn.qkv.weight"] = ("BF16", [1024, 1024])  # 2 MiB
+        tensors["visual.blocks.1.attn.qkv.weight"] = ("BF16", [1024, 1024])  # 2 MiB
+        tensors["multi_modal_projector.linear.weight"] = one
+    write_safetensors(tmp_path / "model.safetensors", tensors)
+    return tmp_path
+
+
+def test_experts_shard_over_dp_times_tp_the_rest_over_tp(tmp_path: Path) -> None:
+    model = planner.load_model(str(_moe_checkpoint(tmp_path, mtp_layer=False, tower=False)))
+    # per layer: 8 MiB attention + 1 MiB shared expert (TP-sharded) and 4 x 1 MiB experts;
+    # embeddings 2 MiB and head 2 MiB (vocab-parallel)
+    non_expert = 2 * (8 + 1) + 2 + 2  # 22 MiB
+    experts = 2 * 4  # 8 MiB
+    assert per_rank(model, tp=2).bytes_per_rank == (non_expert + experts) * MIB // 2
+    # DP 2 x TP 2: non-experts over the rank's TP 2, experts over dp x tp = 4
+    dp2 = Placement(tp=2, dp=2)
+    assert per_rank(model, placement=dp2).bytes_per_rank == (non_expert // 2 + experts // 4) * MIB
+    # the same with EP (whole experts, 4 / 4 = 1 per layer): the same bytes
+    ep = Placement(tp=2, dp=2, ep=True)
+    assert per_rank(model, placement=ep).bytes_per_rank == (11 + 2 * 1) * MIB
+    # EPLB: 4 + 2 redundant experts over 4 GPUs -> ceil(6 / 4) = 2 per layer on the busiest
+    eplb = Placement(tp=2, dp=2, ep=True, redundant_experts=2)
+    assert per_rank(model, placement=eplb).bytes_per_rank == (11 + 2 * 2) * MIB
+
+
+def test_mtp_layer_loads_only_with_mtp_and_shards_like_the_target(tmp_path: Path) -> None:
+    model = planner.load_model(str(_moe_checkpoint(tmp_path, tower=False)))
+    base = (2 * (8 + 1) + 2 + 2 + 2 * 4) * MIB // 2  # 15 MiB at TP 2, as without the layer
+    assert per_rank(model, tp=2).bytes_per_rank == base
+    # MTP on: its 4 MiB attention over TP 2 and its 4 x 1 MiB experts over TP 2
+    on = per_rank(model, placement=Placement(tp=2, mtp=True)).bytes_per_rank
+    assert on == base + (4 + 4) * MIB // 2
+    # whole model total counts it either way: 22 + 8 + 8 MiB
+    assert per_rank(model, tp=2).total_bytes == 38 * MIB
+
+
+def test_tower_is_not_a_language_model_layer(tmp_path: Path) -> None:
+    model = planner.load_model(str(_moe_checkpoint(tmp_path, mtp_layer=False)))
+    # the tower's 2 + 2 + 1 MiB sit on the first stage, TP-sharded (mm_encoder_tp_mode
+    # "weights"): +2.5 MiB per rank at TP 2, not added to LM layers 0 and 1
+    assert per_rank(model, tp=2).bytes_per_rank == (30 + 5) * MIB // 2
+    # PP 2: stage 0 = layer 0 (8 + 1 + 4) + embed 2 + tower 5 = 20 MiB; stage 1 = layer 1
+    # (13) + head 2 = 15 MiB; TP 1: the busiest is stage 0
+    assert per_rank(model, pp=2).bytes_per_rank == 20 * MIB
+
+
+def test_from_tensors_reads_the_mtp_prefix_of_qwen3_next() -> None:
+    # Qwen3-Next keeps its MTP layer under "mtp.*", not model.layers.{L}
+    tensors = [
+        ("model.layers.0.self_attn.q.weight", {"dtype": "BF16", "shape": [1024, 1024]}),
+        ("mtp.layers.0.self_attn.q.weight", {"dtype": "BF16", "shape": [1024, 1024]}),
+    ]
+    off = from_tensors(tensors, 1, mtp_layers=1)
+    on = from_tensors(tensors, 1, mtp_layers=1, placement=Placement(mtp=True))
+    assert (off.bytes_per_rank, on.bytes_per_rank) == (2 * MIB, 4 * MIB)
+
+
+def test_deepseek_v3_dp8_ep_against_tp8_from_the_config() -> None:
+    # routed experts: 58 MoE layers x 256 experts x 3 x 7,168 x 2,048 x 1 B (fp8) are spread
+    # over 8 GPUs either way; what DP 8 adds is the non-expert part at TP 1 instead of TP 8
+    model = planner.load_model("deepseek-v3")
+    tp8 = per_rank(model, tp=8).bytes_per_rank
+    dp8 = per_rank(model, placement=Placement(tp=1, dp=8, ep=True)).bytes_per_rank
+    experts = 58 * 256 * 3 * 7_168 * 2_048
+    whole = per_rank(model, tp=1).bytes_per_rank  # everything on one GPU
+    non_expert = whole - experts
+    assert dp8 == pytest.approx(non_expert + experts / 8, abs=64)
+    # ENGINES-SCALE §4.1: the config path gives 79.27 GiB at TP 8 and ~93.9 GiB at DP 8 + EP
+    assert tp8 / 2**30 == pytest.approx(79.27, abs=0.01)
+    assert dp8 / 2**30 == pytest.approx(93.9, abs=0.1)
+    # EPLB with 8 redundant experts: ceil(264 / 8) = 33 local instead of 32, one more expert
+    # per MoE layer: 58 x 3 x 7,168 x 2,048 B = 2.55 GB ("≈ 2.4 GB for one redundant expert")
+    eplb = per_rank(model, placement=Placement(tp=1, dp=8, ep=True, redundant_experts=8))
+    assert eplb.bytes_per_rank - dp8 == 58 * 3 * 7_168 * 2_048
+
+
+# --------------------------------------------------------------------------- cluster, layouts
+
+
+def test_dp_ranks_are_independent_pools() -> None:
+    dep = Deployment(
+        model=planner.load_model("qwen3-30b-a3b"),
+        gpu=planner.get_gpu("h100"),
+        settings=ServeSettings(tp=1, dp=4, enable_expert_parallel=True, max_model_len=8192),
+    )
+    p = plan(dep)
+    assert p.cluster is not None
+    assert p.cluster.gpus == 4
+    assert p.cluster.kv_cache_size_tokens == 4 * p.vllm.kv_cache_size_tokens
+    assert p.cluster.max_num_seqs == 4 * p.vllm.max_num_seqs  # --max-num-seqs is per DP rank
+
+
+def test_on_8_h200s_deepseek_v3_holds_most_with_dp_attention() -> None:
+    # MLA: TP 8 stores the 576-wide latent on every rank, so its pool is the cluster's;
+    # DP 8 + EP gives 8 pools with ~14.6 GiB more weights each (ENGINES-SCALE §4.1 worked
+    # example: ~674k tokens at TP 8, ~3.5M for the cluster at DP 8, 5.2x)
+    dep = Deployment(
+        model=planner.load_model("deepseek-v3"),
+        gpu=planner.get_gpu("h200"),
+        settings=ServeSettings(tp=8),
+    )
+    p = plan(dep, PlanOptions(gpus=8))
+    by = {(r.tp, r.dp): r for r in p.layouts}
+    assert set(by) == {(1, 8), (2, 4), (4, 2), (8, 1)}
+    assert by[(8, 1)].yours and not by[(8, 1)].expert_parallel
+    assert by[(1, 8)].expert_parallel
+    assert by[(8, 1)].cluster_kv_cache_size_tokens == by[(8, 1)].kv_cache_size_tokens
+    ratio = by[(1, 8)].cluster_kv_cache_size_tokens / by[(8, 1)].cluster_kv_cache_size_tokens
+    assert 4.5 < ratio < 6
+    assert best_layout(p.layouts) == by[(1, 8)]
+    assert any("--data-parallel-size 8" in n for n in p.notes)
+
+
+def test_dcp_splits_a_request_over_the_tp_ranks() -> None:
+    # DCP 2 at TP 2: a block spans 16 x 2 tokens (resolve_dcp_kv_block_size), so a
+    # 8,192-token request needs 8,192 / 32 = 256 blocks instead of 512, and a fixed pool logs
+    # twice the tokens
+    spec = planner.load_model_spec("llama-3.1-8b")
+    plain = planner.estimate(spec, ServeSettings(tp=2, max_model_len=8192))
+    dcp = planner.estimate(spec, ServeSettings(tp=2, dcp=2, max_model_len=8192))
+    assert plain.vllm is not None and dcp.vllm is not None
+    assert (plain.vllm.blocks_per_request, dcp.vllm.blocks_per_request) == (512, 256)
+    assert dcp.vllm.bytes_per_block == plain.vllm.bytes_per_block
+    with pytest.raises(UsageError, match="must divide --tp 2"):
+        ServeSettings(tp=2, dcp=4)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def test_the_vllm_command_carries_every_parallel_and_speculative_flag() -> None:
+    result = run_cli(
+        "estimate",
+        "deepseek-v3",
+        "--gpu",
+        "h200",
+        "--dp",
+        "8",
+        "--enable-expert-parallel",
+        "--num-redundant-experts",
+        "32",
+        "--speculative-config",
+        '{"method":"mtp","num_speculative_tokens":2}',
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    parsed = check_command(data["commands"]["vllm"])
+    assert parsed["--data-parallel-size"] == 8
+    assert parsed["--enable-expert-parallel"] is True
+    assert parsed["--enable-eplb"] is True
+    assert parsed["--eplb-config"] == {"num_redundant_experts": 32}
+    assert parsed["--speculative-config"] == {"method": "mtp", "num_speculative_tokens": 2}
+    assert data["data_parallel_size"] == 8 and data["expert_parallel"] is True
+    assert data["cluster"]["kv_cache_size_tokens"] == 8 * data["kv_cache_size_tokens"]
+    sp = data["speculative"]
+    assert (sp["method"], sp["num_speculative_tokens"], sp["num_lookahead_tokens"]) == ("mtp", 2, 2)
+    assert sp["draft_kv_bytes_per_token"] == 576 * 2  # one MLA layer
+    assert data["kv_bytes_per_token"] == 62 * 576 * 2
+    assert sp["draft_weights_bytes"] > 0
+    sglang = check_command(data["commands"]["sglang"])
+    assert (sglang["--tp-size"], sglang["--attn-dp-size"], sglang["--ep-size"]) == (8, 8, 8)
+
+
+def test_two_nodes_get_a_head_and_a_headless_command() -> None:
+    result = run_cli(
+        "estimate",
+        "deepseek-v3",
+        "--gpu",
+        "h200",
+        "--dp",
+        "16",
+        "--enable-expert-parallel",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    head, other = json.loads(result.stdout)["node_commands"]
+    h, o = check_command(head), check_command(other)
+    assert h["--data-parallel-size-local"] == o["--data-parallel-size-local"] == 8
+    assert "--headless" not in h and o["--headless"] is True
+    assert o["--data-parallel-start-rank"] == 8
+    assert h["--data-parallel-address"] == o["--data-parallel-address"]
+    assert "--headless" in shlex.split(other)
+
+
+def test_bad_speculative_json_is_one_usage_line() -> None:
+    result = run_cli("estimate", "deepseek-v3", "--speculative-config", "{mtp}")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: --speculative-config must be JSON")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_plans_file_takes_the_new_keys(tmp_path: Path) -> None:
+    plans = tmp_path / "plans.yaml"
+    plans.write_text(
+        "deployments:\n"
+        "  - name: dsv3\n    model: deepseek-v3\n    gpu: h200\n    dp: 8\n"
+        "    enable_expert_parallel: true\n"
+        "    speculative_config: {method: mtp, num_speculative_tokens: 1}\n"
+        "  - name: typo\n    model: deepseek-v3\n    gpu: h200\n    dp: '8'\n"
+    )
+    result = run_cli("check", str(plans), "--json")
+    data = json.loads(result.stdout)
+    assert data["counts"]["passed"] == 1
+    assert data["counts"]["invalid"] == 1  # dp: '8' is a string in a typed file
+    assert any("dp" in json.dumps(p) for p in data["problems"])

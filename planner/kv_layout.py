@@ -272,6 +272,15 @@ def estimate(
     # Engines serve float32 checkpoints in bf16 (vLLM _resolve_auto_dtype); transformers does not.
     run_dtype_bytes = 2 if spec.dtype == "float32" and engine is not Engine.HF else spec.dtype_bytes
     rank_layers = _rank_layers(spec, tp, dtype.bytes, engine, run_dtype_bytes)
+    sc = settings.speculative
+    if sc is not None and engine is Engine.VLLM:  # any method: vllm_config.num_speculative_tokens
+        k = sc.num_speculative_tokens
+        rank_layers = [
+            replace(s, conv_state_extra=s.conv_state_extra + k, speculative_blocks=k)
+            if isinstance(s, StateSpec)
+            else s
+            for s in rank_layers
+        ]
     draft = _draft_layers(spec, settings, dtype.bytes)
     if draft:
         rank_layers = [*rank_layers, *draft]  # the drafter's layers sit on the last stage

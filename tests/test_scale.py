@@ -369,3 +369,77 @@ def test_plans_file_takes_the_new_keys(tmp_path: Path) -> None:
     assert data["counts"]["passed"] == 1
     assert data["counts"]["invalid"] == 1  # dp: '8' is a string in a typed file
     assert any("dp" in json.dumps(p) for p in data["problems"])
+
+
+def test_mamba_layers_keep_a_state_page_per_draft_token() -> None:
+    # vLLM MambaSpec: num_speculative_blocks = num_speculative_tokens (any method), and the
+    # conv state keeps conv_kernel - 1 + k columns (ENGINES.md §1.3). Nemotron-H-56B at TP 1:
+    # conv dim 20,480 (intermediate 16,384 + 2 x 8 groups x 256 state), kernel 4, bf16:
+    # k = 2 adds 2 columns = 20,480 x 2 x 2 B = 81,920 B per Mamba layer
+    config = json.loads(fixture_config("nvidia--Nemotron-H-56B-Base-8K").read_text())
+    mamba_layers = config["hybrid_override_pattern"].count("M")
+    spec = planner.load_model_spec("nemotron-h-56b")
+    ngram = SpeculativeConfig(method="ngram", num_speculative_tokens=2)
+    plain = planner.estimate(spec, ServeSettings(enable_prefix_caching=False))
+    spec_ = planner.estimate(spec, ServeSettings(enable_prefix_caching=False, speculative=ngram))
+    grown = spec_.state_bytes_per_sequence - plain.state_bytes_per_sequence
+    assert grown == mamba_layers * 20_480 * 2 * 2
+    assert plain.vllm is not None and spec_.vllm is not None
+    states = [g for g in spec_.vllm.groups if g.is_state]
+    assert {g.blocks_per_request for g in states} == {1 + 2}  # mode "none": 1 + k pages
+
+
+def test_gpt_oss_with_an_eagle_head_pads_the_window_group(tmp_path: Path) -> None:
+    # vLLM's comment in _get_kv_cache_groups_uniform_page_size: gpt-oss-20b + eagle is
+    # "12 sw + 13 full ... pad it to (13 sw, 13 full)": a draft layer with the target's full
+    # attention spec (8 KV heads x 64, bf16) joins the full group, and 13 < 12 x 1.5 sizes
+    # the groups at 13, one padding layer in the window group
+    draft = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 2880,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "num_hidden_layers": 1,
+        "intermediate_size": 8192,
+        "vocab_size": 201088,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(draft))
+    settings, _ = load_draft(
+        ServeSettings(
+            speculative=parse_speculative(
+                {"method": "eagle3", "model": str(tmp_path), "num_speculative_tokens": 3}
+            )
+        )
+    )
+    est = planner.estimate(planner.load_model_spec("gpt-oss-20b"), settings)
+    assert est.vllm is not None
+    assert est.vllm.padding_layers == 1
+    assert sorted(g.num_layers for g in est.vllm.groups) == [12, 13]
+
+
+def test_an_eagle_head_shares_the_targets_embeddings() -> None:
+    # EAGLE-LLaMA3-Instruct-8B: one Llama layer (q, o 4,096 x 4,096; k, v 4,096 x 1,024;
+    # MLP 3 x 4,096 x 14,336; two norms of 4,096) plus fc 2 x 4,096 -> 4,096, bf16; the
+    # target's embeddings and lm_head are shared (vLLM's EagleProposer)
+    layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    fc = 2 * 4096 * 4096
+    result = run_cli(
+        "estimate",
+        "llama-3-8b",
+        "--gpu",
+        "h100",
+        "--max-model-len",
+        "4096",
+        "--speculative-config",
+        '{"method":"eagle","model":"eagle-llama3-instruct-8b","num_speculative_tokens":3}',
+        "--json",
+    )
+    data = json.loads(result.stdout)
+    assert data["speculative"]["draft_weights_bytes"] == (layer + fc) * 2
+    # the command names the draft by the Hub id vLLM loads, not kvplan's catalog name
+    command = check_command(data["commands"]["vllm"])
+    assert command["--speculative-config"]["model"] == "yuhuili/EAGLE-LLaMA3-Instruct-8B"

@@ -43,8 +43,6 @@ EXCLUDE = {
     "llava-hf--llava-1.5-7b-hf": "its text_config relies on transformers defaults kvplan lacks",
     "Qwen--Qwen3-VL-32B-Instruct": "parsing it imports transformers (the catalog must not)",
     "meta-llama--Llama-3.2-90B-Vision-Instruct": "parsing it imports transformers (mllama)",
-    "yuhuili--EAGLE-LLaMA3-Instruct-70B": "a speculative-decoding draft, not a model to serve",
-    "yuhuili--EAGLE-LLaMA3-Instruct-8B": "a speculative-decoding draft, not a model to serve",
 }
 # Variants the catalog has no config of but whose KV geometry was read from a published copy of
 # their config.json: they resolve to the catalog entry (with a note) only if every GEOMETRY value

@@ -138,4 +138,6 @@ def load_draft(
     if spec is None or spec.model is None or not spec.has_drafter or spec.method == "mtp":
         return settings, None
     draft = load_model(spec.model, offline=offline)
-    return settings.but(speculative=replace(spec, draft_spec=draft.spec)), draft
+    # vLLM loads the draft by Hub id: a catalog name becomes the id it stands for
+    model = draft.spec.name if draft.spec.source.startswith("catalog:") else spec.model
+    return settings.but(speculative=replace(spec, model=model, draft_spec=draft.spec)), draft

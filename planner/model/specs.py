@@ -319,6 +319,9 @@ class StateSpec(LayerSpec):
     ssm_dtype_fixed: bool = False
     conv_state_extra: int = -1
     prefill_checkpoint_blocks: int = 0
+    # speculative decoding (vLLM): one extra state page per draft token, and the conv state
+    # keeps kernel - 1 + k columns (MambaSpec.num_speculative_blocks)
+    speculative_blocks: int = 0
 
     @property
     def shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -340,8 +343,8 @@ class StateSpec(LayerSpec):
         """vLLM ``MambaSpec.max_memory_usage_bytes``: 1 page, or in "align" mode (prefix
         caching on) 2 pages plus the prefill checkpoint page the mixer exports."""
         if ctx.engine is Engine.VLLM and ctx.mamba_align:
-            return 2 + self.prefill_checkpoint_blocks
-        return 1
+            return 2 + self.speculative_blocks + self.prefill_checkpoint_blocks
+        return 1 + self.speculative_blocks
 
     def for_rank(
         self, *, tp: int, kv_dtype_bytes: int, engine: Engine, model_dtype_bytes: int

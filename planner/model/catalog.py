@@ -78,7 +78,12 @@ def resolve(model: str) -> tuple[CatalogEntry, str, str] | None:
     """
     entry = lookup(model)
     if entry is not None:
-        return entry, "", entry.hub_id
+        key = model.strip().lower()
+        if key in (entry.name.lower(), entry.hub_id.lower()):
+            return entry, "", entry.hub_id
+        # a short alias (qwen2.5-7b): the entry is one variant of that name; say which
+        note = f"{model.strip()} is planned as {entry.hub_id} (kvplan's catalog entry {entry.name})"
+        return entry, note, entry.hub_id
     found = _variant_index().get(model.strip().lower())
     if found is None:
         return None

@@ -118,7 +118,8 @@ class Requirements:
     Attributes:
         min_concurrency: requests of ``max_model_len`` tokens that fit at once (8 means the
             KV cache holds 8 x 16,384 tokens for a 16,384-token ``max_model_len``).
-        min_kv_tokens: KV cache size in tokens.
+        min_kv_tokens: KV cache size in tokens, of one DP rank (what vLLM logs per engine).
+        min_cluster_kv_tokens: KV cache size in tokens of the whole deployment (dp pools).
         max_kv_usage: the most of the KV pool that ``max_num_seqs`` full-length requests may
             take: 0.9 with 16 x 1,024 blocks asks for at least 18,205 usable blocks.
         max_preemptions: the most preemptions while replaying the entry's workload (0: none).
@@ -132,6 +133,7 @@ class Requirements:
     min_concurrency: float | None = None
     min_kv_tokens: int | None = None
     max_kv_usage: float | None = None
+    min_cluster_kv_tokens: int | None = None
     max_preemptions: int | None = None
     max_kv_usage_p90: float | None = None
     max_ttft_p90_s: float | None = None
@@ -200,7 +202,8 @@ SCHEMA: dict[str, str] = {
     "enable_prefix_caching": "vLLM prefix caching",
     "enforce_eager": "vLLM without CUDA graphs",
     "min_concurrency": "required requests at max_model_len",
-    "min_kv_tokens": "required KV cache tokens",
+    "min_kv_tokens": "required KV cache tokens (per DP rank)",
+    "min_cluster_kv_tokens": "required KV cache tokens of all dp ranks together",
     "max_kv_usage": "largest KV usage at max_num_seqs full-length requests",
     "headroom": "memory kept free of KV cache: bytes, 2GiB or 5%",
     "workload": "trace (.jsonl) or spec (.yaml) to replay, relative to the plans file",
@@ -391,6 +394,7 @@ _OWN: dict[str, Callable[[Any], Any]] = {
     "gpu_memory": _size,
     "min_concurrency": _positive,
     "min_kv_tokens": _count,
+    "min_cluster_kv_tokens": _count,
     "max_kv_usage": _fraction,
     "headroom": _headroom,
     "workload": _text,
@@ -566,7 +570,10 @@ def _entry(r: _Reader, base_dir: Path, workloads: _Workloads, top: Workload | No
         if "max_kv_usage" in r.data and "max_num_seqs" not in r.data:
             r.fail("max_kv_usage", f"needs max_num_seqs with engine {engine.value}")
     requirements = Requirements(
-        **{key: own.get(key) for key in ("min_concurrency", "min_kv_tokens", "max_kv_usage")},
+        **{
+            key: own.get(key)
+            for key in ("min_concurrency", "min_kv_tokens", "max_kv_usage", "min_cluster_kv_tokens")
+        },
         **{key: own.get(key) for key in WORKLOAD_KEYS},
     )
     gpu = _gpu(r, own.get("gpu"), own.get("gpu_memory"))
@@ -966,6 +973,7 @@ def check_deployment(entry: Entry, *, cache: _Cache | None = None) -> Deployment
     shown: dict[str, Any] = {
         "tp": s.tp,
         "pp": s.pp,
+        **({"dp": s.dp} if s.dp > 1 else {}),
         "max_model_len": s.max_model_len,
         "max_num_seqs": s.max_num_seqs,
         "gpu_memory_utilization": s.gpu_memory_utilization,
@@ -1041,8 +1049,11 @@ def _at_most(name: str, resource: str, unit: str, required: float, actual: float
     return Check(name, resource, unit, required, actual, actual <= required, margin)
 
 
-def _requirements(req: Requirements, concurrency: float, tokens: int, usage: float) -> list[Check]:
-    """The optional requirement checks, the same for every engine."""
+def _requirements(
+    req: Requirements, concurrency: float, tokens: int, usage: float, dp: int = 1
+) -> list[Check]:
+    """The optional requirement checks, the same for every engine; ``dp`` ranks each hold
+    ``tokens`` (vLLM: one engine and pool per data-parallel rank)."""
     checks = []
     if req.min_concurrency is not None:
         checks.append(
@@ -1052,6 +1063,16 @@ def _requirements(req: Requirements, concurrency: float, tokens: int, usage: flo
         checks.append(_at_least("min_kv_tokens", "KV tokens", "tokens", req.min_kv_tokens, tokens))
     if req.max_kv_usage is not None:
         checks.append(_at_most("max_kv_usage", "KV usage", "ratio", req.max_kv_usage, usage))
+    if req.min_cluster_kv_tokens is not None:
+        checks.append(
+            _at_least(
+                "min_cluster_kv_tokens",
+                f"KV tokens of {dp} DP rank(s)",
+                "tokens",
+                req.min_cluster_kv_tokens,
+                dp * tokens,
+            )
+        )
     return checks
 
 
@@ -1215,7 +1236,7 @@ def _check_vllm(
             )
         )
     checks += _requirements(
-        entry.requirements, cap.max_concurrency, cap.kv_cache_size_tokens, usage
+        entry.requirements, cap.max_concurrency, cap.kv_cache_size_tokens, usage, dep.settings.dp
     )
     simulated = None
     if entry.workload is not None and p.outcome != WONT_START:
@@ -1347,7 +1368,7 @@ def _check_other(
     checks = [
         _at_least("max_model_len", "requests of max_model_len", "x", 1.0, cap.max_concurrency)
     ]
-    checks += _requirements(req, cap.max_concurrency, cap.max_total_tokens, usage)
+    checks += _requirements(req, cap.max_concurrency, cap.max_total_tokens, usage, dep.settings.dp)
     figures = Figures(
         source=dep.settings.engine.value,
         weights_bytes=weights.bytes_per_rank,

@@ -443,3 +443,26 @@ def test_an_eagle_head_shares_the_targets_embeddings() -> None:
     # the command names the draft by the Hub id vLLM loads, not kvplan's catalog name
     command = check_command(data["commands"]["vllm"])
     assert command["--speculative-config"]["model"] == "yuhuili/EAGLE-LLaMA3-Instruct-8B"
+
+
+def test_plans_file_checks_the_cluster_tokens(tmp_path: Path) -> None:
+    # min_kv_tokens is one DP rank's pool (vLLM logs it per EngineCore_DP{i});
+    # min_cluster_kv_tokens is dp x that pool
+    plans = tmp_path / "plans.yaml"
+    entry = (
+        "  - name: {name}\n    model: qwen3-30b-a3b\n    gpu: h100\n    max_model_len: 8192\n"
+        "    dp: 4\n    enable_expert_parallel: true\n    min_cluster_kv_tokens: {need}\n"
+    )
+    plans.write_text("deployments:\n" + entry.format(name="a", need=1))
+    one = json.loads(run_cli("check", str(plans), "--json").stdout)["deployments"][0]
+    per_rank = one["figures"]["kv_cache_size_tokens"]
+    plans.write_text(
+        "deployments:\n"
+        + entry.format(name="fits", need=4 * per_rank)
+        + entry.format(name="short", need=4 * per_rank + 1)
+    )
+    result = run_cli("check", str(plans), "--json")
+    assert result.exit_code == 1
+    fits, short = json.loads(result.stdout)["deployments"]
+    assert (fits["status"], short["status"]) == ("pass", "fail")
+    assert fits["settings"]["dp"] == 4

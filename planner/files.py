@@ -129,12 +129,20 @@ def write_all_atomic(outputs: Sequence[tuple[str, str | Path, bytes | str]]) -> 
                 os.unlink(tmp)
 
 
+def check_output_name(flag: str, path: str | Path) -> None:
+    """Refuse an output path that can never be written (empty, a folder, a NUL byte) before
+    any work is done, with the words the write itself would use."""
+    if not str(path).strip() or Path(path).is_dir():
+        raise UsageError(f"{f'{flag} {path}'.strip()}: cannot write there: not a file name")
+    if "\0" in str(path):
+        raise UsageError(f"{flag} {str(path)!r}: cannot write there: not a file name")
+
+
 def _stage(flag: str, path: str | Path, data: bytes | str) -> str:
     """``data`` in a temporary file beside ``path`` (mode as a plain file would have)."""
     name = f"{flag} {path}".strip()
     target = Path(path)
-    if not str(path).strip() or target.is_dir():
-        raise UsageError(f"{name}: cannot write there: not a file name")
+    check_output_name(flag, path)
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except ValueError:  # an embedded NUL byte

@@ -65,6 +65,10 @@ def check(
             format_ = "json"
         if format_ not in render.CHECK_FORMATS:
             raise UsageError(f"--format {format_!r}: use one of {', '.join(render.CHECK_FORMATS)}")
+        if output is not None:
+            from planner.files import check_output_name
+
+            check_output_name("-o", output)  # before any model is read or planned
         from planner.status import quiet
 
         quiet(format_ != "table")  # no status line beside a machine-read report

@@ -623,6 +623,12 @@ def lora_notes(dep: Deployment, b: LoraBuffers) -> tuple[list[str], list[str]]:
                 f"{fmt_bytes(whole - b.bytes_per_rank)} per GPU against every module (drop it "
                 "to serve adapters that train more)"
             )
+    if adapter is None:
+        notes.append(
+            f"LoRA CPU cache: each worker keeps up to {b.max_cpu_loras} adapter(s), assumed of "
+            f"rank {b.max_lora_rank} on the modules the buffers cover "
+            f"({fmt_bytes(b.adapter_bytes)} each); --lora-adapter DIR sizes them from yours"
+        )
     experts = b.by_module.get("experts", 0)
     if experts * 2 > b.bytes_per_rank:
         notes.append(

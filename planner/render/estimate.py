@@ -553,8 +553,8 @@ def _beyond(p: Plan) -> None:
         )
     if p.weights.offloaded_bytes_per_rank:
         out.print(
-            f"  --cpu-offload-gb: {fmt_bytes(p.weights.offloaded_bytes_per_rank)}/GPU of "
-            "weights in pinned host memory, read over PCIe each step",
+            f"  CPU offload: {fmt_bytes(p.weights.offloaded_bytes_per_rank)}/GPU of weights in "
+            "pinned host RAM (read over PCIe)",
             markup=False,
         )
     tier = p.kv_tier
@@ -562,8 +562,8 @@ def _beyond(p: Plan) -> None:
         ratio = tier.ratio_to_gpu_pool
         times = f"{ratio:.2f}x the GPU pool" if ratio is not None else "no GPU pool"
         out.print(
-            f"  CPU KV tier ({tier.backend}): {tier.cpu_kv_tokens:,} tokens = "
-            f"{tier.cpu_blocks:,} blocks, {times}; prefix hits only",
+            f"  CPU KV tier ({tier.backend}): {tier.cpu_kv_tokens:,} tokens, "
+            f"{tier.cpu_blocks:,} blocks = {times}",
             markup=False,
         )
     elif tier is not None:
@@ -576,18 +576,22 @@ def _beyond(p: Plan) -> None:
 HOST_PARTS = (
     ("kv_offload", "KV tier"),
     ("pinned_weights", "offloaded weights"),
-    ("lora_cpu_cache", "LoRA CPU cache"),
-    ("mm_processor_cache", "MM processor cache"),
+    ("lora_cpu_cache", "LoRA cache"),
+    ("mm_processor_cache", "MM cache"),
 )
 
 
 def _host_ram_line(p: Plan) -> str:
-    """The host RAM the deployment holds, in one line with its parts."""
+    """The host RAM the deployment holds, in one line with its parts (at most: the LoRA and
+    multimodal caches fill up to their size)."""
     parts = p.host_ram.as_dict()
     shown = [f"{label} {fmt_bytes(parts[key])}" for key, label in HOST_PARTS if parts[key]]
     if not shown:
         return "Host RAM: none held (no KV tier, weight offload, LoRA or multimodal cache)"
-    return f"Host RAM: {fmt_bytes(p.host_ram.total)} = " + " + ".join(shown)
+    line = f"Host RAM: {fmt_bytes(p.host_ram.total)} = " + " + ".join(shown)
+    if len(line) <= 80:
+        return line
+    return f"Host RAM: {fmt_bytes(p.host_ram.total)} =\n  " + " + ".join(shown)
 
 
 def _layouts(p: Plan) -> None:

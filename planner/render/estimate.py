@@ -462,7 +462,7 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         out.print(f"[bold]Recommended[/] ({basis}): {'keep ' if unchanged else ''}{flags}")
         if rec.auto_fit_max_model_len:
             out.print(
-                f"  the longest request that fits: {rec.auto_fit_max_model_len:,} tokens "
+                f"  longest request that fits: {rec.auto_fit_max_model_len:,} tokens "
                 "(--max-model-len -1), rounded down",
                 markup=False,
             )

@@ -605,6 +605,16 @@ def lora_notes(dep: Deployment, b: LoraBuffers) -> tuple[list[str], list[str]]:
     s, spec = dep.settings, dep.spec
     notes: list[str] = []
     warnings: list[str] = []
+    if b.target_modules is not None:
+        known = set(families(spec))
+        for i in range(spec.num_layers):
+            known.update(name for m in _layer_modules(spec, i, 1) for name, _ in m.parts)
+        unknown = [t for t in b.target_modules if t not in known]
+        if unknown:
+            warnings.append(
+                f"--lora-target-modules {' '.join(unknown)}: no such module in {spec.name} (vLLM "
+                f"skips it silently); its LoRA modules: {' '.join(families(spec))}"
+            )
     adapter = s.lora_adapter
     if adapter is not None and b.max_lora_rank > rank_for(adapter.rank):
         lower = rank_for(adapter.rank)

@@ -134,6 +134,18 @@ def test_target_modules_leave_the_experts_out() -> None:
     assert peft == expected
 
 
+def test_a_target_module_the_model_lacks_is_a_warning() -> None:
+    p = plan_for(
+        "llama-3.1-8b",
+        "h100",
+        max_model_len=8192,
+        enable_lora=True,
+        lora_target_modules=("qkv", "o_proj"),
+    )
+    assert p.weights.lora_bytes_per_rank == 2 * 32 * 8_192 * 16  # o_proj only
+    assert any("--lora-target-modules qkv: no such module" in w for w in p.warnings)
+
+
 def test_fully_sharded_loras_split_the_rank_over_tp() -> None:
     # Llama-3.1-8B at TP 2, rank 16: fully sharded, a column layer's lora_a holds r / 2 rows
     # and a row layer's lora_b out / 2 (base_linear.py create_lora_weights)

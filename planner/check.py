@@ -193,6 +193,16 @@ SCHEMA: dict[str, str] = {
     "dcp": "decode-context-parallel size (divides tp)",
     "speculative_config": "vLLM's --speculative-config as a mapping (method, "
     "num_speculative_tokens, model)",
+    "enable_lora": "vLLM LoRA: max_loras x max_lora_rank buffers, counted as weights",
+    "max_loras": "LoRA slots on each GPU",
+    "max_lora_rank": "1, 8, 16, 32, 64, 128, 256, 320 or 512",
+    "lora_target_modules": "list of modules with LoRA buffers (qkv_proj, o_proj, ...)",
+    "fully_sharded_loras": "shard the LoRA rank over TP too",
+    "max_cpu_loras": "adapters each worker keeps in host RAM",
+    "lora_adapter": "PEFT adapter folder (adapter_config.json), relative to the plans file",
+    "cpu_offload_gb": "GiB of weights per GPU in pinned host RAM",
+    "kv_offloading_size": "GiB of CPU KV tier for the engine",
+    "kv_offloading_backend": "native or lmcache",
     "max_model_len": "context length per request",
     "max_num_seqs": "concurrent sequences",
     "max_num_batched_tokens": "vLLM tokens per step",
@@ -224,6 +234,16 @@ SETTINGS = (
     "num_redundant_experts",
     "dcp",
     "speculative_config",
+    "enable_lora",
+    "max_loras",
+    "max_lora_rank",
+    "lora_target_modules",
+    "fully_sharded_loras",
+    "max_cpu_loras",
+    "lora_adapter",
+    "cpu_offload_gb",
+    "kv_offloading_size",
+    "kv_offloading_backend",
     "max_model_len",
     "max_num_seqs",
     "max_num_batched_tokens",
@@ -233,6 +253,11 @@ SETTINGS = (
     "enable_prefix_caching",
     "enforce_eager",
 )
+# Keys vLLM no longer has, refused with the reason instead of "unknown key".
+REFUSED = {
+    "swap_space": "vLLM 0.33 has no swap space: the V1 engine preempts by recomputing, never by "
+    "swapping blocks to the CPU; for a CPU tier of prefix blocks use kv_offloading_size",
+}
 ALIASES = {
     "tensor_parallel_size": "tp",
     "pipeline_parallel_size": "pp",
@@ -302,6 +327,9 @@ class _Reader:
                     continue
                 self.data[canonical] = self.data[key]
                 self.data.key_lines[canonical] = self.data.key_lines.get(key, self.data.line)
+                continue
+            if key in REFUSED:
+                self.fail(str(key), REFUSED[str(key)])
                 continue
             if key not in SCHEMA:
                 names = list(SCHEMA) + list(ALIASES)
@@ -542,8 +570,12 @@ def _entry(r: _Reader, base_dir: Path, workloads: _Workloads, top: Workload | No
                 own[key] = check(r.data[key])
             except _Bad as exc:
                 refused[key] = f"{exc} (got {_show(r.data[key])})"
+    given = {key: r.data[key] for key in SETTINGS if key in r.data}
+    adapter = given.get("lora_adapter")
+    if isinstance(adapter, str) and adapter.strip():  # a folder next to the plans file
+        given["lora_adapter"] = str((base_dir / adapter.strip()).resolve())
     settings, problems = ServeSettings.from_mapping(
-        {key: r.data[key] for key in SETTINGS if key in r.data},
+        given,
         spelling="yaml",
         typed=True,
         auto_fit=False,

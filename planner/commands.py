@@ -160,6 +160,13 @@ def engine_commands(
             vllm += ["--enforce-eager"]
         if not settings.enable_prefix_caching:
             vllm += ["--no-enable-prefix-caching"]
+        vllm += vllm_memory_flags(settings)
+        if settings.enable_lora or settings.cpu_offload_gb or settings.kv_offloading_size:
+            notes.append(
+                "LoRA, weight offload and the CPU KV tier: the SGLang and TRT-LLM commands leave "
+                "them out (kvplan writes only vLLM's flags for them); their figures use vLLM's "
+                "weights"
+            )
 
     dp = settings.dp if settings is not None else 1
     ep = settings is not None and settings.enable_expert_parallel
@@ -242,6 +249,39 @@ def vllm_parallel_flags(settings: ServeSettings) -> list[str]:
     if settings.speculative is not None:
         words += ["--speculative-config", settings.speculative.as_json()]
     return words
+
+
+def vllm_memory_flags(settings: ServeSettings) -> list[str]:
+    """``vllm serve`` flags for LoRA, weight offload and the CPU KV tier, as vLLM 0.33 spells
+    them: ``--enable-lora --max-loras N --max-lora-rank R [--lora-target-modules m ...]
+    [--fully-sharded-loras] [--max-cpu-loras C] [--lora-modules NAME=PATH]``, ``--cpu-offload-gb
+    X``, ``--kv-offloading-size S --kv-offloading-backend B``. The rank is the one the plan
+    sized (an adapter's, rounded up) and the targets the ones it allocated."""
+    words: list[str] = []
+    if settings.enable_lora:
+        words += ["--enable-lora", "--max-loras", str(settings.max_loras)]
+        words += ["--max-lora-rank", str(settings.lora_rank)]
+        if settings.lora_target_modules:
+            words += ["--lora-target-modules", *settings.lora_target_modules]
+        if settings.fully_sharded_loras:
+            words += ["--fully-sharded-loras"]
+        if settings.max_cpu_loras is not None:
+            words += ["--max-cpu-loras", str(settings.max_cpu_loras)]
+        adapter = settings.lora_adapter
+        if adapter is not None:
+            words += ["--lora-modules", f"{adapter.name}={adapter.path}"]
+    if settings.cpu_offload_gb:
+        words += ["--cpu-offload-gb", _gib(settings.cpu_offload_gb)]
+    if settings.kv_offloading_size is not None:
+        words += ["--kv-offloading-size", _gib(settings.kv_offloading_size)]
+        words += ["--kv-offloading-backend", settings.kv_offloading_backend]
+    return words
+
+
+def _gib(value: float) -> str:
+    """A GiB figure as the flag takes it, never in exponent form: 64.0 -> 64, 0.5 -> 0.5."""
+    text = f"{value:.9f}".rstrip("0").rstrip(".")
+    return text or "0"
 
 
 def _at_full_length(

@@ -30,6 +30,7 @@ from planner.model.specs import Engine, KVDtype, ModelSpec
 from planner.units import GIB
 
 if TYPE_CHECKING:
+    from planner.lora import LoraAdapter
     from planner.model.load import LoadedModel
     from planner.speculative import SpeculativeConfig
     from planner.vllm_rules import Entrypoint, Runner, VllmRules
@@ -140,6 +141,24 @@ SPELLINGS: dict[str, Names] = {
     "num_redundant_experts": Names("--num-redundant-experts", "num_redundant_experts", None),
     "dcp": Names("--decode-context-parallel-size", "dcp", "decode_context_parallel_size"),
     "speculative": Names("--speculative-config", "speculative_config", "speculative_config"),
+    "enable_lora": Names("--enable-lora", "enable_lora", "enable_lora"),
+    "max_loras": Names("--max-loras", "max_loras", "max_loras"),
+    "max_lora_rank": Names("--max-lora-rank", "max_lora_rank", "max_lora_rank"),
+    "lora_target_modules": Names(
+        "--lora-target-modules", "lora_target_modules", "lora_target_modules"
+    ),
+    "fully_sharded_loras": Names(
+        "--fully-sharded-loras", "fully_sharded_loras", "fully_sharded_loras"
+    ),
+    "max_cpu_loras": Names("--max-cpu-loras", "max_cpu_loras", "max_cpu_loras"),
+    # kvplan's own: the adapter_config.json to take rank and targets from; the command
+    # serves it as vLLM's --lora-modules NAME=PATH (planner.commands)
+    "lora_adapter": Names("--lora-adapter", "lora_adapter", None),
+    "cpu_offload_gb": Names("--cpu-offload-gb", "cpu_offload_gb", "cpu_offload_gb"),
+    "kv_offloading_size": Names("--kv-offloading-size", "kv_offloading_size", "kv_offloading_size"),
+    "kv_offloading_backend": Names(
+        "--kv-offloading-backend", "kv_offloading_backend", "kv_offloading_backend"
+    ),
     "kv_cache_dtype": Names("--kv-cache-dtype", "kv_cache_dtype", "kv_cache_dtype"),
     "block_size": Names("--block-size", "block_size", "block_size"),
     "max_model_len": Names("--max-model-len", "max_model_len", "max_model_len"),
@@ -166,10 +185,15 @@ SPELLINGS: dict[str, Names] = {
 
 
 def _shown(value: Any) -> str:
+    from planner.lora import LoraAdapter
     from planner.speculative import SpeculativeConfig
 
     if isinstance(value, SpeculativeConfig):
         return f"'{value.as_json()}'"
+    if isinstance(value, LoraAdapter):
+        return value.path
+    if isinstance(value, tuple):
+        return " ".join(str(v) for v in value)
     if isinstance(value, Engine | KVDtype):
         return str(value.value)
     if isinstance(value, bool):
@@ -311,6 +335,15 @@ class ServeSettings:
         dcp: decode-context-parallel size (divides tp): KV sharded over dcp TP ranks, so a
             block spans ``block_size x dcp`` tokens.
         speculative: ``--speculative-config`` (:mod:`planner.speculative`).
+        enable_lora, max_loras, max_lora_rank, lora_target_modules, fully_sharded_loras,
+            max_cpu_loras: vLLM's LoRA flags (:mod:`planner.lora`); ``max_lora_rank`` None is
+            the adapter's rank rounded up to one vLLM takes, else vLLM's 16
+            (:attr:`lora_rank`); ``lora_target_modules`` None is every module.
+        lora_adapter: a PEFT ``adapter_config.json`` (``--lora-adapter DIR``) whose rank and
+            targets the plan takes where the flags give none.
+        cpu_offload_gb: vLLM's UVA weight offload, GiB per GPU (:mod:`planner.offload`).
+        kv_offloading_size, kv_offloading_backend: vLLM's CPU KV tier (GiB for the whole
+            engine, summed over its TP ranks; ``native`` or ``lmcache``).
     """
 
     engine: Engine = Engine.VLLM
@@ -335,6 +368,16 @@ class ServeSettings:
     num_redundant_experts: int = 0
     dcp: int = 1
     speculative: SpeculativeConfig | None = None
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int | None = None
+    lora_target_modules: tuple[str, ...] | None = None
+    fully_sharded_loras: bool = False
+    max_cpu_loras: int | None = None
+    lora_adapter: LoraAdapter | None = None
+    cpu_offload_gb: float = 0.0
+    kv_offloading_size: float | None = None
+    kv_offloading_backend: str = "native"
 
     def __post_init__(self) -> None:
         for key, value in (
@@ -346,6 +389,8 @@ class ServeSettings:
             ("max_model_len", self.max_model_len),
             ("max_num_batched_tokens", self.max_num_batched_tokens),
             ("max_num_seqs", self.max_num_seqs),
+            ("max_loras", self.max_loras),
+            ("max_cpu_loras", self.max_cpu_loras),
         ):
             positive_count(_flag(key), value)
         if self.gpu_memory_utilization is not None:
@@ -372,6 +417,112 @@ class ServeSettings:
         if self.runner not in RUNNERS:
             raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}")
         self._check_parallel()
+        self._check_lora()
+        self._check_offload()
+
+    def _check_lora(self) -> None:
+        """vLLM's LoRAConfig rules (``vllm/config/lora.py``); the model's own rules are
+        :func:`planner.lora.check_supported`'s."""
+        from planner.lora import ALLOWED_RANKS
+
+        given = [
+            flag
+            for flag, on in (
+                ("--max-loras", self.max_loras != 1),
+                ("--max-lora-rank", self.max_lora_rank is not None),
+                ("--lora-target-modules", self.lora_target_modules is not None),
+                ("--fully-sharded-loras", self.fully_sharded_loras),
+                ("--max-cpu-loras", self.max_cpu_loras is not None),
+                ("--lora-adapter", self.lora_adapter is not None),
+            )
+            if on
+        ]
+        if given and not self.enable_lora:
+            raise UsageError(
+                f"{given[0]} needs --enable-lora (vLLM ignores the LoRA flags without it)"
+            )
+        rank = self.max_lora_rank
+        if rank is not None:
+            check_lora_rank(rank)
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise UsageError(
+                f"--max-cpu-loras {self.max_cpu_loras} must be at least --max-loras "
+                f"{self.max_loras} (vLLM's LoRAConfig)"
+            )
+        if self.lora_target_modules is not None and not self.lora_target_modules:
+            raise UsageError("--lora-target-modules needs at least one module name")
+        adapter = self.lora_adapter
+        if adapter is not None and rank is not None and adapter.rank > rank:
+            raise UsageError(
+                f"--lora-adapter {adapter.path} has rank {adapter.rank}, above --max-lora-rank "
+                f"{rank}: vLLM refuses to load it; use --max-lora-rank "
+                f"{next((r for r in ALLOWED_RANKS if r >= adapter.rank), ALLOWED_RANKS[-1])}"
+            )
+        if self.enable_lora and self.engine is not Engine.VLLM:
+            raise UsageError("--enable-lora is sized for vLLM only; drop it or use --engine vllm")
+
+    def _check_offload(self) -> None:
+        """vLLM's offload and KV-tier rules (``vllm/config/offload.py``, ``cache.py``)."""
+        from planner.offload import KV_OFFLOADING_BACKENDS
+
+        for flag, value in (
+            ("--cpu-offload-gb", self.cpu_offload_gb),
+            ("--kv-offloading-size", self.kv_offloading_size),
+        ):
+            if value is None:
+                continue
+            finite = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (finite and math.isfinite(value) and 0 <= value <= MAX_COUNT):
+                raise SettingError(
+                    f"{flag} must be a number of GiB >= 0, got {value!r}",
+                    rule="number",
+                    value=value,
+                )
+        if self.kv_offloading_size is not None and self.kv_offloading_size <= 0:
+            raise SettingError(
+                f"--kv-offloading-size must be positive (GiB), got {self.kv_offloading_size!r}",
+                rule="positive",
+                value=self.kv_offloading_size,
+            )
+        if self.kv_offloading_backend not in KV_OFFLOADING_BACKENDS:
+            raise UsageError(
+                f"--kv-offloading-backend must be one of {', '.join(KV_OFFLOADING_BACKENDS)}, "
+                f"got {self.kv_offloading_backend!r}"
+            )
+        if self.kv_offloading_backend != "native" and self.kv_offloading_size is None:
+            raise UsageError(
+                "--kv-offloading-backend needs --kv-offloading-size (vLLM turns the KV tier "
+                "on only when a size is given)"
+            )
+        offload = self.cpu_offload_gb or self.kv_offloading_size is not None
+        if offload and self.engine is not Engine.VLLM:
+            raise UsageError(
+                "--cpu-offload-gb and --kv-offloading-size are sized for vLLM only; drop them "
+                "or use --engine vllm"
+            )
+
+    @property
+    def lora_rank(self) -> int:
+        """The rank the LoRA buffers are sized for: ``--max-lora-rank``, else the adapter's
+        rank rounded up to one vLLM takes (12 -> 16), else vLLM's default 16."""
+        from planner.lora import DEFAULT_RANK, rank_for
+
+        if self.max_lora_rank is not None:
+            return self.max_lora_rank
+        if self.lora_adapter is not None:
+            return rank_for(self.lora_adapter.rank)
+        return DEFAULT_RANK
+
+    @property
+    def cpu_offload_bytes(self) -> int:
+        """``--cpu-offload-gb`` as vLLM turns it into bytes: ``int(gb x 1024**3)``."""
+        return int(self.cpu_offload_gb * (1 << 30))
+
+    @property
+    def kv_offloading_bytes(self) -> int:
+        """``--kv-offloading-size`` as vLLM's ``cpu_bytes_to_use``: ``int(size x 2**30)``
+        (0 when no size is given)."""
+        return int((self.kv_offloading_size or 0) * (1 << 30))
 
     def _check_parallel(self) -> None:
         """vLLM's ParallelConfig rules for DP, EP, EPLB and DCP (``vllm/config/parallel.py``)."""
@@ -526,6 +677,9 @@ _COUNT_FIELDS = (
     "pp",
     "dp",
     "dcp",
+    "max_loras",
+    "max_lora_rank",
+    "max_cpu_loras",
     "block_size",
     "max_model_len",
     "max_num_batched_tokens",
@@ -563,6 +717,34 @@ def refuse_int8_kv(dtype: KVDtype, engine: Engine) -> None:
             f"--kv-cache-dtype int8: {_NO_INT8_KV[engine]} has no int8 KV cache; "
             f"use one of: {takes}"
         )
+
+
+def check_lora_rank(rank: int) -> None:
+    """Refuse a ``--max-lora-rank`` vLLM 0.33 refuses (``MaxLoRARanks``)."""
+    from planner.lora import ALLOWED_RANKS
+
+    if rank not in ALLOWED_RANKS:
+        raise UsageError(
+            f"--max-lora-rank must be one of {', '.join(map(str, ALLOWED_RANKS))} (vLLM's "
+            f"MaxLoRARanks), got {rank!r}"
+        )
+
+
+def _module_names(value: Any) -> tuple[str, ...]:
+    """``--lora-target-modules`` from a flag (``"qkv_proj o_proj"``, ``"qkv_proj,o_proj"``), a
+    YAML list, or a boot log's ``['qkv_proj', 'o_proj']``."""
+    import re
+
+    if isinstance(value, list | tuple):
+        words = [str(v).strip() for v in value]
+    else:
+        words = re.split(r"[\s,]+", re.sub(r"[\[\]'\"]", " ", str(value)))
+    names = tuple(w for w in words if w)
+    if not names or any(not re.fullmatch(r"[A-Za-z0-9_.\-]+", n) for n in names):
+        raise UsageError(
+            f"--lora-target-modules takes module names (qkv_proj o_proj ...), got {value!r}"
+        )
+    return names
 
 
 def parse_bool(value: Any) -> bool:
@@ -609,11 +791,25 @@ def _check_type(name: str, value: Any) -> None:
         "enable_prefix_caching",
         "enforce_eager",
         "enable_expert_parallel",
+        "enable_lora",
+        "fully_sharded_loras",
     ) and not isinstance(value, bool):
         rule, expected = "bool", "true or false"
-    elif name in ("engine", "kv_cache_dtype", "vllm_version", "entrypoint", "runner") and not (
-        isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())
+    elif name in ("cpu_offload_gb", "kv_offloading_size") and (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not math.isfinite(value))
     ):
+        rule, expected = "number", "a number"
+    elif name in (
+        "engine",
+        "kv_cache_dtype",
+        "vllm_version",
+        "entrypoint",
+        "runner",
+        "lora_adapter",
+        "kv_offloading_backend",
+    ) and not (isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())):
         rule, expected = "name", "a name"
     if rule is not None:
         raise SettingError(f"expected {expected}, got {value!r}", rule=rule, value=value)
@@ -628,8 +824,37 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
     if name == "kv_cache_dtype":
         dtype = value if isinstance(value, KVDtype) else KVDtype.parse(str(value).strip())
         return {"kv_cache_dtype": dtype}
-    if name in ("enable_prefix_caching", "enable_expert_parallel"):
+    if name in (
+        "enable_prefix_caching",
+        "enable_expert_parallel",
+        "enable_lora",
+        "fully_sharded_loras",
+    ):
         return {name: parse_bool(value)}
+    if name == "lora_target_modules":
+        return {name: _module_names(value)}
+    if name == "lora_adapter":
+        from planner.lora import LoraAdapter, read_adapter
+
+        return {name: value if isinstance(value, LoraAdapter) else read_adapter(str(value).strip())}
+    if name == "kv_offloading_backend":
+        return {name: str(value).strip().lower()}
+    if name in ("cpu_offload_gb", "kv_offloading_size"):
+        if isinstance(value, bool):
+            raise SettingError(f"expected a number, got {value!r}", rule="number", value=value)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise SettingError(
+                f"expected a number, got {value!r}", rule="number", value=value
+            ) from None
+        if not (math.isfinite(number) and 0 <= number <= MAX_COUNT):
+            raise SettingError(
+                f"{SPELLINGS[name].cli} must be a number of GiB >= 0, got {value!r}",
+                rule="number",
+                value=value,
+            )
+        return {name: number}
     if name == "num_redundant_experts":
         redundant = _as_count(value)
         if redundant < 0:
@@ -674,6 +899,8 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
     if name in _COUNT_FIELDS:
         number = _as_count(value)
         positive_count(_flag(name), number)
+        if name == "max_lora_rank":
+            check_lora_rank(number)
         return {name: number}
     raise AssertionError(f"no parser for setting {name}")  # SPELLINGS and this table disagree
 

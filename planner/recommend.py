@@ -34,6 +34,7 @@ from planner.deployment import (
 from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype, cdiv
+from planner.offload import HostRam, KvTier
 from planner.units import GIB
 from planner.vllm_rules import NEWEST_VERSION
 from planner.weights import Weights, for_deployment
@@ -41,6 +42,7 @@ from planner.weights import Weights, for_deployment
 if TYPE_CHECKING:
     from planner.advise import Advice
     from planner.cluster import Cluster, LayoutRow
+    from planner.lora import LoraBuffers
     from planner.simulate.workload import Workload
 
 TARGET_KV_USAGE = 0.9
@@ -258,6 +260,10 @@ class Plan:
     node_commands: list[str] = field(default_factory=list)  # --nodes: one vllm serve per node
     speculative: SpeculativeFigures | None = None  # what --speculative-config costs
     expert_parallel: bool = False
+    lora: LoraBuffers | None = None  # --enable-lora: the stacked buffers (inside weights)
+    kv_tier: KvTier | None = None  # --kv-offloading-size: the CPU KV tier
+    host_ram: HostRam = field(default_factory=HostRam)  # what the deployment holds in host RAM
+    warnings: list[str] = field(default_factory=list)  # printed as the estimate's are
 
 
 @dataclass(frozen=True)
@@ -345,6 +351,10 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         budget.
     """
     options = options or PlanOptions()
+    if dep.settings.lora_adapter is not None:
+        from planner.lora import with_adapter
+
+        dep = with_adapter(dep)
     s, spec = dep.settings, dep.spec
     gpu = dep.gpu or NO_GPU
     if gpu.memory_bytes <= 0 and s.kv_cache_memory_bytes is None:
@@ -499,6 +509,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     if fp8 or any("kv_cache_dtype" in a.changes for a in alternatives):
         notes.append(fp8_kv_caveat(dep.gpu))
     notes.extend(launch.notes)
+    lora, tier, host, warnings = _memory_beyond(dep, est, cap, weights, notes)
     return Plan(
         est,
         gpu,
@@ -525,7 +536,54 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         per_node,
         figures,
         s.enable_expert_parallel,
+        lora=lora,
+        kv_tier=tier,
+        host_ram=host,
+        warnings=warnings,
     )
+
+
+def _memory_beyond(
+    dep: Deployment, est: KVEstimate, cap: VllmCapacity, weights: Weights, notes: list[str]
+) -> tuple[LoraBuffers | None, KvTier | None, HostRam, list[str]]:
+    """LoRA buffers, the CPU KV tier and host RAM for ``dep``, with their notes (added to
+    ``notes``) and warnings (returned): an adapter's rank below --max-lora-rank, a CPU tier
+    that only mirrors the GPU pool, a vLLM release that ignores --cpu-offload-gb."""
+    from planner.offload import host_ram, kv_tier, offload_caveat
+
+    s, spec = dep.settings, dep.spec
+    warnings: list[str] = []
+    lora = None
+    if s.enable_lora:
+        from planner.lora import buffers, lora_notes
+
+        lora = buffers(spec, s)
+        more_notes, more_warnings = lora_notes(dep, lora)
+        notes.extend(more_notes)
+        warnings.extend(more_warnings)
+    caveat = offload_caveat(s)
+    if caveat is not None:
+        (warnings if caveat[1] else notes).append(caveat[0])
+    tier = kv_tier(est, cap, s)
+    if tier is not None and tier.backend == "lmcache":
+        notes.append(
+            "--kv-offloading-backend lmcache: the CPU tier's capacity is the LMCache server's "
+            "own setting (vLLM does not pass --kv-offloading-size on); host RAM here counts "
+            "none of it"
+        )
+    elif tier is not None and tier.mirrors_only:
+        warnings.append(
+            f"--kv-offloading-size {s.kv_offloading_size:g}: the CPU tier holds "
+            f"{tier.cpu_blocks:,} blocks, no more than the GPU pool's {tier.gpu_blocks:,}, so it "
+            "only mirrors what the GPU already holds (vLLM's recipes: size it above the GPU "
+            "pool)"
+        )
+    if tier is not None and any(g.is_state for g in (est.vllm.groups if est.vllm else [])):
+        notes.append(
+            "KV offloading on a hybrid model: vLLM splits the CPU tier per KV-cache group "
+            "(vllm#56871); the token figure is blocks x block size"
+        )
+    return lora, tier, host_ram(dep, weights, lora, tier), warnings
 
 
 def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
@@ -822,6 +880,10 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
     from planner.gpus import detect_gpu, get_gpu
 
     options = options or PlanOptions()
+    if dep.settings.lora_adapter is not None:
+        from planner.lora import with_adapter
+
+        dep = with_adapter(dep)
     s, spec = dep.settings, dep.spec
     if dep.gpu is None and detect and s.kv_cache_memory_bytes is None:
         dep = dep.on(detect_gpu())

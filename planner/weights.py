@@ -129,6 +129,10 @@ class Weights:
     detail: str = ""
     active_parameter_count: int = 0  # per token (MoE: routed top-k); 0 when unknown
     draft_bytes_per_rank: int = 0  # a draft checkpoint's share of bytes_per_rank
+    stage_bytes: tuple[int, ...] = ()  # one GPU of each pipeline stage (max: bytes_per_rank)
+    lora_bytes_per_rank: int = 0  # LoRA buffers' share of bytes_per_rank (planner.lora)
+    offloaded_bytes_per_rank: int = 0  # --cpu-offload-gb: moved off the most-loaded GPU
+    offloaded_bytes: int = 0  # ... and off every GPU together (pinned host memory)
 
 
 @dataclass(frozen=True)
@@ -428,26 +432,29 @@ def from_config(
         + sum(parts.experts)
         + parts.other
     )
+    stages = _stage_bytes(parts, len(spec.layers), placement or Placement(tp=tp, pp=pp))
     return Weights(
-        bytes_per_rank=_per_rank(parts, len(spec.layers), placement or Placement(tp=tp, pp=pp)),
+        bytes_per_rank=max(stages),
         total_bytes=total,
         source="config",
         parameter_count=parts.params,
         active_parameter_count=parts.active_params,
         quantization=None if label == "none" else label,
         detail=f"{parts.params / 1e9:.2f} B parameters derived from the config",
+        stage_bytes=tuple(stages),
     )
 
 
-def _per_rank(parts: _Parts, num_layers: int, where: Placement) -> int:
-    """Bytes on the most-loaded GPU: each stage's shardable bytes over the attention TP,
-    its routed experts over dp x tp (:meth:`Placement.expert_bytes`), replicated bytes whole;
-    embeddings and the tower on the first stage, head, final norm and MTP layers on the last."""
+def _stage_bytes(parts: _Parts, num_layers: int, where: Placement) -> list[int]:
+    """Bytes on one GPU of each pipeline stage: the stage's shardable bytes over the attention
+    TP, its routed experts over dp x tp (:meth:`Placement.expert_bytes`), replicated bytes
+    whole; embeddings and the tower on the first stage, head, final norm and MTP layers on the
+    last."""
     tp, pp = where.tp, where.pp
     # one DP rank without EP shards experts over tp like the rest: keep them in one sum
     fold = where.dp == 1 and not where.ep
     experts = parts.experts or [0] * num_layers
-    best = 0
+    stages = []
     for rank in range(pp):
         start, end = get_pp_indices(num_layers, rank, pp)
         shard = sum(parts.layers[start:end])
@@ -463,11 +470,11 @@ def _per_rank(parts: _Parts, num_layers: int, where: Placement) -> int:
                 repl += sum(m[1] for m in parts.mtp)
                 routed = [*routed, *(m[2] for m in parts.mtp)]
         if fold:
-            best = max(best, -(-(shard + sum(routed)) // tp) + repl)
+            stages.append(-(-(shard + sum(routed)) // tp) + repl)
         else:
             moe = sum(where.expert_bytes(e, parts.num_experts) for e in routed)
-            best = max(best, -(-shard // tp) + moe + repl)
-    return best
+            stages.append(-(-shard // tp) + moe + repl)
+    return stages
 
 
 # --------------------------------------------------------------------------- safetensors
@@ -587,8 +594,10 @@ def from_tensors(
         tower=tower,
     )
     total = embed + lm_head + sum(layers) + sum(experts) + other + tower + sum(map(sum, mtp))
+    stages = _stage_bytes(parts, num_layers, placement or Placement(tp=tp, pp=pp))
     return Weights(
-        bytes_per_rank=_per_rank(parts, num_layers, placement or Placement(tp=tp, pp=pp)),
+        bytes_per_rank=max(stages),
+        stage_bytes=tuple(stages),
         total_bytes=total,
         source="safetensors",
         parameter_count=params,
@@ -648,6 +657,43 @@ def eagle_head(spec: ModelSpec, method: str, tp: int) -> Weights:
     )
 
 
+def with_lora_and_offload(dep: Deployment, target: Weights) -> Weights:
+    """``target`` with ``--cpu-offload-gb`` taken off each stage's GPU and the stage's LoRA
+    buffers added; the most-loaded stage may change (Llama-3.1-8B at PP 2: the last stage
+    holds lm_head and its LoRA)."""
+    s = dep.settings
+    if not s.enable_lora and not s.cpu_offload_gb:
+        return target
+    stages = list(target.stage_bytes) or [target.bytes_per_rank]
+    cap = s.cpu_offload_bytes
+    on_gpu = [w - min(cap, w) for w in stages]
+    lora_stages = [0] * len(stages)
+    if s.enable_lora:
+        from planner.lora import buffers
+
+        lora_stages = list(buffers(dep.spec, s).stage_bytes)
+    combined = [w + lo for w, lo in zip(on_gpu, lora_stages, strict=True)]
+    busiest = max(range(len(combined)), key=lambda k: combined[k])
+    from planner.units import fmt_bytes
+
+    detail = target.detail
+    if s.cpu_offload_gb:
+        detail += f"; less {fmt_bytes(stages[busiest] - on_gpu[busiest])} offloaded to the CPU"
+    if s.enable_lora:
+        detail += f"; + {fmt_bytes(lora_stages[busiest])} of LoRA buffers"
+    from planner.offload import offloaded_bytes
+
+    return replace(
+        target,
+        bytes_per_rank=combined[busiest],
+        stage_bytes=tuple(combined),
+        lora_bytes_per_rank=lora_stages[busiest],
+        offloaded_bytes_per_rank=stages[busiest] - on_gpu[busiest],
+        offloaded_bytes=offloaded_bytes(stages, s),
+        detail=detail,
+    )
+
+
 def placement_of(settings: ServeSettings) -> Placement:
     """Where ``settings`` put the weights (:class:`Placement`)."""
     spec = settings.speculative
@@ -663,10 +709,12 @@ def placement_of(settings: ServeSettings) -> Placement:
 
 def for_deployment(dep: Deployment) -> Weights:
     """The weights on the most-loaded GPU of ``dep``: the target as its settings place it,
-    plus a draft checkpoint (eagle, eagle3, draft_model, dflash) on the last pipeline stage,
-    sharded by the drafter's TP (:mod:`planner.speculative`)."""
+    less what ``--cpu-offload-gb`` moves to the host (up to X GiB of each GPU's own weights),
+    plus the LoRA buffers of its stage (:mod:`planner.lora`: vLLM counts them as weights), plus
+    a draft checkpoint (eagle, eagle3, draft_model, dflash) on the last pipeline stage, sharded
+    by the drafter's TP (:mod:`planner.speculative`)."""
     s = dep.settings
-    target = per_rank(dep.model, placement=placement_of(s))
+    target = with_lora_and_offload(dep, per_rank(dep.model, placement=placement_of(s)))
     if s.speculative is None or dep.draft is None:
         return target
     draft_tp = s.speculative.draft_tp(s.tp)

@@ -173,6 +173,15 @@ def check_command(command: str, table: OptionTable | None = None) -> dict[str, o
                 raise CommandError(f"{spelling} takes no value, got {inline!r}")
             out[name] = not negated
             continue
+        if spec["type"] == "str-list":  # nargs "+": the words up to the next option
+            values = [inline] if eq else []
+            while not eq and i < len(rest) and not rest[i].startswith("-"):
+                values.append(rest[i])
+                i += 1
+            if not values:
+                raise CommandError(f"{spelling} needs at least one value")
+            out[name] = values
+            continue
         if eq:
             raw = inline
         elif i < len(rest) and not rest[i].startswith("--"):

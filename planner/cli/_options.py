@@ -191,6 +191,130 @@ GpusPerNodeOpt = Annotated[
 ]
 
 
+EnableLoraOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-lora",
+        help="vLLM LoRA: max_loras x max_lora_rank buffers for every target module, counted as "
+        "weights.",
+    ),
+]
+MaxLorasOpt = Annotated[
+    int | None,
+    typer.Option("--max-loras", help="LoRA slots on the GPU [default: 1].", show_default=False),
+]
+MaxLoraRankOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-lora-rank",
+        help="1, 8, 16, 32, 64, 128, 256, 320 or 512 [default: the adapter's r rounded up, "
+        "else 16].",
+        show_default=False,
+    ),
+]
+LoraTargetsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--lora-target-modules",
+        help="Only these modules get LoRA buffers (qkv_proj o_proj ..., or the PEFT names "
+        "q_proj ...), space- or comma-separated, after MODEL [default: every module, or the "
+        "adapter's].",
+        show_default=False,
+    ),
+]
+FullyShardedOpt = Annotated[
+    bool,
+    typer.Option("--fully-sharded-loras", help="Shard the LoRA rank over TP too."),
+]
+MaxCpuLorasOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-cpu-loras",
+        help="Adapters each worker keeps in host RAM [default: --max-loras].",
+        show_default=False,
+    ),
+]
+LoraAdapterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--lora-adapter",
+        help="A PEFT adapter folder (adapter_config.json): its r and target_modules size the "
+        "buffers; the command serves it with --lora-modules.",
+        show_default=False,
+    ),
+]
+CpuOffloadOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--cpu-offload-gb",
+        help="GiB of weights per GPU vLLM keeps in pinned host RAM (UVA), read over PCIe.",
+        show_default=False,
+    ),
+]
+KvOffloadSizeOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--kv-offloading-size",
+        help="GiB of CPU KV tier for the engine (summed over its TP ranks): prefix-cache "
+        "blocks kept in host RAM.",
+        show_default=False,
+    ),
+]
+KvOffloadBackendOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-offloading-backend",
+        help="native or lmcache [default: native].",
+        show_default=False,
+    ),
+]
+SwapSpaceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--swap-space",
+        help="Refused: vLLM's V1 engine has no swap space (it preempts by recomputing); see "
+        "--kv-offloading-size.",
+        show_default=False,
+    ),
+]
+# vLLM options that take several words (argparse nargs="+"), as kvplan accepts them too.
+NARGS_OPTIONS = ("--lora-target-modules",)
+
+
+def join_nargs(args: list[str]) -> list[str]:
+    """``--lora-target-modules qkv_proj o_proj`` (vLLM's spelling) as one word click can
+    read: ``--lora-target-modules qkv_proj,o_proj``; the words up to the next option."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        out.append(word)
+        i += 1
+        if word in NARGS_OPTIONS:
+            words = []
+            while i < len(args) and not args[i].startswith("-"):
+                words.append(args[i])
+                i += 1
+            if words:
+                out.append(",".join(words))
+    return out
+
+
+def refuse_swap_space(value: str | None) -> None:
+    """``--swap-space`` is gone: say why, and what to use instead."""
+    if value is not None:
+        raise UsageError(
+            "--swap-space: vLLM 0.33 has no swap space (the V1 engine preempts by recomputing "
+            "a request, never by swapping its blocks to the CPU); for a CPU tier of prefix "
+            "blocks use --kv-offloading-size GIB"
+        )
+
+
+def lora_targets(values: list[str] | None) -> str | None:
+    """``--lora-target-modules`` as given (repeated, comma- or space-separated) in one word."""
+    return ",".join(values) if values else None
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Show a KvplanError as one `Error:` line and exit 1 (usage: 2); KVPLAN_DEBUG re-raises.

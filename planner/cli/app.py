@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import sys
 from types import TracebackType
+from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
+from planner.cli._options import join_nargs
 from planner.cli.catalog import gpus, models
 from planner.cli.check import check
 from planner.cli.diagnose import diagnose
@@ -30,6 +33,14 @@ app = typer.Typer(
     add_completion=True,
     rich_markup_mode=None,
 )
+
+
+class ServeCommand(TyperCommand):
+    """A command taking vLLM's serve flags, which reads the multi-word ones as vLLM does
+    (``--lora-target-modules qkv_proj o_proj``: :func:`join_nargs`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer's own click Context
+        return super().parse_args(ctx, join_nargs(args))
 
 
 def _version(value: bool) -> None:
@@ -62,7 +73,7 @@ def _root(
 
 
 # `kvplan --help` lists the commands in this order
-app.command()(estimate)
+app.command(cls=ServeCommand)(estimate)
 app.command()(gpus)
 app.command()(models)
 app.command()(check)

@@ -13,19 +13,29 @@ from planner.cli._options import (
     BatchedTokensOpt,
     BatchOpt,
     BlockOpt,
+    CpuOffloadOpt,
     DcpOpt,
     DpOpt,
     EagerOpt,
+    EnableLoraOpt,
     EngineOpt,
     EntrypointOpt,
     EpOpt,
+    FullyShardedOpt,
     GpuMemoryOpt,
     GpuOpt,
     GpusOpt,
     GpusPerNodeOpt,
     JsonOpt,
     KVDtypeOpt,
+    KvOffloadBackendOpt,
+    KvOffloadSizeOpt,
+    LoraAdapterOpt,
+    LoraTargetsOpt,
+    MaxCpuLorasOpt,
     MaxLenOpt,
+    MaxLoraRankOpt,
+    MaxLorasOpt,
     MaxSeqsOpt,
     ModelArg,
     NodesOpt,
@@ -36,11 +46,14 @@ from planner.cli._options import (
     RevisionOpt,
     RunnerOpt,
     SpeculativeOpt,
+    SwapSpaceOpt,
     TpOpt,
     VllmVersionOpt,
     _batch_sizes,
     _gpu_arg,
     _serve_settings,
+    lora_targets,
+    refuse_swap_space,
     user_errors,
 )
 
@@ -149,6 +162,17 @@ def estimate(
     num_redundant_experts: RedundantOpt = 0,
     dcp: DcpOpt = 1,
     speculative_config: SpeculativeOpt = None,
+    enable_lora: EnableLoraOpt = False,
+    max_loras: MaxLorasOpt = None,
+    max_lora_rank: MaxLoraRankOpt = None,
+    lora_target_modules: LoraTargetsOpt = None,
+    fully_sharded_loras: FullyShardedOpt = False,
+    max_cpu_loras: MaxCpuLorasOpt = None,
+    lora_adapter: LoraAdapterOpt = None,
+    cpu_offload_gb: CpuOffloadOpt = None,
+    kv_offloading_size: KvOffloadSizeOpt = None,
+    kv_offloading_backend: KvOffloadBackendOpt = None,
+    swap_space: SwapSpaceOpt = None,
     gpus: GpusOpt = None,
     nodes: NodesOpt = 1,
     gpus_per_node: GpusPerNodeOpt = None,
@@ -206,6 +230,9 @@ def estimate(
       kvplan estimate deepseek-v3 --gpu h200 --tp 8 --gpus 8
       kvplan estimate deepseek-v3 --gpu h200 --dp 8 --enable-expert-parallel \\
         --speculative-config '{"method":"mtp","num_speculative_tokens":1}'
+      kvplan estimate llama-3.1-8b --gpu l4 --enable-lora --max-loras 4 --max-lora-rank 64
+      kvplan estimate qwen2.5-7b --gpu l40s --enable-lora --lora-adapter ./my-adapter
+      kvplan estimate llama-3.1-8b --gpu h100 --kv-offloading-size 64
     """
     from planner.deployment import Deployment
     from planner.errors import DoesNotFitError
@@ -217,6 +244,7 @@ def estimate(
         from planner.status import quiet
 
         quiet(json_)
+        refuse_swap_space(swap_space)
         settings = _serve_settings(
             engine=engine,
             tp=tp,
@@ -226,6 +254,16 @@ def estimate(
             num_redundant_experts=num_redundant_experts or None,
             dcp=dcp,
             speculative=speculative_config,
+            enable_lora=enable_lora or None,
+            max_loras=max_loras,
+            max_lora_rank=max_lora_rank,
+            lora_target_modules=lora_targets(lora_target_modules),
+            fully_sharded_loras=fully_sharded_loras or None,
+            max_cpu_loras=max_cpu_loras,
+            lora_adapter=lora_adapter,
+            cpu_offload_gb=cpu_offload_gb,
+            kv_offloading_size=kv_offloading_size,
+            kv_offloading_backend=kv_offloading_backend,
             kv_cache_dtype=kv_cache_dtype,
             block_size=block_size,
             max_model_len=max_model_len,

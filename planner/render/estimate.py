@@ -10,6 +10,8 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from planner.budget import estimate_ranges
+from planner.lora import describe as describe_lora
+from planner.offload import describe_tier
 from planner.render._output import (
     BAR_CHARS,
     OUTCOME_PHRASES,
@@ -169,6 +171,8 @@ def _vllm_layout(out: Console, est: KVEstimate) -> None:
 def report_dict(rep: Report) -> dict[str, Any]:
     """The JSON of ``kvplan estimate``: the estimate's keys, plus the plan's when a GPU is set."""
     data = estimate_dict(rep.estimate)
+    if rep.plan is not None and rep.plan.warnings:
+        data["warnings"] = [*data["warnings"], *rep.plan.warnings]
     if rep.gpu_table:
         data["gpus"] = [asdict(r) for r in rep.gpu_table]
     p = rep.plan
@@ -209,6 +213,12 @@ def report_dict(rep: Report) -> dict[str, Any]:
         expert_parallel=p.expert_parallel,
         cluster=asdict(p.cluster) if p.cluster else None,
         speculative=asdict(p.speculative) if p.speculative else None,
+        lora_bytes=p.weights.lora_bytes_per_rank,
+        lora=describe_lora(p.lora) if p.lora else None,
+        weights_offloaded_bytes=p.weights.offloaded_bytes_per_rank,
+        cpu_kv_tokens=p.kv_tier.cpu_kv_tokens if p.kv_tier else None,
+        kv_offload=describe_tier(p.kv_tier),
+        host_ram_bytes=p.host_ram.as_dict(),
         layouts=[asdict(r) for r in p.layouts] if p.layouts else None,
         node_commands=p.node_commands or None,
         estimated_max_model_len=cap.estimated_max_model_len,
@@ -265,8 +275,9 @@ def report(
     user's settings, KV per token and request, the recommendation and its command), then the
     budget, what vLLM would log, what changes buy and the other engines; the layer tables and
     trade-offs follow with ``details``. Without one: the estimate, then the GPU table."""
+    plan_warnings = rep.plan.warnings if rep.plan is not None else []
     if as_json:
-        warnings_(rep.estimate.warnings)
+        warnings_([*rep.estimate.warnings, *plan_warnings])
         write_out(to_json(report_dict(rep)))
         return
     if rep.plan is None:
@@ -274,7 +285,7 @@ def report(
         if rep.gpu_table:
             _gpu_table(rep)
         return
-    warnings_(rep.estimate.warnings)
+    warnings_([*rep.estimate.warnings, *plan_warnings])
     if rep.engine is not None:
         _engine_plan(rep)
     _plan(rep.plan, show_grid, compared=rep.engine is not None)
@@ -433,6 +444,7 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             f"{sp.num_lookahead_tokens} lookahead slot(s) per running request",
             markup=False,
         )
+    _beyond(p)
     if rec:
         basis = {
             "workload": "from your workload",
@@ -450,7 +462,7 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         out.print(f"[bold]Recommended[/] ({basis}): {'keep ' if unchanged else ''}{flags}")
         if rec.auto_fit_max_model_len:
             out.print(
-                f"  the longest request that fits: {rec.auto_fit_max_model_len:,} tokens "
+                f"  longest request that fits: {rec.auto_fit_max_model_len:,} tokens "
                 "(--max-model-len -1), rounded down",
                 markup=False,
             )
@@ -483,6 +495,7 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         _budget(p)
     else:
         out.print(f"[bold]vLLM with --kv-cache-memory {fmt_bytes(cap.available_kv_bytes)}[/]")
+    out.print(_host_ram_line(p), markup=False)
     out.print("[bold]vLLM would log:[/]")
     for line in cap.log_lines:
         out.print(f"  {line}", markup=False)
@@ -525,6 +538,60 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         "[dim]Activation, non-torch and CUDA-graph terms are estimates (`kvplan verify --gpu` "
         "measures them); weights are exact only from safetensors headers.[/]"
     )
+
+
+def _beyond(p: Plan) -> None:
+    """One line each for the LoRA buffers, offloaded weights and the CPU KV tier."""
+    out = console()
+    if p.lora is not None:
+        b = p.lora
+        which = " ".join(b.target_modules) if b.target_modules else "every module"
+        out.print(
+            f"  LoRA: {b.max_loras} slot(s) x rank {b.max_lora_rank} = "
+            f"{fmt_bytes(p.weights.lora_bytes_per_rank)}/GPU, counted as weights ({which})",
+            markup=False,
+        )
+    if p.weights.offloaded_bytes_per_rank:
+        out.print(
+            f"  CPU offload: {fmt_bytes(p.weights.offloaded_bytes_per_rank)}/GPU of weights in "
+            "pinned host RAM (read over PCIe)",
+            markup=False,
+        )
+    tier = p.kv_tier
+    if tier is not None and tier.cpu_kv_tokens is not None:
+        ratio = tier.ratio_to_gpu_pool
+        times = f"{ratio:.2f}x the GPU pool" if ratio is not None else "no GPU pool"
+        out.print(
+            f"  CPU KV tier ({tier.backend}): {tier.cpu_kv_tokens:,} tokens, "
+            f"{tier.cpu_blocks:,} blocks = {times}",
+            markup=False,
+        )
+    elif tier is not None:
+        out.print(
+            f"  CPU KV tier ({tier.backend}): sized by the LMCache server, not by vLLM",
+            markup=False,
+        )
+
+
+HOST_PARTS = (
+    ("kv_offload", "KV tier"),
+    ("pinned_weights", "offloaded weights"),
+    ("lora_cpu_cache", "LoRA cache"),
+    ("mm_processor_cache", "MM cache"),
+)
+
+
+def _host_ram_line(p: Plan) -> str:
+    """The host RAM the deployment holds, in one line with its parts (at most: the LoRA and
+    multimodal caches fill up to their size)."""
+    parts = p.host_ram.as_dict()
+    shown = [f"{label} {fmt_bytes(parts[key])}" for key, label in HOST_PARTS if parts[key]]
+    if not shown:
+        return "Host RAM: none held (no KV tier, weight offload, LoRA or multimodal cache)"
+    line = f"Host RAM: {fmt_bytes(p.host_ram.total)} = " + " + ".join(shown)
+    if len(line) <= 80:
+        return line
+    return f"Host RAM: {fmt_bytes(p.host_ram.total)} =\n  " + " + ".join(shown)
 
 
 def _layouts(p: Plan) -> None:

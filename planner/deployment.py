@@ -31,6 +31,7 @@ from planner.units import GIB
 
 if TYPE_CHECKING:
     from planner.model.load import LoadedModel
+    from planner.multimodal import MMLimits, MMProcessorKwargs, MMTokens
     from planner.speculative import SpeculativeConfig
     from planner.vllm_rules import Entrypoint, Runner, VllmRules
 
@@ -140,6 +141,21 @@ SPELLINGS: dict[str, Names] = {
     "num_redundant_experts": Names("--num-redundant-experts", "num_redundant_experts", None),
     "dcp": Names("--decode-context-parallel-size", "dcp", "decode_context_parallel_size"),
     "speculative": Names("--speculative-config", "speculative_config", "speculative_config"),
+    "limit_mm_per_prompt": Names(
+        "--limit-mm-per-prompt", "limit_mm_per_prompt", "limit_mm_per_prompt"
+    ),
+    "language_model_only": Names(
+        "--language-model-only", "language_model_only", "language_model_only"
+    ),
+    "mm_encoder_tp_mode": Names("--mm-encoder-tp-mode", "mm_encoder_tp_mode", "mm_encoder_tp_mode"),
+    "skip_mm_profiling": Names("--skip-mm-profiling", "skip_mm_profiling", "skip_mm_profiling"),
+    "mm_processor_kwargs": Names(
+        "--mm-processor-kwargs", "mm_processor_kwargs", "mm_processor_kwargs"
+    ),
+    # kvplan's: the largest item's tokens where it cannot derive them, and the tower's
+    # activation during the profile run instead of its estimate
+    "mm_tokens_per_item": Names("--mm-tokens-per-item", "mm_tokens_per_item", None),
+    "mm_encoder_activation_bytes": Names("--mm-encoder-activation", "mm_encoder_activation", None),
     "kv_cache_dtype": Names("--kv-cache-dtype", "kv_cache_dtype", "kv_cache_dtype"),
     "block_size": Names("--block-size", "block_size", "block_size"),
     "max_model_len": Names("--max-model-len", "max_model_len", "max_model_len"),
@@ -166,9 +182,7 @@ SPELLINGS: dict[str, Names] = {
 
 
 def _shown(value: Any) -> str:
-    from planner.speculative import SpeculativeConfig
-
-    if isinstance(value, SpeculativeConfig):
+    if hasattr(value, "as_json"):  # --speculative-config, --limit-mm-per-prompt, ...: JSON
         return f"'{value.as_json()}'"
     if isinstance(value, Engine | KVDtype):
         return str(value.value)
@@ -311,6 +325,14 @@ class ServeSettings:
         dcp: decode-context-parallel size (divides tp): KV sharded over dcp TP ranks, so a
             block spans ``block_size x dcp`` tokens.
         speculative: ``--speculative-config`` (:mod:`planner.speculative`).
+        limit_mm_per_prompt: vLLM's items per prompt by modality (999 each when None).
+        language_model_only: no multimodal inputs at all: no tower, no encoder cache.
+        mm_encoder_tp_mode: ``weights`` (the tower TP-sharded) or ``data`` (a copy per rank).
+        skip_mm_profiling: vLLM leaves the encoder out of its profile run.
+        mm_processor_kwargs: the processor overrides (``max_pixels`` ...).
+        mm_tokens_per_item: the largest item's tokens, where kvplan cannot derive them.
+        mm_encoder_activation_bytes: the tower's activation in the profile run, instead of
+            kvplan's estimate (:mod:`planner.multimodal`).
     """
 
     engine: Engine = Engine.VLLM
@@ -335,6 +357,13 @@ class ServeSettings:
     num_redundant_experts: int = 0
     dcp: int = 1
     speculative: SpeculativeConfig | None = None
+    limit_mm_per_prompt: MMLimits | None = None
+    language_model_only: bool = False
+    mm_encoder_tp_mode: str = "weights"
+    skip_mm_profiling: bool = False
+    mm_processor_kwargs: MMProcessorKwargs | None = None
+    mm_tokens_per_item: MMTokens | None = None
+    mm_encoder_activation_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for key, value in (
@@ -358,6 +387,7 @@ class ServeSettings:
         for key, value in (
             ("--kv-cache-memory", self.kv_cache_memory_bytes),
             ("--cuda-graph-memory", self.cuda_graph_bytes),
+            ("--mm-encoder-activation", self.mm_encoder_activation_bytes),
         ):
             if value is not None and value < 0:
                 raise UsageError(f"{key} must not be negative, got {value:,} B")
@@ -372,6 +402,9 @@ class ServeSettings:
         if self.runner not in RUNNERS:
             raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}")
         self._check_parallel()
+        from planner.multimodal import check_mode
+
+        check_mode(self.mm_encoder_tp_mode)
 
     def _check_parallel(self) -> None:
         """vLLM's ParallelConfig rules for DP, EP, EPLB and DCP (``vllm/config/parallel.py``)."""
@@ -609,11 +642,18 @@ def _check_type(name: str, value: Any) -> None:
         "enable_prefix_caching",
         "enforce_eager",
         "enable_expert_parallel",
+        "language_model_only",
+        "skip_mm_profiling",
     ) and not isinstance(value, bool):
         rule, expected = "bool", "true or false"
-    elif name in ("engine", "kv_cache_dtype", "vllm_version", "entrypoint", "runner") and not (
-        isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())
-    ):
+    elif name in (
+        "engine",
+        "kv_cache_dtype",
+        "vllm_version",
+        "entrypoint",
+        "runner",
+        "mm_encoder_tp_mode",
+    ) and not (isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())):
         rule, expected = "name", "a name"
     if rule is not None:
         raise SettingError(f"expected {expected}, got {value!r}", rule=rule, value=value)
@@ -628,8 +668,26 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
     if name == "kv_cache_dtype":
         dtype = value if isinstance(value, KVDtype) else KVDtype.parse(str(value).strip())
         return {"kv_cache_dtype": dtype}
-    if name in ("enable_prefix_caching", "enable_expert_parallel"):
+    if name in (
+        "enable_prefix_caching",
+        "enable_expert_parallel",
+        "language_model_only",
+        "skip_mm_profiling",
+    ):
         return {name: parse_bool(value)}
+    if name in ("limit_mm_per_prompt", "mm_processor_kwargs", "mm_tokens_per_item"):
+        from planner import multimodal
+
+        parser = {
+            "limit_mm_per_prompt": multimodal.parse_limits,
+            "mm_processor_kwargs": multimodal.parse_processor_kwargs,
+            "mm_tokens_per_item": multimodal.parse_tokens,
+        }[name]
+        return {name: parser(value)}
+    if name == "mm_encoder_tp_mode":
+        from planner.multimodal import check_mode
+
+        return {name: check_mode(str(value))}
     if name == "num_redundant_experts":
         redundant = _as_count(value)
         if redundant < 0:
@@ -654,7 +712,12 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
             ) from None
         check_gmu(number)  # refuses 90 as 90, not 90.0
         return {name: float(number)}
-    if name in ("kv_cache_memory_bytes", "cuda_graph_bytes", "headroom_bytes"):
+    if name in (
+        "kv_cache_memory_bytes",
+        "cuda_graph_bytes",
+        "headroom_bytes",
+        "mm_encoder_activation_bytes",
+    ):
         if isinstance(value, int) and not isinstance(value, bool):
             return {name: value}
         return {name: parse_size(str(value), flag=SPELLINGS[name].cli)}

@@ -129,6 +129,7 @@ class Weights:
     detail: str = ""
     active_parameter_count: int = 0  # per token (MoE: routed top-k); 0 when unknown
     draft_bytes_per_rank: int = 0  # a draft checkpoint's share of bytes_per_rank
+    tower_bytes: int = 0  # a multimodal model's whole vision tower (whether placed or not)
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,8 @@ class Placement:
     of the tensor ... and data parallel sizes"), TP-sharded without EP, whole experts with
     ``ep`` (``ceil((E + R) / (dp x tp))`` on the most-loaded GPU, ``R`` redundant EPLB
     experts); everything else is sharded by the attention TP of one DP rank only. ``mtp``
-    loads the checkpoint's MTP layers on the last stage.
+    loads the checkpoint's MTP layers on the last stage; ``tower`` places a multimodal model's
+    vision tower (:func:`planner.multimodal.tower_mode`).
     """
 
     tp: int = 1
@@ -170,6 +172,9 @@ class Placement:
     ep: bool = False
     redundant_experts: int = 0
     mtp: bool = False
+    # the vision tower (first stage): "weights" TP-sharded, "data" a whole copy per TP rank,
+    # "off" not built (--language-model-only, every modality limited to 0)
+    tower: str = "weights"
 
     @property
     def expert_gpus(self) -> int:
@@ -420,6 +425,14 @@ def from_config(
     parts = _parts(spec)
     quant = spec.config.get("quantization_config") or spec.config.get("compression_config")
     _, label = _quant_bytes_per_param(quant if isinstance(quant, dict) else None, 2)
+    tower = spec.vision
+    if tower is not None:  # towers stay in the model dtype in quantized checkpoints too
+        parts = replace(
+            parts,
+            tower=tower.bytes,
+            params=parts.params + tower.params,
+            active_params=parts.active_params + tower.params,
+        )
     total = (
         parts.embed
         + parts.lm_head
@@ -427,7 +440,11 @@ def from_config(
         + sum(parts.replicated)
         + sum(parts.experts)
         + parts.other
+        + parts.tower
     )
+    detail = f"{parts.params / 1e9:.2f} B parameters derived from the config"
+    if tower is not None:
+        detail += f" (vision tower {tower.params / 1e9:.2f} B)"
     return Weights(
         bytes_per_rank=_per_rank(parts, len(spec.layers), placement or Placement(tp=tp, pp=pp)),
         total_bytes=total,
@@ -435,7 +452,8 @@ def from_config(
         parameter_count=parts.params,
         active_parameter_count=parts.active_params,
         quantization=None if label == "none" else label,
-        detail=f"{parts.params / 1e9:.2f} B parameters derived from the config",
+        detail=detail,
+        tower_bytes=parts.tower,
     )
 
 
@@ -454,7 +472,11 @@ def _per_rank(parts: _Parts, num_layers: int, where: Placement) -> int:
         repl = sum(parts.replicated[start:end])
         routed = experts[start:end]
         if rank == 0:
-            shard += parts.embed + parts.tower  # vocab-parallel embedding; the tower (weights mode)
+            shard += parts.embed  # vocab-parallel embedding
+            if where.tower == "weights":
+                shard += parts.tower
+            elif where.tower == "data":
+                repl += parts.tower  # a whole copy on every TP rank
         if rank == pp - 1:
             shard += parts.lm_head if parts.lm_head else (parts.embed if pp > 1 else 0)
             repl += parts.other
@@ -594,6 +616,7 @@ def from_tensors(
         parameter_count=params,
         quantization=quantization,
         detail="exact tensor sizes from safetensors headers",
+        tower_bytes=tower,
     )
 
 
@@ -648,8 +671,11 @@ def eagle_head(spec: ModelSpec, method: str, tp: int) -> Weights:
     )
 
 
-def placement_of(settings: ServeSettings) -> Placement:
-    """Where ``settings`` put the weights (:class:`Placement`)."""
+def placement_of(settings: ServeSettings, model: ModelSpec | None = None) -> Placement:
+    """Where ``settings`` put the weights of ``model`` (:class:`Placement`; its vision tower
+    by :func:`planner.multimodal.tower_mode`)."""
+    from planner.multimodal import tower_mode
+
     spec = settings.speculative
     return Placement(
         tp=settings.tp,
@@ -658,6 +684,7 @@ def placement_of(settings: ServeSettings) -> Placement:
         ep=settings.enable_expert_parallel,
         redundant_experts=settings.num_redundant_experts,
         mtp=spec is not None and spec.method == "mtp",
+        tower=tower_mode(model.vision, settings) if model is not None else "weights",
     )
 
 
@@ -666,7 +693,7 @@ def for_deployment(dep: Deployment) -> Weights:
     plus a draft checkpoint (eagle, eagle3, draft_model, dflash) on the last pipeline stage,
     sharded by the drafter's TP (:mod:`planner.speculative`)."""
     s = dep.settings
-    target = per_rank(dep.model, placement=placement_of(s))
+    target = per_rank(dep.model, placement=placement_of(s, dep.spec))
     if s.speculative is None or dep.draft is None:
         return target
     draft_tp = s.speculative.draft_tp(s.tp)

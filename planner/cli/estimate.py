@@ -25,8 +25,14 @@ from planner.cli._options import (
     GpusPerNodeOpt,
     JsonOpt,
     KVDtypeOpt,
+    LanguageOnlyOpt,
+    LimitMMOpt,
     MaxLenOpt,
     MaxSeqsOpt,
+    MMActivationOpt,
+    MMKwargsOpt,
+    MMTokensOpt,
+    MMTpModeOpt,
     ModelArg,
     NodesOpt,
     OfflineOpt,
@@ -35,6 +41,7 @@ from planner.cli._options import (
     RedundantOpt,
     RevisionOpt,
     RunnerOpt,
+    SkipMMOpt,
     SpeculativeOpt,
     TpOpt,
     VllmVersionOpt,
@@ -152,6 +159,13 @@ def estimate(
     gpus: GpusOpt = None,
     nodes: NodesOpt = 1,
     gpus_per_node: GpusPerNodeOpt = None,
+    limit_mm_per_prompt: LimitMMOpt = None,
+    language_model_only: LanguageOnlyOpt = False,
+    mm_encoder_tp_mode: MMTpModeOpt = "weights",
+    skip_mm_profiling: SkipMMOpt = False,
+    mm_processor_kwargs: MMKwargsOpt = None,
+    mm_tokens_per_item: MMTokensOpt = None,
+    mm_encoder_activation: MMActivationOpt = None,
     kv_cache_dtype: KVDtypeOpt = "auto",
     engine: EngineOpt = "vllm",
     block_size: BlockOpt = None,
@@ -206,6 +220,8 @@ def estimate(
       kvplan estimate deepseek-v3 --gpu h200 --tp 8 --gpus 8
       kvplan estimate deepseek-v3 --gpu h200 --dp 8 --enable-expert-parallel \\
         --speculative-config '{"method":"mtp","num_speculative_tokens":1}'
+      kvplan estimate qwen2.5-vl-7b-instruct --gpu h100 \\
+        --limit-mm-per-prompt '{"image":2,"video":0}'
     """
     from planner.deployment import Deployment
     from planner.errors import DoesNotFitError
@@ -226,6 +242,13 @@ def estimate(
             num_redundant_experts=num_redundant_experts or None,
             dcp=dcp,
             speculative=speculative_config,
+            limit_mm_per_prompt=limit_mm_per_prompt,
+            language_model_only=language_model_only or None,
+            mm_encoder_tp_mode=mm_encoder_tp_mode,
+            skip_mm_profiling=skip_mm_profiling or None,
+            mm_processor_kwargs=mm_processor_kwargs,
+            mm_tokens_per_item=mm_tokens_per_item,
+            mm_encoder_activation_bytes=mm_encoder_activation,
             kv_cache_dtype=kv_cache_dtype,
             block_size=block_size,
             max_model_len=max_model_len,

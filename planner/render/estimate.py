@@ -209,6 +209,7 @@ def report_dict(rep: Report) -> dict[str, Any]:
         expert_parallel=p.expert_parallel,
         cluster=asdict(p.cluster) if p.cluster else None,
         speculative=asdict(p.speculative) if p.speculative else None,
+        mm={**asdict(p.mm), "levers": [asdict(lv) for lv in p.mm_levers]} if p.mm else None,
         layouts=[asdict(r) for r in p.layouts] if p.layouts else None,
         node_commands=p.node_commands or None,
         estimated_max_model_len=cap.estimated_max_model_len,
@@ -433,6 +434,8 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             f"{sp.num_lookahead_tokens} lookahead slot(s) per running request",
             markup=False,
         )
+    if p.mm is not None:
+        _mm_line(p)
     if rec:
         basis = {
             "workload": "from your workload",
@@ -499,11 +502,19 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         _layouts(p)
     if show_grid:
         _grid(p)
-    if p.alternatives:
+    if p.alternatives or p.mm_levers:
         out.print("[bold]What changes buy[/] (requests of max_model_len at once):")
     for alt in p.alternatives:
         verdict = f"{alt.max_concurrency:.2f}x" if alt.fits else "still won't start"
         out.print(f"  {alt.change}: {verdict} ({alt.num_gpu_blocks:,} blocks)", markup=False)
+    for lever in p.mm_levers:
+        verdict = (
+            f"{lever.max_concurrency:.2f}x, +{lever.kv_tokens_gained:,} KV tokens "
+            f"({lever.kv_cache_size_tokens:,})"
+            if lever.fits
+            else "still won't start"
+        )
+        out.print(f"  {lever.change}: {verdict}", markup=False)
     if p.prefix_sharing:
         _prefix_sharing(p)
     if p.engines:
@@ -525,6 +536,33 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         "[dim]Activation, non-torch and CUDA-graph terms are estimates (`kvplan verify --gpu` "
         "measures them); weights are exact only from safetensors headers.[/]"
     )
+
+
+def _mm_line(p: Plan) -> None:
+    """A multimodal model's tower and encoder, in two short lines under the KV line."""
+    mm = p.mm
+    assert mm is not None
+    out = console()
+    where = {"weights": "TP-sharded", "data": "a copy per TP rank", "off": "not built"}
+    out.print(
+        f"  vision tower ({mm.family}): {fmt_bytes(mm.tower_weights_bytes)} per GPU "
+        f"({where[mm.mm_encoder_tp_mode]})",
+        markup=False,
+    )
+    if mm.encoder_budget_tokens is None:
+        out.print(
+            "  encoder budget unknown: tokens per item not derived (--mm-tokens-per-item)",
+            markup=False,
+        )
+    elif mm.profiled_modality is not None:
+        held = fmt_bytes(mm.encoder_output_bytes + mm.tower_activation_bytes)
+        tokens = mm.tokens_per_item[mm.profiled_modality] or 0
+        out.print(
+            f"  encoder budget {mm.encoder_budget_tokens:,} tokens: {mm.profile_items:,} "
+            f"{mm.profiled_modality} of {tokens:,} tokens profiled, "
+            + (held if mm.profiled else f"{held} not reserved"),
+            markup=False,
+        )
 
 
 def _layouts(p: Plan) -> None:
@@ -643,6 +681,18 @@ def _budget(p: Plan) -> None:
             else f"none subtracted (eager mode, or vLLM {p.vllm_version} < 0.20)",
         ),
     ]
+    mm = p.mm
+    if mm is not None and cap.encoder_activation_bytes and mm.profiled_modality:
+        rows.insert(
+            2,
+            (
+                "  of which encoder",
+                cap.encoder_activation_bytes,
+                f"est.: encoder outputs {fmt_bytes(mm.encoder_output_bytes)} held, the "
+                f"tower's peak {fmt_bytes(mm.tower_activation_bytes)} above the language "
+                f"model's ({mm.tower_activation_source})",
+            ),
+        )
     if cap.headroom_bytes:
         rows.append(("headroom", cap.headroom_bytes, "--headroom"))
     rows.append(("KV cache", cap.available_kv_bytes, f"what is left: {span('available_kv_bytes')}"))

@@ -110,6 +110,7 @@ KNOWN_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3": {"max_window_layers": 28, "use_sliding_window": False},
     "qwen3_moe": {"use_sliding_window": False},
     "qwen3_next": {"linear_conv_kernel_dim": 4},
+    "qwen3_vl_text": {},  # Qwen3VLTextConfig: no sliding-window fields
     "deepseek_v2": {"qk_nope_head_dim": 128, "v_head_dim": 128},
     "deepseek_v3": {"qk_nope_head_dim": 128, "v_head_dim": 128},
     "mamba": {"expand": 2, "state_size": 16, "conv_kernel": 4},
@@ -261,7 +262,8 @@ def _transformers_defaults(model_type: str) -> Mapping[str, Any]:
 
 
 def text_config_of(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The language-model part of a config (``get_text_config()``): nested for VLMs."""
+    """The language-model part of a config (``get_text_config()``): nested for VLMs, with the
+    class defaults a nested text config leaves out (:data:`NESTED_TEXT_DEFAULTS`)."""
     for key in TEXT_CONFIG_KEYS:
         nested = raw.get(key)
         if isinstance(nested, dict) and nested:
@@ -270,8 +272,24 @@ def text_config_of(raw: Mapping[str, Any]) -> dict[str, Any]:
             for outer in ("torch_dtype", "dtype", "quantization_config", "compression_config"):
                 if merged.get(outer) is None and raw.get(outer) is not None:
                     merged[outer] = raw[outer]
+            for name in _nested_defaults_used(merged):
+                merged[name] = NESTED_TEXT_DEFAULTS[str(merged.get("model_type"))][name]
             return merged
     return dict(raw)
+
+
+def _nested_defaults_used(text: Mapping[str, Any]) -> list[str]:
+    """The class defaults a nested text config leaves out (``text`` as nested)."""
+    defaults = NESTED_TEXT_DEFAULTS.get(str(text.get("model_type") or ""), {})
+    return [key for key in defaults if text.get(key) is None]
+
+
+def _nested_text(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    for key in TEXT_CONFIG_KEYS:
+        nested = raw.get(key)
+        if isinstance(nested, dict) and nested:
+            return nested
+    return None
 
 
 def parse_config(
@@ -300,14 +318,9 @@ def parse_config(
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{name}: config must be a JSON object, got {type(raw).__name__}")
     text = text_config_of(raw)
-    nested_defaults: list[str] = []
-    if any(isinstance(raw.get(k), dict) and raw.get(k) for k in TEXT_CONFIG_KEYS):
-        for key, value in NESTED_TEXT_DEFAULTS.get(str(text.get("model_type") or ""), {}).items():
-            if text.get(key) is None:
-                text[key] = value
-                nested_defaults.append(key)
+    nested = _nested_text(raw)
     f = _Fields(text, raw, label or name)
-    f.defaults_used.extend(nested_defaults)
+    f.defaults_used.extend(_nested_defaults_used(nested) if nested is not None else [])
     model_type = f.model_type
     notes: list[str] = []
 

@@ -762,6 +762,11 @@ def profile(
                 f"--limit-mm-per-prompt names {', '.join(unknown)}, which {t.family} does not "
                 f"take (it takes {', '.join(t.modalities)})"
             )
+    if s.pp > 1 and mode != "off":
+        notes.append(
+            "the tower and its profile run sit on the first pipeline stage; kvplan counts "
+            "them on the rank it plans (the most-loaded)"
+        )
     tp = s.tp
     weights = tower_bytes_per_rank(tower_total_bytes, mode, tp)
     enabled = [m for m in t.modalities if limits[m] > 0]

@@ -543,7 +543,13 @@ def _mm_line(p: Plan) -> None:
     mm = p.mm
     assert mm is not None
     out = console()
-    where = {"weights": "TP-sharded", "data": "a copy per TP rank", "off": "not built"}
+    if mm.mm_encoder_tp_mode == "off":
+        out.print(
+            f"  vision tower ({mm.family}): not built, no encoder (every modality off)",
+            markup=False,
+        )
+        return
+    where = {"weights": "TP-sharded", "data": "a copy per TP rank"}
     out.print(
         f"  vision tower ({mm.family}): {fmt_bytes(mm.tower_weights_bytes)} per GPU "
         f"({where[mm.mm_encoder_tp_mode]})",
@@ -557,10 +563,11 @@ def _mm_line(p: Plan) -> None:
     elif mm.profiled_modality is not None:
         held = fmt_bytes(mm.encoder_output_bytes + mm.tower_activation_bytes)
         tokens = mm.tokens_per_item[mm.profiled_modality] or 0
+        items = mm.profile_items or 0
+        what = f"{items:,} {mm.profiled_modality}{'s' if items != 1 else ''} of {tokens:,}"
         out.print(
-            f"  encoder budget {mm.encoder_budget_tokens:,} tokens: {mm.profile_items:,} "
-            f"{mm.profiled_modality} of {tokens:,} tokens profiled, "
-            + (held if mm.profiled else f"{held} not reserved"),
+            f"  encoder: budget {mm.encoder_budget_tokens:,} tokens, {what} "
+            + (f"profiled, {held}" if mm.profiled else f"not profiled ({held})"),
             markup=False,
         )
 

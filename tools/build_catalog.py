@@ -111,7 +111,7 @@ def provenance(sources: str) -> dict[str, str]:
             folder = cells[3].strip("`").split("/")[0]
             repo = re.sub(r"^\[([^\]]+)\].*$", r"\1", cells[5])
             rows[folder] = (
-                f"{cells[4].strip('`')} config.json via github.com/{repo} "
+                f"{cells[4].replace('`', '')} config.json via github.com/{repo} "
                 f"{cells[6].strip('`')} @ {cells[7].strip('`')} (shared/model-configs #{cells[1]})"
             )
     return rows

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from planner.deployment import (
     CUDA_GRAPH_DEFAULT_BYTES,
@@ -33,6 +34,9 @@ from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import ModelSpec
 from planner.units import GIB, MIB, format_gib
 from planner.weights import Weights
+
+if TYPE_CHECKING:
+    from planner.multimodal import MMProfile
 
 # Activation peak of vLLM's profile run (``GPUModelRunner.profile_run``): a forward pass over
 # T = max_num_batched_tokens, then, for a generating model on the last PP rank, the sampler
@@ -163,6 +167,8 @@ class VllmCapacity:
     max_num_batched_tokens: int
     max_num_seqs: int
     one_line_log: bool = True  # 0.33 logs tokens and concurrency on one line
+    # a multimodal encoder's share of activation_peak_bytes (planner.multimodal)
+    encoder_activation_bytes: int = 0
 
     @property
     def log_lines(self) -> list[str]:
@@ -206,7 +212,10 @@ def estimate_ranges(cap: VllmCapacity, ranks: int) -> dict[str, tuple[int, int]]
     0.13 -> 0.04-0.56; the KV memory gets the opposite spread, 51.0 GiB -> 50.4-52.5.
     """
     act, nt, graphs = cap.activation_peak_bytes, cap.non_torch_bytes, cap.cuda_graph_bytes
-    act_range = (act - min(act * 8 // 10, ACT_LOW_BYTES), act + ACT_HIGH_BYTES)
+    lm = act - cap.encoder_activation_bytes
+    # a multimodal encoder's share is an estimate from its shapes: half of it either way
+    spread = cap.encoder_activation_bytes // 2
+    act_range = (act - min(lm * 8 // 10, ACT_LOW_BYTES) - spread, act + ACT_HIGH_BYTES + spread)
     nt_range = NON_TORCH_RANGE[1 if ranks == 1 else 2]
     nt_range = (min(nt_range[0], nt), max(nt_range[1], nt))
     graph_range = (max(0, graphs - GRAPH_SPREAD_BYTES), graphs + GRAPH_SPREAD_BYTES)
@@ -238,6 +247,7 @@ def vllm_capacity(
     non_torch: int | None = None,
     headroom_bytes: int = 0,
     one_line_log: bool = True,
+    encoder_activation_bytes: int = 0,
 ) -> VllmCapacity:
     """vLLM's available KV memory, block count, token capacity and concurrency.
 
@@ -253,6 +263,7 @@ def vllm_capacity(
         non_torch: memory outside torch's allocator (default by TP size).
         headroom_bytes: extra memory the user wants to keep free.
         one_line_log: the version logs tokens and concurrency on one line.
+        encoder_activation_bytes: a multimodal encoder's share of ``activation_bytes``.
 
     Returns:
         The :class:`VllmCapacity`.
@@ -330,6 +341,7 @@ def vllm_capacity(
         max_num_batched_tokens=layout.max_num_batched_tokens,
         max_num_seqs=layout.max_num_seqs,
         one_line_log=one_line_log,
+        encoder_activation_bytes=encoder_activation_bytes,
     )
 
 
@@ -399,6 +411,31 @@ def graph_bytes(dep: Deployment, est: KVEstimate) -> int:
     return cuda_graph_estimate_bytes(est, 1 + k)
 
 
+def mm_profile(dep: Deployment, est: KVEstimate, weights: Weights) -> MMProfile | None:
+    """What a multimodal model's encoder adds to vLLM's profile run on ``dep`` at the batch
+    settings ``est`` resolved (:func:`planner.multimodal.profile`); None for a text model."""
+    tower = dep.spec.vision
+    if tower is None or est.vllm is None:
+        return None
+    from planner.multimodal import profile
+
+    s = dep.settings
+    lm = activation_peak_bytes(
+        dep.spec, est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs, s.runner
+    )
+    sized = weights.tower_bytes or tower.bytes
+    return profile(
+        tower,
+        s,
+        max_model_len=est.max_model_len,
+        max_num_batched_tokens=est.vllm.max_num_batched_tokens,
+        max_num_seqs=est.vllm.max_num_seqs,
+        lm_activation_bytes=lm,
+        tower_total_bytes=sized,
+        tower_source=weights.source if weights.tower_bytes else "config",
+    )
+
+
 def vllm_budget(
     dep: Deployment,
     est: KVEstimate,
@@ -407,9 +444,13 @@ def vllm_budget(
 ) -> VllmCapacity:
     """:func:`vllm_capacity` for one deployment: its GPU's total, its settings' utilisation,
     KV pool override, CUDA-graph and headroom bytes, and the activation peak at the token
-    budget ``est`` resolved. The one place every command sizes vLLM's pool."""
+    budget ``est`` resolved (with a multimodal model's encoder outputs and tower activations
+    as the profile run holds them: :func:`mm_profile`). The one place every command sizes
+    vLLM's pool."""
     assert est.vllm is not None
     s = dep.settings
+    mm = mm_profile(dep, est, weights)
+    encoder = mm.activation_bytes if mm is not None else 0
     return vllm_capacity(
         est,
         estimate_at=estimate_at or estimate_at_length(dep),
@@ -417,7 +458,9 @@ def vllm_budget(
         weights_bytes=weights.bytes_per_rank,
         activation_bytes=activation_peak_bytes(
             dep.spec, est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs, s.runner
-        ),
+        )
+        + encoder,
+        encoder_activation_bytes=encoder,
         gpu_memory_utilization=s.gmu,
         kv_cache_memory_bytes=s.kv_cache_memory_bytes,
         cuda_graph_bytes=graph_bytes(dep, est),

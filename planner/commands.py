@@ -167,6 +167,7 @@ def engine_commands(
                 "them out (kvplan writes only vLLM's flags for them); their figures use vLLM's "
                 "weights"
             )
+        vllm += vllm_mm_flags(settings)
 
     dp = settings.dp if settings is not None else 1
     ep = settings is not None and settings.enable_expert_parallel
@@ -282,6 +283,24 @@ def _gib(value: float) -> str:
     """A GiB figure as the flag takes it, never in exponent form: 64.0 -> 64, 0.5 -> 0.5."""
     text = f"{value:.9f}".rstrip("0").rstrip(".")
     return text or "0"
+
+
+def vllm_mm_flags(settings: ServeSettings) -> list[str]:
+    """``vllm serve`` flags for a multimodal model's settings, as vLLM 0.33 spells them (the
+    dicts as one JSON word each); kvplan's own --mm-tokens-per-item and
+    --mm-encoder-activation are not vLLM's and stay out."""
+    words: list[str] = []
+    if settings.language_model_only:
+        words += ["--language-model-only"]
+    if settings.limit_mm_per_prompt is not None:
+        words += ["--limit-mm-per-prompt", settings.limit_mm_per_prompt.as_json()]
+    if settings.mm_processor_kwargs is not None:
+        words += ["--mm-processor-kwargs", settings.mm_processor_kwargs.as_json()]
+    if settings.mm_encoder_tp_mode != "weights":
+        words += ["--mm-encoder-tp-mode", settings.mm_encoder_tp_mode]
+    if settings.skip_mm_profiling:
+        words += ["--skip-mm-profiling"]
+    return words
 
 
 def _at_full_length(

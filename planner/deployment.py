@@ -32,6 +32,7 @@ from planner.units import GIB
 if TYPE_CHECKING:
     from planner.lora import LoraAdapter
     from planner.model.load import LoadedModel
+    from planner.multimodal import MMLimits, MMProcessorKwargs, MMTokens
     from planner.speculative import SpeculativeConfig
     from planner.vllm_rules import Entrypoint, Runner, VllmRules
 
@@ -159,6 +160,21 @@ SPELLINGS: dict[str, Names] = {
     "kv_offloading_backend": Names(
         "--kv-offloading-backend", "kv_offloading_backend", "kv_offloading_backend"
     ),
+    "limit_mm_per_prompt": Names(
+        "--limit-mm-per-prompt", "limit_mm_per_prompt", "limit_mm_per_prompt"
+    ),
+    "language_model_only": Names(
+        "--language-model-only", "language_model_only", "language_model_only"
+    ),
+    "mm_encoder_tp_mode": Names("--mm-encoder-tp-mode", "mm_encoder_tp_mode", "mm_encoder_tp_mode"),
+    "skip_mm_profiling": Names("--skip-mm-profiling", "skip_mm_profiling", "skip_mm_profiling"),
+    "mm_processor_kwargs": Names(
+        "--mm-processor-kwargs", "mm_processor_kwargs", "mm_processor_kwargs"
+    ),
+    # kvplan's: the largest item's tokens where it cannot derive them, and the tower's
+    # activation during the profile run instead of its estimate
+    "mm_tokens_per_item": Names("--mm-tokens-per-item", "mm_tokens_per_item", None),
+    "mm_encoder_activation_bytes": Names("--mm-encoder-activation", "mm_encoder_activation", None),
     "kv_cache_dtype": Names("--kv-cache-dtype", "kv_cache_dtype", "kv_cache_dtype"),
     "block_size": Names("--block-size", "block_size", "block_size"),
     "max_model_len": Names("--max-model-len", "max_model_len", "max_model_len"),
@@ -186,9 +202,8 @@ SPELLINGS: dict[str, Names] = {
 
 def _shown(value: Any) -> str:
     from planner.lora import LoraAdapter
-    from planner.speculative import SpeculativeConfig
 
-    if isinstance(value, SpeculativeConfig):
+    if hasattr(value, "as_json"):  # --speculative-config, --limit-mm-per-prompt, ...: JSON
         return f"'{value.as_json()}'"
     if isinstance(value, LoraAdapter):
         return value.path
@@ -344,6 +359,14 @@ class ServeSettings:
         cpu_offload_gb: vLLM's UVA weight offload, GiB per GPU (:mod:`planner.offload`).
         kv_offloading_size, kv_offloading_backend: vLLM's CPU KV tier (GiB for the whole
             engine, summed over its TP ranks; ``native`` or ``lmcache``).
+        limit_mm_per_prompt: vLLM's items per prompt by modality (999 each when None).
+        language_model_only: no multimodal inputs at all: no tower, no encoder cache.
+        mm_encoder_tp_mode: ``weights`` (the tower TP-sharded) or ``data`` (a copy per rank).
+        skip_mm_profiling: vLLM leaves the encoder out of its profile run.
+        mm_processor_kwargs: the processor overrides (``max_pixels`` ...).
+        mm_tokens_per_item: the largest item's tokens, where kvplan cannot derive them.
+        mm_encoder_activation_bytes: the tower's activation in the profile run, instead of
+            kvplan's estimate (:mod:`planner.multimodal`).
     """
 
     engine: Engine = Engine.VLLM
@@ -378,6 +401,13 @@ class ServeSettings:
     cpu_offload_gb: float = 0.0
     kv_offloading_size: float | None = None
     kv_offloading_backend: str = "native"
+    limit_mm_per_prompt: MMLimits | None = None
+    language_model_only: bool = False
+    mm_encoder_tp_mode: str = "weights"
+    skip_mm_profiling: bool = False
+    mm_processor_kwargs: MMProcessorKwargs | None = None
+    mm_tokens_per_item: MMTokens | None = None
+    mm_encoder_activation_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for key, value in (
@@ -403,6 +433,7 @@ class ServeSettings:
         for key, value in (
             ("--kv-cache-memory", self.kv_cache_memory_bytes),
             ("--cuda-graph-memory", self.cuda_graph_bytes),
+            ("--mm-encoder-activation", self.mm_encoder_activation_bytes),
         ):
             if value is not None and value < 0:
                 raise UsageError(f"{key} must not be negative, got {value:,} B")
@@ -419,6 +450,9 @@ class ServeSettings:
         self._check_parallel()
         self._check_lora()
         self._check_offload()
+        from planner.multimodal import check_mode
+
+        check_mode(self.mm_encoder_tp_mode)
 
     def _check_lora(self) -> None:
         """vLLM's LoRAConfig rules (``vllm/config/lora.py``); the model's own rules are
@@ -793,6 +827,8 @@ def _check_type(name: str, value: Any) -> None:
         "enable_expert_parallel",
         "enable_lora",
         "fully_sharded_loras",
+        "language_model_only",
+        "skip_mm_profiling",
     ) and not isinstance(value, bool):
         rule, expected = "bool", "true or false"
     elif name in ("cpu_offload_gb", "kv_offloading_size") and (
@@ -809,6 +845,7 @@ def _check_type(name: str, value: Any) -> None:
         "runner",
         "lora_adapter",
         "kv_offloading_backend",
+        "mm_encoder_tp_mode",
     ) and not (isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())):
         rule, expected = "name", "a name"
     if rule is not None:
@@ -829,6 +866,8 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
         "enable_expert_parallel",
         "enable_lora",
         "fully_sharded_loras",
+        "language_model_only",
+        "skip_mm_profiling",
     ):
         return {name: parse_bool(value)}
     if name == "lora_target_modules":
@@ -855,6 +894,19 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
                 value=value,
             )
         return {name: number}
+    if name in ("limit_mm_per_prompt", "mm_processor_kwargs", "mm_tokens_per_item"):
+        from planner import multimodal
+
+        parser = {
+            "limit_mm_per_prompt": multimodal.parse_limits,
+            "mm_processor_kwargs": multimodal.parse_processor_kwargs,
+            "mm_tokens_per_item": multimodal.parse_tokens,
+        }[name]
+        return {name: parser(value)}
+    if name == "mm_encoder_tp_mode":
+        from planner.multimodal import check_mode
+
+        return {name: check_mode(str(value))}
     if name == "num_redundant_experts":
         redundant = _as_count(value)
         if redundant < 0:
@@ -879,7 +931,12 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
             ) from None
         check_gmu(number)  # refuses 90 as 90, not 90.0
         return {name: float(number)}
-    if name in ("kv_cache_memory_bytes", "cuda_graph_bytes", "headroom_bytes"):
+    if name in (
+        "kv_cache_memory_bytes",
+        "cuda_graph_bytes",
+        "headroom_bytes",
+        "mm_encoder_activation_bytes",
+    ):
         if isinstance(value, int) and not isinstance(value, bool):
             return {name: value}
         return {name: parse_size(str(value), flag=SPELLINGS[name].cli)}

@@ -8,6 +8,7 @@ naive-contiguous baseline, and ready-to-paste engine commands.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from planner.advise import Advice
     from planner.cluster import Cluster, LayoutRow
     from planner.lora import LoraBuffers
+    from planner.multimodal import MMProfile
     from planner.simulate.workload import Workload
 
 TARGET_KV_USAGE = 0.9
@@ -264,6 +266,22 @@ class Plan:
     kv_tier: KvTier | None = None  # --kv-offloading-size: the CPU KV tier
     host_ram: HostRam = field(default_factory=HostRam)  # what the deployment holds in host RAM
     warnings: list[str] = field(default_factory=list)  # printed as the estimate's are
+    mm: MMProfile | None = None  # a multimodal model's tower and encoder (planner.multimodal)
+    mm_levers: list[MMLever] = field(default_factory=list)  # what turning them down buys
+
+
+@dataclass(frozen=True)
+class MMLever:
+    """One multimodal setting turned down and what it buys (JSON ``mm.levers[]``): the KV
+    pool in tokens with it, and the tokens gained over the user's settings."""
+
+    change: str
+    changes: dict[str, object]
+    kv_cache_size_tokens: int
+    kv_tokens_gained: int
+    max_concurrency: float
+    num_gpu_blocks: int
+    fits: bool
 
 
 @dataclass(frozen=True)
@@ -505,6 +523,12 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
             draft_kv_layers=sum(g.num_layers for g in est.layer_groups)
             - sum(g.num_layers for g in bare.layer_groups),
         )
+    from planner.budget import mm_profile
+
+    mm = mm_profile(at_length, est, weights)
+    levers = _mm_levers(at_length, cap, capacity) if mm is not None else []
+    if mm is not None:
+        notes.extend(mm.notes)
     fp8 = est.kv_dtype_bytes == 1 and est.kv_cache_dtype.startswith("fp8")
     if fp8 or any("kv_cache_dtype" in a.changes for a in alternatives):
         notes.append(fp8_kv_caveat(dep.gpu))
@@ -540,6 +564,8 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         kv_tier=tier,
         host_ram=host,
         warnings=warnings,
+        mm=mm,
+        mm_levers=levers,
     )
 
 
@@ -810,6 +836,71 @@ def _alternatives(
         out.append(
             Alternative(
                 as_flags(change), shown, round(c.max_concurrency, 2), c.num_gpu_blocks, c.fits
+            )
+        )
+    return out
+
+
+def _mm_levers(
+    dep: Deployment,
+    cap: VllmCapacity,
+    capacity: Callable[[Deployment, KVEstimate, Weights], VllmCapacity],
+) -> list[MMLever]:
+    """A multimodal model's levers, each planned as its own deployment: video off (while it
+    is on), one image per prompt, a smaller image (Qwen-VL ``max_pixels`` of 1,280 tokens),
+    and text only (``--language-model-only``); those that buy KV tokens, most first."""
+    from planner.multimodal import MMLimits, limits_of, parse_processor_kwargs, tokens_per_item
+
+    s, tower = dep.settings, dep.spec.vision
+    if tower is None or s.language_model_only:
+        return []
+    limits = limits_of(tower, s)
+    if not any(limits.values()):
+        return []
+    given = dict(s.limit_mm_per_prompt.counts) if s.limit_mm_per_prompt else {}
+    options = dict(s.limit_mm_per_prompt.options) if s.limit_mm_per_prompt else {}
+
+    def limited(**counts: int) -> MMLimits:
+        merged = {**given, **counts}  # the user's limits, with this one changed
+        kept = tuple((m, o) for m, o in options.items() if merged.get(m))
+        return MMLimits(tuple(merged.items()), kept)
+
+    changes: list[dict[str, object]] = []
+    if limits.get("video"):
+        changes.append({"limit_mm_per_prompt": limited(video=0)})
+    if limits.get("image", 0) > 1:
+        changes.append({"limit_mm_per_prompt": limited(image=1)})
+    if tower.unit:
+        found = tokens_per_item(tower, s, cap.max_model_len).tokens.get("image")
+        smaller = 1280 * tower.unit * tower.unit  # Qwen's documented 1,280-token image
+        if found is not None and found > 1280:
+            kwargs = dict(s.mm_processor_kwargs.data) if s.mm_processor_kwargs else {}
+            kwargs["max_pixels"] = smaller
+            changes.append({"mm_processor_kwargs": parse_processor_kwargs(kwargs)})
+    changes.append({"language_model_only": True})
+    out = []
+    for change in changes:
+        alt = dep.with_settings(**change)
+        try:
+            e = estimate(alt.spec, alt.settings, alt.gpu, batch_sizes=())
+            c = capacity(alt, e, for_deployment(alt))
+        except UsageError:
+            continue
+        gained = c.kv_cache_size_tokens - cap.kv_cache_size_tokens
+        if gained <= 0 and c.fits == cap.fits:
+            continue
+        out.append(
+            MMLever(
+                as_flags(change),
+                {
+                    k: (json.loads(v.as_json()) if hasattr(v, "as_json") else v)
+                    for k, v in change.items()
+                },
+                c.kv_cache_size_tokens,
+                gained,
+                round(c.max_concurrency, 2),
+                c.num_gpu_blocks,
+                c.fits,
             )
         )
     return out

@@ -133,6 +133,7 @@ class Weights:
     lora_bytes_per_rank: int = 0  # LoRA buffers' share of bytes_per_rank (planner.lora)
     offloaded_bytes_per_rank: int = 0  # --cpu-offload-gb: moved off the most-loaded GPU
     offloaded_bytes: int = 0  # ... and off every GPU together (pinned host memory)
+    tower_bytes: int = 0  # a multimodal model's whole vision tower (whether placed or not)
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,8 @@ class Placement:
     of the tensor ... and data parallel sizes"), TP-sharded without EP, whole experts with
     ``ep`` (``ceil((E + R) / (dp x tp))`` on the most-loaded GPU, ``R`` redundant EPLB
     experts); everything else is sharded by the attention TP of one DP rank only. ``mtp``
-    loads the checkpoint's MTP layers on the last stage.
+    loads the checkpoint's MTP layers on the last stage; ``tower`` places a multimodal model's
+    vision tower (:func:`planner.multimodal.tower_mode`).
     """
 
     tp: int = 1
@@ -174,6 +176,9 @@ class Placement:
     ep: bool = False
     redundant_experts: int = 0
     mtp: bool = False
+    # the vision tower (first stage): "weights" TP-sharded, "data" a whole copy per TP rank,
+    # "off" not built (--language-model-only, every modality limited to 0)
+    tower: str = "weights"
 
     @property
     def expert_gpus(self) -> int:
@@ -424,6 +429,14 @@ def from_config(
     parts = _parts(spec)
     quant = spec.config.get("quantization_config") or spec.config.get("compression_config")
     _, label = _quant_bytes_per_param(quant if isinstance(quant, dict) else None, 2)
+    tower = spec.vision
+    if tower is not None:  # towers stay in the model dtype in quantized checkpoints too
+        parts = replace(
+            parts,
+            tower=tower.bytes,
+            params=parts.params + tower.params,
+            active_params=parts.active_params + tower.params,
+        )
     total = (
         parts.embed
         + parts.lm_head
@@ -431,8 +444,12 @@ def from_config(
         + sum(parts.replicated)
         + sum(parts.experts)
         + parts.other
+        + parts.tower
     )
     stages = _stage_bytes(parts, len(spec.layers), placement or Placement(tp=tp, pp=pp))
+    detail = f"{parts.params / 1e9:.2f} B parameters derived from the config"
+    if tower is not None:
+        detail += f" (vision tower {tower.params / 1e9:.2f} B)"
     return Weights(
         bytes_per_rank=max(stages),
         total_bytes=total,
@@ -440,8 +457,9 @@ def from_config(
         parameter_count=parts.params,
         active_parameter_count=parts.active_params,
         quantization=None if label == "none" else label,
-        detail=f"{parts.params / 1e9:.2f} B parameters derived from the config",
         stage_bytes=tuple(stages),
+        detail=detail,
+        tower_bytes=parts.tower,
     )
 
 
@@ -461,7 +479,11 @@ def _stage_bytes(parts: _Parts, num_layers: int, where: Placement) -> list[int]:
         repl = sum(parts.replicated[start:end])
         routed = experts[start:end]
         if rank == 0:
-            shard += parts.embed + parts.tower  # vocab-parallel embedding; the tower (weights mode)
+            shard += parts.embed  # vocab-parallel embedding
+            if where.tower == "weights":
+                shard += parts.tower
+            elif where.tower == "data":
+                repl += parts.tower  # a whole copy on every TP rank
         if rank == pp - 1:
             shard += parts.lm_head if parts.lm_head else (parts.embed if pp > 1 else 0)
             repl += parts.other
@@ -603,6 +625,7 @@ def from_tensors(
         parameter_count=params,
         quantization=quantization,
         detail="exact tensor sizes from safetensors headers",
+        tower_bytes=tower,
     )
 
 
@@ -694,8 +717,11 @@ def with_lora_and_offload(dep: Deployment, target: Weights) -> Weights:
     )
 
 
-def placement_of(settings: ServeSettings) -> Placement:
-    """Where ``settings`` put the weights (:class:`Placement`)."""
+def placement_of(settings: ServeSettings, model: ModelSpec | None = None) -> Placement:
+    """Where ``settings`` put the weights of ``model`` (:class:`Placement`; its vision tower
+    by :func:`planner.multimodal.tower_mode`)."""
+    from planner.multimodal import tower_mode
+
     spec = settings.speculative
     return Placement(
         tp=settings.tp,
@@ -704,6 +730,7 @@ def placement_of(settings: ServeSettings) -> Placement:
         ep=settings.enable_expert_parallel,
         redundant_experts=settings.num_redundant_experts,
         mtp=spec is not None and spec.method == "mtp",
+        tower=tower_mode(model.vision, settings) if model is not None else "weights",
     )
 
 
@@ -714,7 +741,7 @@ def for_deployment(dep: Deployment) -> Weights:
     a draft checkpoint (eagle, eagle3, draft_model, dflash) on the last pipeline stage, sharded
     by the drafter's TP (:mod:`planner.speculative`)."""
     s = dep.settings
-    target = with_lora_and_offload(dep, per_rank(dep.model, placement=placement_of(s)))
+    target = with_lora_and_offload(dep, per_rank(dep.model, placement=placement_of(s, dep.spec)))
     if s.speculative is None or dep.draft is None:
         return target
     draft_tp = s.speculative.draft_tp(s.tp)
@@ -722,9 +749,13 @@ def for_deployment(dep: Deployment) -> Weights:
         draft = eagle_head(dep.draft.spec, s.speculative.method, draft_tp)
     else:
         draft = per_rank(dep.draft, tp=draft_tp)
+    # the drafter lives on the last pipeline stage only
+    stages = list(target.stage_bytes) or [target.bytes_per_rank]
+    stages[-1] += draft.bytes_per_rank
     return replace(
         target,
-        bytes_per_rank=target.bytes_per_rank + draft.bytes_per_rank,
+        bytes_per_rank=max(stages),
+        stage_bytes=tuple(stages),
         detail=f"{target.detail}; + {dep.draft.spec.name} draft "
         f"({draft.bytes_per_rank:,} B per GPU, {draft.source})",
         draft_bytes_per_rank=draft.bytes_per_rank,

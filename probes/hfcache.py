@@ -265,15 +265,9 @@ def cross_check(text: dict[str, Any], *, name: str) -> CacheCheck:
     # re-serialisation of it, so a field transformers derives differently shows up here
     spec = planner.parse_config(small, name=name, source="hfcache")
     with _quiet():
-        from transformers import AutoConfig, AutoModelForCausalLM
-
         try:
-            kwargs = {k: v for k, v in small.items() if k not in ("model_type", "auto_map")}
-            config = AutoConfig.for_model(model_type, **kwargs)
             # the checkpoint dtype (the planner's reading: config dtype, else bf16 weights)
-            dtype = _TORCH_DTYPES[spec.dtype]
-            torch.manual_seed(0)
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+            model = _build(model_type, small, _TORCH_DTYPES[spec.dtype])
         except Exception as exc:  # a config transformers itself cannot build
             return CacheCheck(name, model_type, "error", f"transformers cannot build it: {exc}")
         measured = {}
@@ -321,6 +315,26 @@ def cross_check(text: dict[str, Any], *, name: str) -> CacheCheck:
     if check.mismatches:
         check.status = "mismatch"
     return check
+
+
+def _build(model_type: str, small: dict[str, Any], dtype: torch.dtype) -> Any:
+    """The shrunk config as a model: its causal LM, or for a vision-language model's text
+    config (Qwen2.5-VL's top level, Qwen3-VL's text_config), which no causal-LM class takes,
+    the text model of its ``*_text`` config class (``Qwen2_5_VLTextModel``): the same
+    decoder layers, so the same cache."""
+    from transformers import CONFIG_MAPPING, AutoConfig, AutoModel, AutoModelForCausalLM
+
+    kwargs = {k: v for k, v in small.items() if k not in ("model_type", "auto_map")}
+    torch.manual_seed(0)
+    try:
+        config = AutoConfig.for_model(model_type, **kwargs)
+        return AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    except ValueError:  # "Unrecognized configuration class ... for AutoModelForCausalLM"
+        text_type = model_type if model_type.endswith("_text") else f"{model_type}_text"
+        if text_type not in CONFIG_MAPPING:
+            raise
+        config = AutoConfig.for_model(text_type, **kwargs)
+        return AutoModel.from_config(config, dtype=dtype).eval()
 
 
 def cross_check_file(path: Path, name: str | None = None) -> CacheCheck:

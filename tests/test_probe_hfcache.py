@@ -41,12 +41,6 @@ WINDOWED = [
 ]
 
 
-# Vision-language configs whose language model AutoModelForCausalLM cannot build from the
-# top-level config (transformers builds them with AutoModelForImageTextToText); their towers
-# are issue 16's.
-MULTIMODAL_TOP = {"Qwen--Qwen2.5-VL-3B-Instruct", "Qwen--Qwen2.5-VL-7B-Instruct"}
-
-
 def text_of(folder: str) -> dict:
     return text_config_of(json.loads(fixture_config(folder).read_text()))
 
@@ -66,8 +60,6 @@ def test_planner_matches_transformers_cache(folder: str, checks: dict) -> None:
     if folder not in checks:
         mt = text_of(folder).get("model_type")
         pytest.skip(f"transformers 5.24 has no built-in model_type {mt!r} (remote code only)")
-    if folder in MULTIMODAL_TOP:
-        pytest.skip("a vision-language config: AutoModelForCausalLM cannot build it (issue 16)")
     check = checks[folder]
     assert check.status == "ok", "; ".join(check.mismatches) or check.reason
     assert check.measured_bytes_per_token == check.predicted_bytes_per_token

@@ -35,15 +35,29 @@ DROP_KEYS = {
 }
 # Shared configs the catalog leaves out, and why: it lists models one plans a deployment of.
 EXCLUDE = {
-    "Qwen--Qwen2.5-7B-Instruct-GPTQ-Int4": "a quantized copy of qwen2.5-7b-instruct",
     "Qwen--Qwen3-Embedding-0.6B": "embedding model",
     "Qwen--Qwen3-Embedding-8B": "embedding model",
-    "TheBloke--Llama-2-13B-chat-GPTQ": "third-party quantization",
-    "google--gemma-3-4b-it": "its text_config relies on transformers defaults kvplan lacks",
-    "llava-hf--llava-1.5-7b-hf": "its text_config relies on transformers defaults kvplan lacks",
-    "Qwen--Qwen3-VL-32B-Instruct": "parsing it imports transformers (the catalog must not)",
-    "meta-llama--Llama-3.2-90B-Vision-Instruct": "parsing it imports transformers (mllama)",
+    # vLLM 0.33's registry lists MllamaForConditionalGeneration among the models it no longer
+    # serves (removed in 0.10.2, with the other encoder-decoder models of V0)
+    "meta-llama--Llama-3.2-90B-Vision-Instruct": "vLLM removed Mllama in 0.10.2",
 }
+# The keys of a multimodal model's preprocessor_config.json that size an item (kept in the
+# entry as "preprocessor"; planner.multimodal reads them): Qwen-VL pixel bounds and patch
+# sizes, Gemma 3 pan-and-scan, Llama 4 tiles, CLIP crops.
+PREPROCESSOR_KEYS = (
+    "min_pixels",
+    "max_pixels",
+    "size",
+    "patch_size",
+    "merge_size",
+    "temporal_patch_size",
+    "do_pan_and_scan",
+    "pan_and_scan_max_num_crops",
+    "max_patches",
+    "crop_size",
+    "image_processor_type",
+    "processor_class",
+)
 # Variants the catalog has no config of but whose KV geometry was read from a published copy of
 # their config.json: they resolve to the catalog entry (with a note) only if every GEOMETRY value
 # equals the entry's own; main() refuses to build otherwise.
@@ -97,7 +111,7 @@ def provenance(sources: str) -> dict[str, str]:
             folder = cells[3].strip("`").split("/")[0]
             repo = re.sub(r"^\[([^\]]+)\].*$", r"\1", cells[5])
             rows[folder] = (
-                f"{cells[4].strip('`')} config.json via github.com/{repo} "
+                f"{cells[4].replace('`', '')} config.json via github.com/{repo} "
                 f"{cells[6].strip('`')} @ {cells[7].strip('`')} (shared/model-configs #{cells[1]})"
             )
     return rows
@@ -140,14 +154,17 @@ def main() -> None:
         if folder.name in EXCLUDE:
             continue
         hub_id = folder.name.replace("--", "/", 1)
-        entries.append(
-            {
-                "name": short_name(hub_id),
-                "hub_id": hub_id,
-                "provenance": prov.get(folder.name, f"shared/model-configs/{folder.name}"),
-                "config": trim(json.loads((folder / "config.json").read_text())),
-            }
-        )
+        entry = {
+            "name": short_name(hub_id),
+            "hub_id": hub_id,
+            "provenance": prov.get(folder.name, f"shared/model-configs/{folder.name}"),
+            "config": trim(json.loads((folder / "config.json").read_text())),
+        }
+        pre = folder / "preprocessor_config.json"
+        if pre.is_file():
+            raw = json.loads(pre.read_text())
+            entry["preprocessor"] = {k: raw[k] for k in PREPROCESSOR_KEYS if k in raw}
+        entries.append(entry)
     names = {e["name"] for e in entries}
     for entry in entries:
         aliases = []

@@ -173,6 +173,64 @@ SpeculativeOpt = Annotated[
         show_default=False,
     ),
 ]
+LimitMMOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--limit-mm-per-prompt",
+        help='vLLM\'s items per prompt by modality, e.g. \'{"image":2,"video":0}\' '
+        "[default: 999 each]; 0 for every modality builds no vision tower.",
+        show_default=False,
+    ),
+]
+LanguageOnlyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--language-model-only",
+        help="Text only: no vision tower, no encoder cache (vLLM's flag).",
+    ),
+]
+MMTpModeOpt = Annotated[
+    str,
+    typer.Option(
+        "--mm-encoder-tp-mode",
+        help="weights (the vision tower TP-sharded) or data (a whole copy on each TP rank, "
+        "images split across ranks).",
+    ),
+]
+SkipMMOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-mm-profiling",
+        help="vLLM leaves the encoder out of its profile run: more KV, at your risk.",
+    ),
+]
+MMKwargsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--mm-processor-kwargs",
+        help="vLLM's processor overrides, e.g. '{\"max_pixels\":1003520}' (Qwen-VL pixels "
+        "per image; sets the tokens per image).",
+        show_default=False,
+    ),
+]
+MMTokensOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--mm-tokens-per-item",
+        help="Tokens of the largest image/video item when kvplan cannot derive them (no "
+        "preprocessor_config.json): a number, or JSON by modality.",
+        show_default=False,
+    ),
+]
+MMActivationOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--mm-encoder-activation",
+        help="The vision tower's activation in vLLM's profile run (e.g. 6GiB), instead of "
+        "kvplan's estimate from its shapes.",
+        show_default=False,
+    ),
+]
 GpusOpt = Annotated[
     int | None,
     typer.Option(

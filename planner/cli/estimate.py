@@ -30,6 +30,8 @@ from planner.cli._options import (
     KVDtypeOpt,
     KvOffloadBackendOpt,
     KvOffloadSizeOpt,
+    LanguageOnlyOpt,
+    LimitMMOpt,
     LoraAdapterOpt,
     LoraTargetsOpt,
     MaxCpuLorasOpt,
@@ -37,6 +39,10 @@ from planner.cli._options import (
     MaxLoraRankOpt,
     MaxLorasOpt,
     MaxSeqsOpt,
+    MMActivationOpt,
+    MMKwargsOpt,
+    MMTokensOpt,
+    MMTpModeOpt,
     ModelArg,
     NodesOpt,
     OfflineOpt,
@@ -45,6 +51,7 @@ from planner.cli._options import (
     RedundantOpt,
     RevisionOpt,
     RunnerOpt,
+    SkipMMOpt,
     SpeculativeOpt,
     SwapSpaceOpt,
     TpOpt,
@@ -176,6 +183,13 @@ def estimate(
     gpus: GpusOpt = None,
     nodes: NodesOpt = 1,
     gpus_per_node: GpusPerNodeOpt = None,
+    limit_mm_per_prompt: LimitMMOpt = None,
+    language_model_only: LanguageOnlyOpt = False,
+    mm_encoder_tp_mode: MMTpModeOpt = "weights",
+    skip_mm_profiling: SkipMMOpt = False,
+    mm_processor_kwargs: MMKwargsOpt = None,
+    mm_tokens_per_item: MMTokensOpt = None,
+    mm_encoder_activation: MMActivationOpt = None,
     kv_cache_dtype: KVDtypeOpt = "auto",
     engine: EngineOpt = "vllm",
     block_size: BlockOpt = None,
@@ -233,6 +247,8 @@ def estimate(
       kvplan estimate llama-3.1-8b --gpu l4 --enable-lora --max-loras 4 --max-lora-rank 64
       kvplan estimate qwen2.5-7b --gpu l40s --enable-lora --lora-adapter ./my-adapter
       kvplan estimate llama-3.1-8b --gpu h100 --kv-offloading-size 64
+      kvplan estimate qwen2.5-vl-7b-instruct --gpu h100 \\
+        --limit-mm-per-prompt '{"image":2,"video":0}'
     """
     from planner.deployment import Deployment
     from planner.errors import DoesNotFitError
@@ -264,6 +280,13 @@ def estimate(
             cpu_offload_gb=cpu_offload_gb,
             kv_offloading_size=kv_offloading_size,
             kv_offloading_backend=kv_offloading_backend,
+            limit_mm_per_prompt=limit_mm_per_prompt,
+            language_model_only=language_model_only or None,
+            mm_encoder_tp_mode=mm_encoder_tp_mode,
+            skip_mm_profiling=skip_mm_profiling or None,
+            mm_processor_kwargs=mm_processor_kwargs,
+            mm_tokens_per_item=mm_tokens_per_item,
+            mm_encoder_activation_bytes=mm_encoder_activation,
             kv_cache_dtype=kv_cache_dtype,
             block_size=block_size,
             max_model_len=max_model_len,

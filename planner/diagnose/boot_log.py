@@ -59,6 +59,11 @@ class BootLog:
     max_waiting: int = 0
     prefix_hit_pct: list[float] = field(default_factory=list)
     preemptions: int = 0
+    # "Encoder cache will be initialized with a budget of N tokens, and profiled with M
+    # <modality> items of the maximum feature size" (multimodal models, vLLM V1)
+    encoder_budget_tokens: int | None = None
+    encoder_profile_items: int | None = None
+    encoder_profile_modality: str | None = None
     lines: dict[str, int] = field(default_factory=dict)
     recognised: int = 0
 
@@ -149,7 +154,8 @@ def _non_default(log: BootLog, m: re.Match[str], line: int) -> None:
     names = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp"}
     for key, value in args.items():
         name = names.get(key, key)
-        if name in _SETTINGS and isinstance(value, int | float | str | bool):
+        scalar = isinstance(value, int | float | str | bool)
+        if name in _SETTINGS and (scalar or (name in _MAPPINGS and isinstance(value, dict))):
             log.settings[name] = value
             log.lines[name] = line
 
@@ -165,7 +171,13 @@ _SETTINGS = (
     "enforce_eager",
     "enable_prefix_caching",
     "block_size",
+    "limit_mm_per_prompt",
+    "language_model_only",
+    "mm_encoder_tp_mode",
+    "skip_mm_profiling",
+    "mm_processor_kwargs",
 )
+_MAPPINGS = ("limit_mm_per_prompt", "mm_processor_kwargs")  # logged as dicts
 
 
 def _gmu(log: BootLog, m: re.Match[str], line: int, gmu: str, requested: str) -> None:
@@ -402,6 +414,18 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         "No available memory for the cache blocks",
         re.compile(r"No available memory for the cache blocks"),
         _set("no_kv_memory", lambda m: True),
+    ),
+    (
+        "Encoder cache will be initialized",
+        re.compile(
+            r"Encoder cache will be initialized with a budget of (\d+) tokens, and profiled "
+            r"with (\d+) (\w+) items"
+        ),
+        _many(
+            ("encoder_budget_tokens", lambda m: int(m.group(1))),
+            ("encoder_profile_items", lambda m: int(m.group(2))),
+            ("encoder_profile_modality", lambda m: m.group(3)),
+        ),
     ),
     ("KV cache usage", re.compile(r"GPU KV cache usage: ([\d.]+)%"), _usage),
     ("is preempted by", re.compile(r"is preempted by PreemptionMode\.\w+"), _preempted),

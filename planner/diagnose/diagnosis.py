@@ -17,6 +17,7 @@ from planner.model.specs import KVDtype
 from planner.units import GIB
 
 if TYPE_CHECKING:
+    from planner.multimodal import MMProfile
     from planner.recommend import Plan
 
 MAX_LOG_BYTES = 50 << 20
@@ -38,8 +39,11 @@ class Term:
     Attributes:
         name: "GPU total", "requested", "weights", "activation peak", "non-torch",
             "weights + non-torch" (vLLM >= 0.2x logs the two together), "CUDA graphs",
-            "available KV", "GPU blocks", "KV cache tokens" or "max concurrency".
-        unit: "bytes", "tokens", "blocks" or "x" (requests of ``max_model_len`` at once).
+            "available KV", "GPU blocks", "KV cache tokens", "max concurrency", and for a
+            multimodal model "encoder budget" and "encoder items profiled" (vLLM's "Encoder
+            cache will be initialized with a budget of N tokens, and profiled with M ...").
+        unit: "bytes", "tokens", "blocks", "items" or "x" (requests of ``max_model_len`` at
+            once).
         log: the log's figure (bytes from its GiB, exact to +-0.005 GiB); None when not logged.
         plan: kvplan's figure for the same model, GPU and settings; None without a plan.
         note: why the figures are not alike, e.g. "captured after sizing" for the CUDA graphs
@@ -366,4 +370,31 @@ def _terms(log: BootLog, p: Plan | None) -> list[Term]:
         Term("KV cache tokens", "tokens", log.kv_cache_tokens, plan_of("kv_cache_size_tokens")),
         Term("max concurrency", "x", log.max_concurrency, plan_of("max_concurrency")),
     ]
+    mm = p.mm if p is not None else None
+    terms += [
+        Term(
+            "encoder budget",
+            "tokens",
+            log.encoder_budget_tokens,
+            mm.encoder_budget_tokens if mm is not None else None,
+        ),
+        Term(
+            "encoder items profiled",
+            "items",
+            log.encoder_profile_items,
+            mm.profile_items if mm is not None else None,
+            _profiled_note(log, mm),
+        ),
+    ]
     return [t for t in terms if t.log is not None or (t.plan is not None and t.plan != 0)]
+
+
+def _profiled_note(log: BootLog, mm: MMProfile | None) -> str:
+    """The modality each side profiles, when the log names one."""
+    logged = log.encoder_profile_modality
+    planned = mm.profiled_modality if mm is not None else None
+    if logged is None:
+        return ""
+    if planned is None or planned == logged:
+        return f"{logged} items"
+    return f"the log profiles {logged}, the plan {planned}"

@@ -49,6 +49,7 @@ class Finding:
             reproduce the log's token count) or "layout-matches"; "startup-max-len",
             "startup-no-memory" (vLLM refused to start); "oom" or "oom-fragmentation" (memory
             looked free); "kv-pinned", "kv-low"; "prefix-off", "prefix-low-hit";
+            "encoder-profile" (a multimodal model's encoder budget and profiled items);
             "plan-does-not-fit" (kvplan's own plan fails).
         severity: "info", "warning" or "error".
         data: the numbers, by kind; sizes in integer bytes.
@@ -251,8 +252,43 @@ def troubleshoot(
         )
     if log.oom_tried_bytes is not None:
         out.append(_oom_finding(log, p))
+    if log.encoder_budget_tokens is not None:
+        out.append(_encoder_finding(log, p))
     out += _usage_findings(log, p, s, caveat)
     return out
+
+
+def _encoder_finding(log: BootLog, p: Plan | None) -> Finding:
+    """A multimodal model's encoder profile as the log states it: its budget and items, the
+    memory the plan puts on them, and the levers that buy KV back (the plan's, each as vLLM's
+    flag), or without a plan the one that does not need it: video off."""
+    mm = p.mm if p is not None else None
+    fix: list[str] = []
+    if mm is not None and p is not None:
+        fix = [
+            f"{lv.change} (+{lv.kv_tokens_gained:,} KV tokens)"
+            for lv in p.mm_levers
+            if lv.fits and lv.kv_tokens_gained > 0
+        ]
+    elif log.encoder_profile_modality == "video":
+        fix = ["--limit-mm-per-prompt '{\"video\":0}' if the server takes no video"]
+    return Finding(
+        "encoder-profile",
+        "info",
+        {
+            "budget_tokens": log.encoder_budget_tokens,
+            "items": log.encoder_profile_items,
+            "modality": log.encoder_profile_modality,
+            "plan_budget_tokens": mm.encoder_budget_tokens if mm else None,
+            "plan_items": mm.profile_items if mm else None,
+            "plan_modality": mm.profiled_modality if mm else None,
+            "plan_encoder_bytes": (mm.encoder_output_bytes + mm.tower_activation_bytes)
+            if mm and mm.profiled_modality
+            else None,
+        },
+        fix,
+        [log.lines["encoder_budget_tokens"]],
+    )
 
 
 def _oom_finding(log: BootLog, p: Plan | None) -> Finding:

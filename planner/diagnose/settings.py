@@ -41,6 +41,11 @@ ORDER = (
     "enforce_eager",
     "enable_prefix_caching",
     "block_size",
+    "limit_mm_per_prompt",
+    "language_model_only",
+    "mm_encoder_tp_mode",
+    "skip_mm_profiling",
+    "mm_processor_kwargs",
 )
 
 # The log's settings that shape the plan, in the order a note names them: when the plan refuses
@@ -56,6 +61,11 @@ PLAN_KEYS = (
     "block_size",
     "enforce_eager",
     "enable_prefix_caching",
+    "limit_mm_per_prompt",
+    "language_model_only",
+    "mm_encoder_tp_mode",
+    "skip_mm_profiling",
+    "mm_processor_kwargs",
 )
 
 

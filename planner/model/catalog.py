@@ -23,6 +23,8 @@ class CatalogEntry:
     aliases: tuple[str, ...] = ()
     variants: tuple[tuple[str, str], ...] = ()  # (hub id, short name) of same-geometry variants
     config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # a multimodal model's preprocessor_config.json (the keys that size an item), when shared
+    preprocessor: dict[str, Any] | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @functools.lru_cache(maxsize=1)
@@ -37,6 +39,7 @@ def entries() -> tuple[CatalogEntry, ...]:
             aliases=tuple(m.get("aliases", ())),
             variants=tuple((v["hub_id"], v["name"]) for v in m.get("variants", ())),
             config=m["config"],
+            preprocessor=m.get("preprocessor"),
         )
         for m in json.loads(text)["models"]
     )

@@ -110,6 +110,7 @@ KNOWN_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3": {"max_window_layers": 28, "use_sliding_window": False},
     "qwen3_moe": {"use_sliding_window": False},
     "qwen3_next": {"linear_conv_kernel_dim": 4},
+    "qwen3_vl_text": {},  # Qwen3VLTextConfig: no sliding-window fields
     "deepseek_v2": {"qk_nope_head_dim": 128, "v_head_dim": 128},
     "deepseek_v3": {"qk_nope_head_dim": 128, "v_head_dim": 128},
     "mamba": {"expand": 2, "state_size": 16, "conv_kernel": 4},
@@ -119,6 +120,31 @@ KNOWN_DEFAULTS: dict[str, dict[str, Any]] = {
         "n_groups": 8,
         "ssm_state_size": 128,
         "mamba_ssm_cache_dtype": "float32",
+    },
+}
+# Defaults of transformers' (5.24) text config classes that a multimodal wrapper's nested
+# ``text_config`` leaves out: transformers serialises sub-configs as their difference from the
+# class defaults (LLaVA-1.5's text_config states 7 keys, Gemma-3-4B's no head counts), and vLLM
+# reads them through those classes. Applied only to a nested text config, so a text model's
+# config missing its layer count is still an error.
+NESTED_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {  # LlamaConfig
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "max_position_embeddings": 2048,
+        "vocab_size": 32000,
+    },
+    "gemma3_text": {  # Gemma3TextConfig
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "max_position_embeddings": 131072,
+        "vocab_size": 262208,
     },
 }
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
@@ -236,7 +262,8 @@ def _transformers_defaults(model_type: str) -> Mapping[str, Any]:
 
 
 def text_config_of(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The language-model part of a config (``get_text_config()``): nested for VLMs."""
+    """The language-model part of a config (``get_text_config()``): nested for VLMs, with the
+    class defaults a nested text config leaves out (:data:`NESTED_TEXT_DEFAULTS`)."""
     for key in TEXT_CONFIG_KEYS:
         nested = raw.get(key)
         if isinstance(nested, dict) and nested:
@@ -245,12 +272,34 @@ def text_config_of(raw: Mapping[str, Any]) -> dict[str, Any]:
             for outer in ("torch_dtype", "dtype", "quantization_config", "compression_config"):
                 if merged.get(outer) is None and raw.get(outer) is not None:
                     merged[outer] = raw[outer]
+            for name in _nested_defaults_used(merged):
+                merged[name] = NESTED_TEXT_DEFAULTS[str(merged.get("model_type"))][name]
             return merged
     return dict(raw)
 
 
+def _nested_defaults_used(text: Mapping[str, Any]) -> list[str]:
+    """The class defaults a nested text config leaves out (``text`` as nested)."""
+    defaults = NESTED_TEXT_DEFAULTS.get(str(text.get("model_type") or ""), {})
+    return [key for key in defaults if text.get(key) is None]
+
+
+def _nested_text(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    for key in TEXT_CONFIG_KEYS:
+        nested = raw.get(key)
+        if isinstance(nested, dict) and nested:
+            return nested
+    return None
+
+
 def parse_config(
-    raw: Mapping[str, Any], *, name: str, source: str, label: str | None = None
+    raw: Mapping[str, Any],
+    *,
+    name: str,
+    source: str,
+    label: str | None = None,
+    preprocessor: Mapping[str, Any] | None = None,
+    video_preprocessor: Mapping[str, Any] | None = None,
 ) -> ModelSpec:
     """Build the model's :class:`ModelSpec` from a config dict (as read from config.json).
 
@@ -259,6 +308,9 @@ def parse_config(
         name: the model's display name (hub id or catalog name).
         source: where the config came from, for the user (``catalog``, a path, ``hub:...``).
         label: how error messages name the config (default ``name``; a local file's path).
+        preprocessor, video_preprocessor: a multimodal model's ``preprocessor_config.json``
+            (and Qwen3-VL's ``video_preprocessor_config.json``), when at hand: the processor's
+            pixel budget sets the tokens per image (:mod:`planner.multimodal`).
 
     Returns:
         The whole-model spec: per-layer cache specs at TP 1 in the model dtype.
@@ -266,7 +318,9 @@ def parse_config(
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{name}: config must be a JSON object, got {type(raw).__name__}")
     text = text_config_of(raw)
+    nested = _nested_text(raw)
     f = _Fields(text, raw, label or name)
+    f.defaults_used.extend(_nested_defaults_used(nested) if nested is not None else [])
     model_type = f.model_type
     notes: list[str] = []
 
@@ -298,6 +352,18 @@ def parse_config(
     if f.defaults_used:
         notes.append("transformers defaults used for: " + ", ".join(sorted(set(f.defaults_used))))
     architectures = raw.get("architectures") or []
+    from planner.multimodal import tower_of, unsupported_reason
+
+    vision = tower_of(
+        raw,
+        text_hidden=hidden,
+        dtype_bytes=dtype_bytes,
+        name=label or name,
+        preprocessor=preprocessor,
+        video_preprocessor=video_preprocessor,
+    )
+    if vision is None and unsupported_reason(raw):
+        notes.append(f"vision tower not sized: {unsupported_reason(raw)}")
     return ModelSpec(
         name=name,
         source=source,
@@ -318,6 +384,7 @@ def parse_config(
         quantization=quant,
         notes=tuple(notes),
         config=dict(text),
+        vision=vision,
     )
 
 
@@ -748,7 +815,9 @@ def load_model_spec(
         say(note)  # a same-geometry variant: say which entry stands in for it
         # the variant keeps its own name (commands serve it); the geometry is the entry's
         source = f"catalog: {entry.name}" + (" (same geometry)" if note else "")
-        return parse_config(entry.config, name=served, source=source)
+        return parse_config(
+            entry.config, name=served, source=source, preprocessor=entry.preprocessor
+        )
     if found is not None:
         model = found[2]  # a catalog name or variant with --revision: that revision, Hub
     if HUB_ID.match(model) and len(model) <= MAX_HUB_ID:
@@ -765,7 +834,16 @@ def load_model_spec(
             ) from None
         raw = read_json_config(config_path, f"{model}/config.json")
         label = f"hub:{model}" + (f"@{revision}" if revision else "")
-        return parse_config(raw, name=model, source=label)
+        pre, video = None, None
+        if isinstance(raw.get("vision_config"), Mapping):
+            from planner.model.hub import download_optional
+
+            for filename in PROCESSOR_FILES:
+                download_optional(model, filename, revision=revision, offline=offline)
+            pre, video = processor_configs(raw, config_path.parent)
+        return parse_config(
+            raw, name=model, source=label, preprocessor=pre, video_preprocessor=video
+        )
     hint = catalog.suggest(model)
     raise ModelNotFoundError(
         f"unknown model {_short_path(model)!r}: not a local path, catalog name or hub id "
@@ -805,4 +883,32 @@ def _load_local(path: Path, model: str) -> ModelSpec:
     name = raw.get("_name_or_path")
     if not isinstance(name, str) or not name:
         name = config_path.resolve().parent.name
-    return parse_config(raw, name=name, source=str(config_path), label=str(config_path))
+    pre, video = processor_configs(raw, config_path.parent)
+    return parse_config(
+        raw,
+        name=name,
+        source=str(config_path),
+        label=str(config_path),
+        preprocessor=pre,
+        video_preprocessor=video,
+    )
+
+
+PROCESSOR_FILES = ("preprocessor_config.json", "video_preprocessor_config.json")
+
+
+def processor_configs(
+    raw: Mapping[str, Any], folder: Path
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """A multimodal config's ``preprocessor_config.json`` and ``video_preprocessor_config.json``
+    beside it (None each where absent or unreadable: the tokens per item are then asked for)."""
+    if not isinstance(raw.get("vision_config"), Mapping):
+        return None, None
+    found: list[dict[str, Any] | None] = []
+    for filename in PROCESSOR_FILES:
+        path = folder / filename
+        try:
+            found.append(read_json_config(path, str(path)) if path.is_file() else None)
+        except (ConfigError, ModelNotFoundError):
+            found.append(None)
+    return found[0], found[1]

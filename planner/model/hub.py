@@ -121,3 +121,22 @@ def download_config(repo: str, *, revision: str | None = None, offline: bool | N
                     raise RepoMissingError(message(exc), where) from None
                 raise ModelNotFoundError(message(exc)) from None
         raise
+
+
+def download_optional(
+    repo: str, filename: str, *, revision: str | None = None, offline: bool | None = None
+) -> Path | None:
+    """Fetch one more small file of ``repo`` (a processor config) into the HF cache, beside
+    its config.json; None when it is not there or cannot be fetched (never an error)."""
+    from huggingface_hub import hf_hub_download
+
+    local_only = offline_env() if offline is None else offline
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    try:
+        return Path(
+            hf_hub_download(
+                repo_id=repo, filename=filename, revision=revision, local_files_only=local_only
+            )
+        )
+    except Exception:  # absent, offline, gated: the tokens per item are then asked for
+        return None

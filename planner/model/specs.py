@@ -14,9 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from planner.errors import UsageError
+
+if TYPE_CHECKING:
+    from planner.multimodal import VisionTower
 
 # The kinds of StateSpec layers: Mamba1State / Mamba2State "mamba", GatedDeltaNetState "linear".
 STATE_KINDS = frozenset({"mamba", "linear"})
@@ -453,6 +456,8 @@ class ModelSpec:
     quantization: str | None = None
     notes: tuple[str, ...] = ()
     config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # a multimodal model's vision tower and processor (planner.multimodal); None for text
+    vision: VisionTower | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def num_layers(self) -> int:

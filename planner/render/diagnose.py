@@ -125,6 +125,25 @@ def finding_text(f: Finding) -> str:
             f"Prefix cache hit rate {d['mean_hit_pct']:.1f} % over {d['samples']} stat lines: "
             "requests share little; with a shared system prompt, high TTFT follows."
         )
+    if f.kind == "encoder-profile":
+        text = (
+            f"Encoder cache budget {d['budget_tokens']:,} tokens, profiled with "
+            f"{d['items']:,} {d['modality']} item(s) of the largest size"
+        )
+        if d["plan_budget_tokens"] is not None and d["plan_items"] is not None:
+            same = (d["plan_budget_tokens"], d["plan_items"]) == (d["budget_tokens"], d["items"])
+            text += (
+                "; the plan has the same"
+                if same
+                else f"; the plan has {d['plan_budget_tokens']:,} tokens and "
+                f"{d['plan_items']:,} {d['plan_modality']} item(s)"
+            )
+            if d["plan_encoder_bytes"]:
+                text += (
+                    f", holding ~{_size(d['plan_encoder_bytes'], 'bytes')} of encoder "
+                    "outputs and tower activations in the profile run"
+                )
+        return text + "."
     return str(d.get("message", f.kind))
 
 

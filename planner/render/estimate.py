@@ -219,6 +219,7 @@ def report_dict(rep: Report) -> dict[str, Any]:
         cpu_kv_tokens=p.kv_tier.cpu_kv_tokens if p.kv_tier else None,
         kv_offload=describe_tier(p.kv_tier),
         host_ram_bytes=p.host_ram.as_dict(),
+        mm={**asdict(p.mm), "levers": [asdict(lv) for lv in p.mm_levers]} if p.mm else None,
         layouts=[asdict(r) for r in p.layouts] if p.layouts else None,
         node_commands=p.node_commands or None,
         estimated_max_model_len=cap.estimated_max_model_len,
@@ -445,6 +446,8 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             markup=False,
         )
     _beyond(p)
+    if p.mm is not None:
+        _mm_line(p)
     if rec:
         basis = {
             "workload": "from your workload",
@@ -512,11 +515,19 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         _layouts(p)
     if show_grid:
         _grid(p)
-    if p.alternatives:
+    if p.alternatives or p.mm_levers:
         out.print("[bold]What changes buy[/] (requests of max_model_len at once):")
     for alt in p.alternatives:
         verdict = f"{alt.max_concurrency:.2f}x" if alt.fits else "still won't start"
         out.print(f"  {alt.change}: {verdict} ({alt.num_gpu_blocks:,} blocks)", markup=False)
+    for lever in p.mm_levers:
+        verdict = (
+            f"{lever.max_concurrency:.2f}x, +{lever.kv_tokens_gained:,} KV tokens "
+            f"({lever.kv_cache_size_tokens:,})"
+            if lever.fits
+            else "still won't start"
+        )
+        out.print(f"  {lever.change}: {verdict}", markup=False)
     if p.prefix_sharing:
         _prefix_sharing(p)
     if p.engines:
@@ -569,6 +580,40 @@ def _beyond(p: Plan) -> None:
     elif tier is not None:
         out.print(
             f"  CPU KV tier ({tier.backend}): sized by the LMCache server, not by vLLM",
+            markup=False,
+        )
+
+
+def _mm_line(p: Plan) -> None:
+    """A multimodal model's tower and encoder, in two short lines under the KV line."""
+    mm = p.mm
+    assert mm is not None
+    out = console()
+    if mm.mm_encoder_tp_mode == "off":
+        out.print(
+            f"  vision tower ({mm.family}): not built, no encoder (every modality off)",
+            markup=False,
+        )
+        return
+    where = {"weights": "TP-sharded", "data": "a copy per TP rank"}
+    out.print(
+        f"  vision tower ({mm.family}): {fmt_bytes(mm.tower_weights_bytes)} per GPU "
+        f"({where[mm.mm_encoder_tp_mode]})",
+        markup=False,
+    )
+    if mm.encoder_budget_tokens is None:
+        out.print(
+            "  encoder budget unknown: tokens per item not derived (--mm-tokens-per-item)",
+            markup=False,
+        )
+    elif mm.profiled_modality is not None:
+        held = fmt_bytes(mm.encoder_output_bytes + mm.tower_activation_bytes)
+        tokens = mm.tokens_per_item[mm.profiled_modality] or 0
+        items = mm.profile_items or 0
+        what = f"{items:,} {mm.profiled_modality}{'s' if items != 1 else ''} of {tokens:,}"
+        out.print(
+            f"  encoder: budget {mm.encoder_budget_tokens:,} tokens, {what} "
+            + (f"profiled, {held}" if mm.profiled else f"not profiled ({held})"),
             markup=False,
         )
 
@@ -710,6 +755,18 @@ def _budget(p: Plan) -> None:
             else f"none subtracted (eager mode, or vLLM {p.vllm_version} < 0.20)",
         ),
     ]
+    mm = p.mm
+    if mm is not None and cap.encoder_activation_bytes and mm.profiled_modality:
+        rows.insert(
+            2,
+            (
+                "  of which encoder",
+                cap.encoder_activation_bytes,
+                f"est.: encoder outputs {fmt_bytes(mm.encoder_output_bytes)} held, the "
+                f"tower's peak {fmt_bytes(mm.tower_activation_bytes)} above the language "
+                f"model's ({mm.tower_activation_source})",
+            ),
+        )
     if cap.headroom_bytes:
         rows.append(("headroom", cap.headroom_bytes, "--headroom"))
     rows.append(("KV cache", cap.available_kv_bytes, f"what is left: {span('available_kv_bytes')}"))

@@ -1,0 +1,869 @@
+"""Multimodal models as vLLM 0.33 serves them: the vision tower's weights, the encoder budget and
+what the profile run holds for it (``../shared/ENGINES-SCALE.md`` §4.3, confirmed in the 0.33
+sources named below).
+
+- **Tower weights** are part of "Model loading took". ``--mm-encoder-tp-mode weights`` (the
+  default) shards them over the TP ranks; ``data`` keeps a whole copy on each rank and splits
+  the images instead (``vllm/config/multimodal.py`` ``mm_encoder_tp_mode``; only models with
+  ``supports_encoder_tp_data``: Qwen2/2.5/3-VL, Llama 4 here; others fall back to ``weights``,
+  ``vllm/config/model.py``). The tower is not built at all when every modality it serves has
+  ``--limit-mm-per-prompt`` 0, or with ``--language-model-only``
+  (``vllm/model_executor/models/interfaces.py`` ``_mark_tower_model``: ``StageMissingLayer``),
+  and under the default Model Runner V2 only on the first pipeline stage.
+- **Tokens per item**: the processor's largest item (``get_mm_max_tokens_per_item``): Qwen-VL
+  from ``max_pixels`` (``preprocessor_config.json``, or ``--mm-processor-kwargs``), the patch
+  and merge sizes, and for video the frames that fit ``max_model_len`` (at most 14, 2 per
+  temporal patch: ``qwen2_vl.py``); Gemma 3 ``mm_tokens_per_image`` (x crops with
+  pan-and-scan); LLaVA the CLIP patch grid; Llama 4 144 tokens per 336-px tile, ``max_patches``
+  tiles and a global one (``mllama4.py``).
+- **Encoder budget** (``vllm/v1/core/encoder_cache_manager.py`` ``compute_mm_encoder_budget``):
+  ``max(max_num_batched_tokens, largest item)`` for both the compute budget and the cache.
+- **Items profiled** (``vllm/multimodal/encoder_budget.py`` ``MultiModalBudget._get_max_items``):
+  the modality with the most tokens per item (ties: the later name), ``per_prompt = max(1,
+  min(limit, max_model_len // tokens))``, ``items = max(1, min(budget // tokens, max_num_seqs
+  x per_prompt))`` (chunked prefill is on in V1).
+- **Profile run** (``vllm/v1/worker/gpu/model_runner.py`` ``profile_run`` and
+  ``gpu/mm/encoder_runner.py`` ``profile_encoder_cache``, first pipeline rank): the tower runs
+  on ``items`` dummy items of the largest size, their outputs stay in the encoder cache on the
+  GPU while the language model's dummy batch runs, then the cache is cleared. The activation
+  peak is therefore ``encoder outputs + max(tower activations, language-model activations)``.
+  ``--skip-mm-profiling`` leaves both out (vLLM: the user owns the risk).
+
+Worked example (Qwen2.5-VL-7B, its ``preprocessor_config.json``: max_pixels 12,845,056, patch
+14, merge 2, temporal patch 2; max_model_len 128,000): an image of at most 12,845,056 / 28^2
+= 16,384 tokens; a video of 14 frames (7 temporal patches) x 16,384 = 114,688 tokens, the
+figures vLLM logs (PR #12604: ``{'image': 16384, 'video': 114688}``). The encoder budget is
+114,688 tokens, profiled with 1 video item; its outputs are 114,688 x 3,584 x 2 B = 0.77 GiB
+and its tower runs over 114,688 x 4 = 458,752 patches. ``--limit-mm-per-prompt
+'{"video":0}'`` profiles 1 image of 16,384 tokens instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from planner.deployment import ServeSettings
+
+# vLLM's default item limit per prompt for a modality nobody limits (MultiModalConfig).
+DEFAULT_LIMIT = 999
+# Qwen2-VL's video frames per item at most (qwen2_vl.py _MAX_FRAMES_PER_VIDEO); Qwen3-VL
+# profiles 2 frames (DUMMY_VIDEO_NUM_FRAMES) at the video processor's pixel budget.
+QWEN_MAX_FRAMES = 14
+QWEN_MAX_ASPECT = 200  # get_image_size_with_most_features: no aspect ratio above 200
+# Gemma3ImageProcessor's pan-and-scan default (transformers): at most 4 crops.
+GEMMA3_DEFAULT_CROPS = 4
+# Models vLLM 0.33 no longer serves (registry _PREVIOUSLY_SUPPORTED_MODELS).
+UNSERVED = {"mllama": "vLLM removed MllamaForConditionalGeneration in 0.10.2"}
+MODES = ("weights", "data")
+# Tower activation per ViT position, in elements of the model dtype, besides the input
+# pixels: the residual stream, its norm and the MLP's (intermediate x 3 gated, x 2 not)
+# intermediate width during the MLP, or q/k/v with their rotated copies (about 8 x hidden)
+# during attention, whichever is larger; one layer at a time (inference frees the previous).
+# The pixels arrive as float32 and are cast to the model dtype (both alive).
+PIXEL_BYTES = 4
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """A multimodal model's tower as vLLM builds it, from the config (and the processor's
+    ``preprocessor_config.json`` where one is at hand).
+
+    Attributes:
+        family: ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``gemma3``, ``llava`` or ``llama4``.
+        modalities: what the processor takes (``image``, ``video``).
+        params: parameters of the tower and projector vLLM builds (LLaVA: only the CLIP
+            layers up to ``vision_feature_layer``).
+        dtype_bytes: bytes per parameter (the model dtype; checkpoints keep towers unquantized).
+        hidden, intermediate, gated, depth: the ViT's width, MLP width and layers.
+        patch_input: pixel values per ViT position (channels x temporal patch x patch^2).
+        positions_per_token: ViT positions per language-model token (Qwen merge^2 = 4,
+            Gemma 3 4,096 / 256 = 16, LLaVA 577 / 576, Llama 4 577 / 144).
+        out_width: elements per token the encoder hands the language model (its hidden size,
+            x 4 for Qwen3-VL's three deepstack levels).
+        supports_data_tp: ``--mm-encoder-tp-mode data`` is honoured.
+        unit: Qwen-VL pixels per token side (patch x merge); 0 for fixed-size families.
+        patch, merge, temporal: Qwen-VL's patch, spatial merge and temporal patch sizes.
+        image_pixels, video_pixels: (min_pixels, max_pixels) of the processor's image and
+            video sizes, None where no processor config says.
+        fixed_tokens: tokens per image for the fixed-size families (Gemma 3 per crop).
+        max_patches: Llama 4's tiles per image (processor ``max_patches``), None if unknown.
+        pan_and_scan: Gemma 3's processor crops images (``do_pan_and_scan``).
+        processor: where the processor values came from (``preprocessor_config.json``,
+            ``config``) or "".
+    """
+
+    family: str
+    model_type: str
+    modalities: tuple[str, ...]
+    params: int
+    dtype_bytes: int
+    hidden: int
+    intermediate: int
+    gated: bool
+    depth: int
+    patch_input: int
+    positions_per_token: float
+    out_width: int
+    supports_data_tp: bool
+    unit: int = 0
+    patch: int = 0
+    merge: int = 1
+    temporal: int = 1
+    image_pixels: tuple[int, int] | None = None
+    video_pixels: tuple[int, int] | None = None
+    fixed_tokens: int = 0
+    max_patches: int | None = None
+    pan_and_scan: bool = False
+    processor: str = ""
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def bytes(self) -> int:
+        return self.params * self.dtype_bytes
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def _json_object(value: Any, flag: str, example: str) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{flag} must be JSON, e.g. '{example}' ({exc.msg})") from None
+    if not isinstance(value, Mapping):
+        raise UsageError(f"{flag} must be a JSON object, e.g. '{example}'")
+    return {str(k): v for k, v in value.items()}
+
+
+def _count(value: Any, what: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= 1 << 40:
+        above = "a whole number >= 0" if minimum == 0 else "a positive whole number"
+        raise UsageError(f"{what} must be {above}, got {value!r}")
+    return value
+
+
+_LIMIT_OPTIONS = {
+    "image": ("count", "width", "height"),
+    "video": ("count", "num_frames", "width", "height"),
+    "audio": ("count", "length"),
+}
+
+
+@dataclass(frozen=True)
+class MMLimits:
+    """``--limit-mm-per-prompt`` as vLLM takes it: items per prompt by modality, in the legacy
+    form ``{"image": 2, "video": 0}`` or with dummy-data options
+    ``{"video": {"count": 1, "num_frames": 32, "width": 512, "height": 512}}``
+    (``MultiModalConfig.limit_per_prompt``; options that make the profiled dummy items smaller
+    are kept for the command, and kvplan's figures stay those of the largest item)."""
+
+    counts: tuple[tuple[str, int], ...]
+    options: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+
+    def count(self, modality: str) -> int:
+        return dict(self.counts).get(modality, DEFAULT_LIMIT)
+
+    def as_json(self) -> str:
+        opts = dict(self.options)
+        data: dict[str, Any] = {}
+        for modality, count in self.counts:
+            extra = dict(opts.get(modality, ()))
+            data[modality] = {"count": count, **extra} if extra else count
+        return json.dumps(data, separators=(",", ":"))
+
+
+def parse_limits(value: Any) -> MMLimits:
+    """An :class:`MMLimits` from vLLM's JSON (a string, or a mapping from a plans file)."""
+    if isinstance(value, MMLimits):
+        return value
+    flag = "--limit-mm-per-prompt"
+    data = _json_object(value, flag, '{"image":2,"video":0}')
+    counts: list[tuple[str, int]] = []
+    options: list[tuple[str, tuple[tuple[str, int], ...]]] = []
+    for modality, item in data.items():
+        if isinstance(item, Mapping):
+            allowed = _LIMIT_OPTIONS.get(modality, ("count",))
+            unknown = sorted(set(map(str, item)) - set(allowed))
+            if unknown:
+                raise UsageError(
+                    f"{flag}: {modality} takes {', '.join(allowed)}, not {', '.join(unknown)}"
+                )
+            count = _count(item.get("count", DEFAULT_LIMIT), f"{flag} {modality} count")
+            extra = tuple(
+                (str(k), _count(v, f"{flag} {modality} {k}", minimum=1))
+                for k, v in item.items()
+                if k != "count"
+            )
+            if extra:
+                options.append((modality, extra))
+        else:
+            count = _count(item, f"{flag} {modality}")
+        counts.append((modality, count))
+    return MMLimits(tuple(counts), tuple(options))
+
+
+@dataclass(frozen=True)
+class MMProcessorKwargs:
+    """``--mm-processor-kwargs``: the processor overrides vLLM forwards, as canonical JSON.
+    kvplan reads the size ones: ``max_pixels`` / ``min_pixels`` (or ``size.longest_edge`` /
+    ``shortest_edge``), flat or under ``images_kwargs`` / ``videos_kwargs``; Gemma 3's
+    ``do_pan_and_scan`` / ``pan_and_scan_max_num_crops``; Llama 4's ``max_patches``."""
+
+    text: str
+
+    @property
+    def data(self) -> dict[str, Any]:
+        loaded = json.loads(self.text)
+        assert isinstance(loaded, dict)
+        return loaded
+
+    def as_json(self) -> str:
+        return self.text
+
+
+def parse_processor_kwargs(value: Any) -> MMProcessorKwargs:
+    if isinstance(value, MMProcessorKwargs):
+        return value
+    data = _json_object(value, "--mm-processor-kwargs", '{"max_pixels":1003520}')
+    return MMProcessorKwargs(json.dumps(data, separators=(",", ":"), sort_keys=True))
+
+
+@dataclass(frozen=True)
+class MMTokens:
+    """``--mm-tokens-per-item`` (kvplan's): the largest item's tokens when kvplan cannot derive
+    them, one number for every modality or JSON by modality (``{"image":1280,"video":8192}``)."""
+
+    every: int | None = None
+    by_modality: tuple[tuple[str, int], ...] = ()
+
+    def get(self, modality: str) -> int | None:
+        return dict(self.by_modality).get(modality, self.every)
+
+    def as_json(self) -> str:
+        if self.every is not None:
+            return str(self.every)
+        return json.dumps(dict(self.by_modality), separators=(",", ":"))
+
+
+def parse_tokens(value: Any) -> MMTokens:
+    if isinstance(value, MMTokens):
+        return value
+    flag = "--mm-tokens-per-item"
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdecimal()):
+        return MMTokens(every=_count(int(value), flag, minimum=1))
+    data = _json_object(value, flag, '{"image":1280}')
+    return MMTokens(
+        by_modality=tuple((m, _count(n, f"{flag} {m}", minimum=1)) for m, n in data.items())
+    )
+
+
+def check_mode(mode: str) -> str:
+    text = str(mode).strip().lower()
+    if text not in MODES:
+        raise UsageError(f"--mm-encoder-tp-mode must be weights or data, got {mode!r}")
+    return text
+
+
+# --------------------------------------------------------------------------- the tower
+
+
+def _int(c: Mapping[str, Any], key: str, name: str, default: int | None = None) -> int:
+    value = c.get(key)
+    if value is None:
+        if default is None:
+            raise ConfigError(f"{name}: vision_config has no {key}")
+        return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1 << 40:
+        raise ConfigError(f"{name}: vision_config {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _vit_layer(d: int, i: int, *, gated: bool, norm: int) -> int:
+    """One pre-norm ViT block: two norms (``norm`` parameters each per channel: 1 RMSNorm, 2
+    LayerNorm), q/k/v and output projections with biases, the MLP with biases."""
+    mlp = 2 * d * i + 2 * i + i * d + d if gated else d * i + i + i * d + d
+    return 2 * norm * d + 3 * d * d + 3 * d + d * d + d + mlp
+
+
+def _pixels(pre: Mapping[str, Any] | None, edge: str, key: str) -> int | None:
+    """A pixel bound from a processor config: ``size.{edge}`` or the flat ``{key}``."""
+    if not pre:
+        return None
+    size = pre.get("size")
+    value = size.get(edge) if isinstance(size, Mapping) else None
+    if value is None:
+        value = pre.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value
+
+
+def tower_of(
+    raw: Mapping[str, Any],
+    *,
+    text_hidden: int,
+    dtype_bytes: int,
+    name: str,
+    preprocessor: Mapping[str, Any] | None = None,
+    video_preprocessor: Mapping[str, Any] | None = None,
+) -> VisionTower | None:
+    """The tower of a multimodal config (None for a text model, or a family kvplan does not
+    size: a note on the spec says so). ``preprocessor`` is ``preprocessor_config.json``,
+    ``video_preprocessor`` Qwen3-VL's ``video_preprocessor_config.json``."""
+    vision = raw.get("vision_config")
+    top = str(raw.get("model_type") or "")
+    if not isinstance(vision, Mapping) or not vision:
+        return None
+    v: Mapping[str, Any] = vision
+    source = "preprocessor_config.json" if preprocessor else ""
+    if top in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):
+        qwen3 = top.startswith("qwen3")
+        patch = _int(v, "patch_size", name, 14)
+        merge = _int(v, "spatial_merge_size", name, 2)
+        temporal = _int(v, "temporal_patch_size", name, 2)
+        channels = _int(v, "in_channels", name, v.get("in_chans") or 3)
+        depth = _int(v, "depth", name)
+        if top == "qwen2_vl":
+            d = _int(v, "embed_dim", name)
+            i = int(d * float(v.get("mlp_ratio") or 4))
+            out = _int(v, "hidden_size", name, text_hidden)
+        else:
+            d = _int(v, "hidden_size", name)
+            i = _int(v, "intermediate_size", name)
+            out = _int(v, "out_hidden_size", name, text_hidden)
+        gated = top == "qwen2_5_vl"
+        norm = 1 if gated else 2  # Qwen2.5-VL: RMSNorm; Qwen2-VL / Qwen3-VL: LayerNorm
+        wide = d * merge * merge
+        merger = norm * d + wide * wide + wide + wide * out + out
+        params = (
+            depth * _vit_layer(d, i, gated=gated, norm=norm) + channels * temporal * patch**2 * d
+        )
+        params += merger
+        levels = 1
+        if qwen3:
+            params += d + _int(v, "num_position_embeddings", name, 2304) * d  # conv bias, pos
+            stack = v.get("deepstack_visual_indexes") or []
+            levels += len(stack) if isinstance(stack, list) else 0
+            params += (levels - 1) * (2 * wide + wide * wide + wide + wide * out + out)
+        video = video_preprocessor or (None if qwen3 else preprocessor)
+        return VisionTower(
+            family="qwen3_vl" if qwen3 else top,
+            model_type=top,
+            modalities=("image", "video"),
+            params=params,
+            dtype_bytes=dtype_bytes,
+            hidden=d,
+            intermediate=i,
+            gated=gated,
+            depth=depth,
+            patch_input=channels * temporal * patch * patch,
+            positions_per_token=float(merge * merge),
+            out_width=out * levels,
+            supports_data_tp=True,
+            unit=patch * merge,
+            patch=patch,
+            merge=merge,
+            temporal=temporal,
+            image_pixels=_bounds(preprocessor),
+            video_pixels=_bounds(video),
+            processor=source,
+        )
+    if top == "gemma3":
+        d = _int(v, "hidden_size", name)
+        i = _int(v, "intermediate_size", name)
+        layers = _int(v, "num_hidden_layers", name)
+        patch = _int(v, "patch_size", name)
+        image = _int(v, "image_size", name)
+        channels = _int(v, "num_channels", name, 3)
+        positions = (image // patch) ** 2
+        tokens = _int(raw, "mm_tokens_per_image", name, 256)
+        params = channels * patch * patch * d + d + positions * d  # conv (bias), positions
+        params += layers * _vit_layer(d, i, gated=False, norm=2) + 2 * d  # + post_layernorm
+        params += d * text_hidden + d  # mm_input_projection_weight, mm_soft_emb_norm
+        crops = bool(preprocessor.get("do_pan_and_scan")) if preprocessor else False
+        return VisionTower(
+            family="gemma3",
+            model_type=top,
+            modalities=("image",),
+            params=params,
+            dtype_bytes=dtype_bytes,
+            hidden=d,
+            intermediate=i,
+            gated=False,
+            depth=layers,
+            patch_input=channels * patch * patch,
+            positions_per_token=positions / tokens,
+            out_width=text_hidden,
+            supports_data_tp=False,
+            patch=patch,
+            fixed_tokens=tokens,
+            pan_and_scan=crops,
+            max_patches=_crops(preprocessor),
+            processor="config" + (" + preprocessor_config.json" if preprocessor else ""),
+        )
+    if top == "llava" and str(v.get("model_type") or "clip_vision_model") == "clip_vision_model":
+        d = _int(v, "hidden_size", name)
+        i = _int(v, "intermediate_size", name)
+        layers = _int(v, "num_hidden_layers", name)
+        patch = _int(v, "patch_size", name)
+        image = _int(v, "image_size", name)
+        channels = _int(v, "num_channels", name, 3)
+        feature = raw.get("vision_feature_layer", -2)
+        if isinstance(feature, list):
+            feature = min(feature) if all(isinstance(f, int) for f in feature) else -2
+        if not isinstance(feature, int) or isinstance(feature, bool):
+            feature = -2
+        built = layers + feature + 1 if feature < 0 else feature  # vLLM get_layer_index
+        built = min(max(built, 1), layers)
+        grid = (image // patch) ** 2
+        full = str(raw.get("vision_feature_select_strategy") or "default") == "full"
+        tokens = grid + 1 if full else grid
+        params = d + channels * patch * patch * d + (grid + 1) * d + 2 * d  # cls, conv, pos, pre
+        params += built * _vit_layer(d, i, gated=False, norm=2)
+        params += d * text_hidden + text_hidden + text_hidden * text_hidden + text_hidden
+        if built == layers:
+            params += 2 * d  # post_layernorm only when every layer is built
+        notes = (
+            f"vLLM builds {built} of the CLIP tower's {layers} layers "
+            f"(vision_feature_layer {feature})",
+        )
+        return VisionTower(
+            family="llava",
+            model_type=top,
+            modalities=("image",),
+            params=params,
+            dtype_bytes=dtype_bytes,
+            hidden=d,
+            intermediate=i,
+            gated=False,
+            depth=built,
+            patch_input=channels * patch * patch,
+            positions_per_token=(grid + 1) / tokens,
+            out_width=text_hidden,
+            supports_data_tp=False,
+            patch=patch,
+            fixed_tokens=tokens,
+            processor="config",
+            notes=notes,
+        )
+    if top == "llama4":
+        d = _int(v, "hidden_size", name)
+        i = _int(v, "intermediate_size", name)
+        layers = _int(v, "num_hidden_layers", name)
+        patch = _int(v, "patch_size", name)
+        image = _int(v, "image_size", name)
+        channels = _int(v, "num_channels", name, 3)
+        ratio = float(v.get("pixel_shuffle_ratio") or 0.5)
+        p_in = _int(v, "projector_input_dim", name, 4096)
+        p_out = _int(v, "projector_output_dim", name, 4096)
+        vis_out = _int(v, "vision_output_dim", name, p_out)
+        grid = (image // patch) ** 2
+        per_tile = grid // round(1 / (ratio * ratio))
+        bias = bool(v.get("multi_modal_projector_bias"))
+        params = channels * patch * patch * d + d + (grid + 1) * d + 4 * d  # unfold, cls, pos, 2 LN
+        params += layers * _vit_layer(d, i, gated=False, norm=2)
+        adapter_in = int(d / (ratio * ratio))
+        params += adapter_in * p_in + p_in * p_out + ((p_in + p_out) if bias else 0)
+        params += vis_out * text_hidden  # multi_modal_projector.linear_1 (no bias)
+        return VisionTower(
+            family="llama4",
+            model_type=top,
+            modalities=("image",),
+            params=params,
+            dtype_bytes=dtype_bytes,
+            hidden=d,
+            intermediate=i,
+            gated=False,
+            depth=layers,
+            patch_input=channels * patch * patch,
+            positions_per_token=(grid + 1) / per_tile,
+            out_width=text_hidden,
+            supports_data_tp=True,
+            patch=patch,
+            fixed_tokens=per_tile,
+            max_patches=_max_patches(preprocessor),
+            processor=source,
+        )
+    return None
+
+
+def _bounds(pre: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    high = _pixels(pre, "longest_edge", "max_pixels")
+    if high is None:
+        return None
+    return _pixels(pre, "shortest_edge", "min_pixels") or 0, high
+
+
+def _crops(pre: Mapping[str, Any] | None) -> int | None:
+    value = pre.get("pan_and_scan_max_num_crops") if pre else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _max_patches(pre: Mapping[str, Any] | None) -> int | None:
+    value = pre.get("max_patches") if pre else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def unsupported_reason(raw: Mapping[str, Any]) -> str | None:
+    """Why kvplan sizes no tower for a config that has one (None: sized, or no tower)."""
+    top = str(raw.get("model_type") or "")
+    if top in UNSERVED:
+        return UNSERVED[top]
+    if isinstance(raw.get("vision_config"), Mapping) and raw.get("vision_config"):
+        return f"kvplan does not size the vision tower of model_type {top!r}"
+    return None
+
+
+# --------------------------------------------------------------------------- tokens per item
+
+
+def smart_resize(height: int, width: int, factor: int, low: int, high: int) -> tuple[int, int]:
+    """Qwen-VL's resize (transformers ``smart_resize``): both sides multiples of ``factor``,
+    the area within [low, high] pixels, the aspect ratio kept as closely as that allows."""
+    h = max(factor, round(height / factor) * factor)
+    w = max(factor, round(width / factor) * factor)
+    if h * w > high:
+        beta = math.sqrt(height * width / high)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif h * w < low:
+        beta = math.sqrt(low / (height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    return h, w
+
+
+def largest_image(unit: int, max_pixels: int) -> tuple[int, int]:
+    """vLLM's ``get_image_size_with_most_features`` for Qwen-VL: ``max_pixels // unit^2``
+    tokens factored into the squarest (height, width) in units with an aspect ratio of at
+    most 200, fewer tokens if none is."""
+    tokens = max_pixels // (unit * unit)
+    for n in range(tokens, 0, -1):
+        low = next(d for d in range(math.isqrt(n), 0, -1) if n % d == 0)
+        if n // low / low <= QWEN_MAX_ASPECT:
+            return unit * low, unit * (n // low)
+    return unit, unit
+
+
+def _qwen_tokens(
+    t: VisionTower, height: int, width: int, frames: int, bounds: tuple[int, int]
+) -> int:
+    h, w = smart_resize(height, width, t.unit, bounds[0], bounds[1])
+    grid_t = max((frames + (-frames % t.temporal)) // t.temporal, 1)
+    return grid_t * (h // t.patch) * (w // t.patch) // (t.merge * t.merge)
+
+
+def _scoped(kwargs: Mapping[str, Any], scope: str) -> dict[str, Any]:
+    """The processor kwargs one modality sees: flat keys, then its ``images_kwargs`` /
+    ``videos_kwargs`` (vLLM routes flat keys into every scope that takes them)."""
+    merged = {k: v for k, v in kwargs.items() if not k.endswith("_kwargs")}
+    nested = kwargs.get(scope)
+    if isinstance(nested, Mapping):
+        merged.update(nested)
+    return merged
+
+
+def _override_bounds(
+    base: tuple[int, int] | None, kwargs: Mapping[str, Any]
+) -> tuple[int, int] | None:
+    low = _pixels(kwargs, "shortest_edge", "min_pixels")
+    high = _pixels(kwargs, "longest_edge", "max_pixels")
+    if base is None and high is None:
+        return None
+    start = base or (0, 0)
+    return (low if low is not None else start[0], high if high is not None else start[1])
+
+
+@dataclass(frozen=True)
+class ItemTokens:
+    """The largest item of each modality in tokens (None where kvplan cannot tell), and how
+    each was found."""
+
+    tokens: dict[str, int | None]
+    how: dict[str, str]
+
+
+def tokens_per_item(t: VisionTower, s: ServeSettings, max_model_len: int) -> ItemTokens:
+    """The largest item per modality, as vLLM's processor reports it (see the module notes);
+    ``--mm-tokens-per-item`` wins where given."""
+    kwargs = s.mm_processor_kwargs.data if s.mm_processor_kwargs else {}
+    told = s.mm_tokens_per_item
+    tokens: dict[str, int | None] = {}
+    how: dict[str, str] = {}
+    for m in t.modalities:
+        given = told.get(m) if told else None
+        if given is not None:
+            tokens[m], how[m] = given, "--mm-tokens-per-item"
+    if t.unit:
+        image = _override_bounds(t.image_pixels, _scoped(kwargs, "images_kwargs"))
+        where = "--mm-processor-kwargs" if image != t.image_pixels else t.processor
+        if image is not None and "image" not in tokens:
+            height, width = largest_image(t.unit, image[1])
+            tokens["image"] = _qwen_tokens(t, height, width, 1, image)
+            how["image"] = f"max_pixels {image[1]:,} ({where})"
+        if "video" not in tokens:
+            base = t.video_pixels if t.family == "qwen3_vl" else t.image_pixels
+            video = _override_bounds(base, _scoped(kwargs, "videos_kwargs"))
+            if t.family == "qwen3_vl" and video is not None:
+                # 2 frames at the video processor's budget, which counts the temporal patch
+                height, width = largest_image(t.unit, video[1] // t.temporal)
+                tokens["video"] = _qwen_tokens(t, height, width, 2, video)
+                how["video"] = f"2 frames at max_pixels {video[1]:,}"
+            elif t.family != "qwen3_vl" and video is not None and image is not None:
+                height, width = largest_image(t.unit, image[1])
+                frame = _qwen_tokens(t, height, width, 1, video)
+                fit = max_model_len // frame * t.temporal if max_model_len >= frame else 1
+                frames = max(min(max(fit, 1), QWEN_MAX_FRAMES), 1)
+                tokens["video"] = _qwen_tokens(t, height, width, frames, video)
+                how["video"] = f"{frames} frames of {frame:,} tokens"
+    elif t.family == "gemma3":
+        crops_on = kwargs.get("do_pan_and_scan", t.pan_and_scan)
+        if "image" not in tokens:
+            crops = 0
+            if crops_on:
+                crops = int(kwargs.get("pan_and_scan_max_num_crops") or t.max_patches or 4)
+                crops = crops if crops >= 2 else 0
+            tokens["image"] = (crops + 1) * t.fixed_tokens
+            how["image"] = f"mm_tokens_per_image {t.fixed_tokens}" + (
+                f" x {crops + 1} (pan-and-scan)" if crops else ""
+            )
+    elif t.family == "llava" and "image" not in tokens:
+        tokens["image"] = t.fixed_tokens
+        how["image"] = "the CLIP patch grid (config)"
+    elif t.family == "llama4" and "image" not in tokens:
+        tiles = kwargs.get("max_patches", t.max_patches)
+        if isinstance(tiles, int) and not isinstance(tiles, bool) and tiles > 0:
+            chunks = 1 if tiles == 1 else tiles + 1
+            tokens["image"] = chunks * t.fixed_tokens
+            how["image"] = f"{tiles} tiles + 1 global of {t.fixed_tokens} tokens (max_patches)"
+    for m in t.modalities:
+        tokens.setdefault(m, None)
+    return ItemTokens(tokens, how)
+
+
+# --------------------------------------------------------------------------- the profile
+
+
+@dataclass(frozen=True)
+class MMProfile:
+    """JSON ``mm``: what a multimodal model adds on one GPU (the most-loaded, first-stage one).
+
+    Attributes:
+        tower_weights_bytes: the tower and projector on this GPU (in ``weights_bytes``).
+        tower_total_bytes: the whole tower; ``tower_source`` says how it was sized.
+        mm_encoder_tp_mode: how the tower spreads over TP (``weights``/``data``), ``off`` when
+            vLLM does not build it.
+        limits: items per prompt by modality as vLLM resolves them (999 unless limited).
+        tokens_per_item: the largest item of each enabled modality (None: unknown).
+        encoder_budget_tokens: vLLM's encoder compute budget and cache size (both the same
+            with default settings); None when unknown, 0 with no modality enabled.
+        profiled_modality, profile_items: what the profile run encodes.
+        encoder_output_bytes: the encoder outputs the profile run holds on the GPU.
+        tower_activation_bytes: the tower's working set over those items (an estimate, or
+            ``--mm-encoder-activation``).
+        activation_bytes: what all this adds to vLLM's activation peak (0 when skipped).
+        profiled: vLLM profiles the encoder (not ``--skip-mm-profiling``).
+    """
+
+    family: str
+    modalities: list[str]
+    tower_weights_bytes: int
+    tower_total_bytes: int
+    tower_source: str
+    mm_encoder_tp_mode: str
+    limits: dict[str, int]
+    tokens_per_item: dict[str, int | None]
+    tokens_source: dict[str, str]
+    encoder_budget_tokens: int | None
+    profiled_modality: str | None
+    profile_items: int | None
+    encoder_output_bytes: int
+    tower_activation_bytes: int
+    tower_activation_source: str
+    activation_bytes: int
+    profiled: bool
+    notes: list[str]
+
+
+def limits_of(t: VisionTower, s: ServeSettings) -> dict[str, int]:
+    """Items per prompt by modality as vLLM resolves them (``get_limit_per_prompt``)."""
+    if s.language_model_only:
+        return dict.fromkeys(t.modalities, 0)
+    return {
+        m: (s.limit_mm_per_prompt.count(m) if s.limit_mm_per_prompt else DEFAULT_LIMIT)
+        for m in t.modalities
+    }
+
+
+def tower_mode(t: VisionTower | None, s: ServeSettings) -> str:
+    """``weights`` (TP-sharded), ``data`` (a copy per TP rank) or ``off`` (not built); a
+    tower kvplan does not size (known only from safetensors headers) stays TP-sharded unless
+    ``--language-model-only``."""
+    if s.language_model_only:
+        return "off"
+    if t is None:
+        return "weights"
+    if not any(limits_of(t, s).values()):
+        return "off"
+    if s.mm_encoder_tp_mode == "data" and t.supports_data_tp:
+        return "data"
+    return "weights"
+
+
+def tower_bytes_per_rank(total: int, mode: str, tp: int) -> int:
+    if mode == "off":
+        return 0
+    return total if mode == "data" else -(-total // tp)
+
+
+def tower_activation(t: VisionTower, positions: int, tp: int) -> int:
+    """Bytes the tower's forward holds over ``positions`` ViT positions on one rank, sharded
+    over ``tp`` (1 in data mode): see :data:`PIXEL_BYTES` and the module notes."""
+    d, i = t.hidden, t.intermediate
+    mlp = (3 if t.gated else 2) * i
+    working = max(3 * d + -(-mlp // tp), 2 * d + -(-8 * d // tp))
+    return positions * (working * t.dtype_bytes + t.patch_input * (PIXEL_BYTES + t.dtype_bytes))
+
+
+def profile(
+    t: VisionTower,
+    s: ServeSettings,
+    *,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    lm_activation_bytes: int,
+    tower_total_bytes: int,
+    tower_source: str,
+) -> MMProfile:
+    """The encoder budget, items profiled and the memory they add (see the module notes)."""
+    limits = limits_of(t, s)
+    mode = tower_mode(t, s)
+    notes: list[str] = list(t.notes)
+    if s.mm_encoder_tp_mode == "data" and not t.supports_data_tp and mode != "off":
+        notes.append(
+            f"vLLM does not run {t.family}'s tower in --mm-encoder-tp-mode data; it falls back "
+            "to weights (TP-sharded)"
+        )
+    if s.limit_mm_per_prompt:
+        unknown = [m for m, _ in s.limit_mm_per_prompt.counts if m not in t.modalities]
+        if unknown:
+            notes.append(
+                f"--limit-mm-per-prompt names {', '.join(unknown)}, which {t.family} does not "
+                f"take (it takes {', '.join(t.modalities)})"
+            )
+    if s.pp > 1 and mode != "off":
+        notes.append(
+            "the tower and its profile run sit on the first pipeline stage; kvplan counts "
+            "them on the rank it plans (the most-loaded)"
+        )
+    tp = s.tp
+    weights = tower_bytes_per_rank(tower_total_bytes, mode, tp)
+    enabled = [m for m in t.modalities if limits[m] > 0]
+    found = tokens_per_item(t, s, max_model_len)
+    tokens = {m: found.tokens[m] for m in enabled}
+    how = {m: found.how[m] for m in enabled if m in found.how}
+    base = dict(
+        family=t.family,
+        modalities=list(t.modalities),
+        tower_weights_bytes=weights,
+        tower_total_bytes=tower_total_bytes,
+        tower_source=tower_source,
+        mm_encoder_tp_mode=mode,
+        limits=limits,
+        tokens_per_item=tokens,
+        tokens_source=how,
+        profiled=not s.skip_mm_profiling,
+    )
+    if not enabled:
+        notes.append(
+            "every modality is off (--language-model-only or --limit-mm-per-prompt 0): vLLM "
+            "builds no tower and no encoder cache"
+        )
+        return MMProfile(
+            **base,  # type: ignore[arg-type]
+            encoder_budget_tokens=0,
+            profiled_modality=None,
+            profile_items=0,
+            encoder_output_bytes=0,
+            tower_activation_bytes=0,
+            tower_activation_source="",
+            activation_bytes=0,
+            notes=notes,
+        )
+    missing = [m for m in enabled if tokens[m] is None]
+    if missing:
+        notes.append(
+            f"tokens per {'/'.join(missing)} item unknown: {unknown_why(t, missing)}; the "
+            "encoder budget and the profile run's encoder memory are not counted (give "
+            "--mm-tokens-per-item"
+            + (", or --mm-processor-kwargs '{\"max_pixels\":N}'" if t.unit else "")
+            + (", or --mm-processor-kwargs '{\"max_patches\":N}'" if t.family == "llama4" else "")
+            + ")"
+        )
+        return MMProfile(
+            **base,  # type: ignore[arg-type]
+            encoder_budget_tokens=None,
+            profiled_modality=None,
+            profile_items=None,
+            encoder_output_bytes=0,
+            tower_activation_bytes=0,
+            tower_activation_source="",
+            activation_bytes=0,
+            notes=notes,
+        )
+    known = {m: n for m, n in tokens.items() if n is not None}
+    largest = max(known.values())
+    budget = max(max_num_batched_tokens, largest)
+    modality, per_item = max(known.items(), key=lambda kv: (kv[1], kv[0]))
+    per_prompt = max(1, min(limits[modality], max_model_len // per_item))
+    items = max(1, min(budget // per_item, max_num_seqs * per_prompt))
+    out = items * per_item * t.out_width * t.dtype_bytes
+    if s.mm_encoder_activation_bytes is not None:
+        tower_act, act_how = s.mm_encoder_activation_bytes, "--mm-encoder-activation"
+    else:
+        on_rank = -(-items // tp) if mode == "data" else items
+        positions = math.ceil(on_rank * per_item * t.positions_per_token)
+        tower_act = tower_activation(t, positions, 1 if mode == "data" else tp)
+        act_how = f"estimate over {positions:,} ViT positions"
+    added = out + max(0, tower_act - lm_activation_bytes) if not s.skip_mm_profiling else 0
+    if s.skip_mm_profiling:
+        notes.append(
+            "--skip-mm-profiling: vLLM reserves nothing for the encoder; a request with "
+            f"{modality}s may need {(out + tower_act) / (1 << 30):.2f} GiB more than the KV "
+            "cache leaves (keep it free with --headroom or a lower gpu_memory_utilization)"
+        )
+    return MMProfile(
+        **base,  # type: ignore[arg-type]
+        encoder_budget_tokens=budget,
+        profiled_modality=modality,
+        profile_items=items,
+        encoder_output_bytes=out,
+        tower_activation_bytes=tower_act,
+        tower_activation_source=act_how,
+        activation_bytes=added,
+        notes=notes,
+    )
+
+
+def unknown_why(t: VisionTower, missing: list[str]) -> str:
+    if t.unit:
+        what = (
+            "video processor's max_pixels"
+            if t.family == "qwen3_vl" and missing == ["video"]
+            else "processor's max_pixels"
+        )
+        return f"they follow the {what}, and no preprocessor_config.json was found"
+    if t.family == "llama4":
+        return "they follow the processor's max_patches, and no preprocessor_config.json was found"
+    return "kvplan cannot derive them"

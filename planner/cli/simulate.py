@@ -264,7 +264,7 @@ def replay_progress(requests: int, runs: int) -> Iterator[None]:
         TextColumn("Replaying"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("requests arrived"),
+        TextColumn("requests started"),
         console=Console(file=sys.stderr),
         transient=True,
     ) as bar:

@@ -50,6 +50,7 @@ import heapq
 import itertools
 import math
 from array import array
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -62,10 +63,12 @@ from planner.simulate.roofline import StepTimer
 from planner.simulate.workload import RequestList, Workload
 
 USAGE_BINS = 1000
-# Called with the number of requests that have arrived, every 4,096 of them, while a replay
-# runs in this process (the CLI's progress bar; None: nobody is watching).
+# Called with the number of requests started, every 4,096 of them, while a replay runs in this
+# process (the CLI's progress bar; None: nobody is watching). A request starts when it has
+# arrived and every request ahead of it has been admitted: it is then admitted, or next.
 PROGRESS: Callable[[int], None] | None = None
 TIMELINE_POINTS = 240
+SORT_RUN = 1 << 16  # Percentiles.of_array sorts latencies in runs of this many
 
 
 # --------------------------------------------------------------------------- inputs
@@ -171,6 +174,40 @@ class Percentiles:
 
         return cls(at(0.5), at(0.9), at(0.99), v[-1])
 
+    @classmethod
+    def of_array(cls, values: array[float]) -> Percentiles:
+        """:meth:`of` ``values``, exactly, without a Python float per value: ``values`` is
+        sorted in place in runs of :data:`SORT_RUN` (only one run's floats exist at a time, a
+        few MB however long the array), then each rank is selected among the sorted runs by
+        bisection. Example: 1M latencies (8 MB as an array) never become the 32 MB list that
+        ``sorted`` would build."""
+        n = len(values)
+        if n <= SORT_RUN:
+            return cls.of(values)
+        runs = [(lo, min(n, lo + SORT_RUN)) for lo in range(0, n, SORT_RUN)]
+        for lo, hi in runs:
+            values[lo:hi] = array("d", sorted(values[lo:hi]))
+
+        def rank(k: int) -> float:
+            """The value with k values before it in sorted order (0-based)."""
+            for lo, hi in runs:
+                a, b = lo, hi
+                while a < b:  # the values of one run rise with the index: bisect it
+                    mid = (a + b) // 2
+                    v = values[mid]
+                    if sum(bisect_left(values, v, x, y) - x for x, y in runs) > k:
+                        b = mid  # more than k values are smaller: too big
+                    elif sum(bisect_right(values, v, x, y) - x for x, y in runs) > k:
+                        return v
+                    else:
+                        a = mid + 1
+            raise AssertionError("every rank below n is in some run")
+
+        def at(q: float) -> float:
+            return rank(min(n - 1, max(0, math.ceil(q * n) - 1)))
+
+        return cls(at(0.5), at(0.9), at(0.99), max(values[hi - 1] for _, hi in runs))
+
 
 @dataclass(frozen=True)
 class SimResult:
@@ -225,7 +262,8 @@ class SimResult:
         timeline: at most 240 ``(seconds, usage)`` points, each the peak of its slice of
             ``duration_s``, rounded to 6 digits; the last is the pool at the end.
         finish_steps: per workload request (by index), the step it finished in; -1 for one
-            that did not (rejected). Not in the JSON.
+            that did not (rejected). An ``array('q')`` (8 bytes a request, not a list of
+            ints); compare it as ``list(r.finish_steps)``. Not in the JSON.
         allocated_blocks: blocks taken from the free pool, new ones and cached ones reused
             (7,150).
         freed_blocks: blocks given back to it; equal to ``allocated_blocks`` once every
@@ -264,7 +302,7 @@ class SimResult:
     prefix_hit_rate: float
     prefix_blocks_saved: int
     timeline: list[tuple[float, float]]
-    finish_steps: list[int] = field(repr=False, default_factory=list)
+    finish_steps: array[int] = field(repr=False, default_factory=lambda: array("q"))
     allocated_blocks: int = 0  # taken from the free pool: new blocks and cached ones reused
     freed_blocks: int = 0  # given back to it
     max_used_blocks_seen: int = 0
@@ -397,9 +435,15 @@ class _Engine:
         self.requests = workload.requests
         self.chains: dict[str, _Chain] = {}
         self.rejected = 0
-        self.finish_steps = [-1] * len(workload.requests)
+        self.finish_steps = array("q", [-1]) * len(workload.requests)
 
+        # preempted requests, then arrived ones in arrival order; arrived requests are queued
+        # one at a time as the queue empties (_pull): ``waiting`` is empty only when no request
+        # that has arrived waits
         self.waiting: deque[_Req] = deque()
+        self.incoming: Iterator[_Req] = iter(())
+        self.nxt: _Req | None = None  # the next request to arrive or be queued
+        self.pulled = 0  # requests queued so far (the progress bar's count)
         self.running: dict[int, _Req] = {}
         self.partial: _Req | None = None
         self.seqs = itertools.count()
@@ -930,6 +974,8 @@ class _Engine:
                 if self.full_isl and blocks(r.num_tokens) - fg * hits + touch > self.free:
                     break  # vLLM >= 0.19 reserves the whole prompt (module docstring)
                 waiting.popleft()
+                if not waiting and self.next_arrival <= self.now:
+                    self._pull()
                 if touch:
                     self._touch(r, shared, own, touch)
                 self._take(new_blocks)
@@ -1021,31 +1067,40 @@ class _Engine:
                     chain = chains[r.prefix_id] = _Chain(r.prefix_tokens // B)
             yield _Req(i, r.arrival_s, r.prompt_tokens, r.output_tokens, chain)
 
+    def _pull(self) -> None:
+        """Queue the next arrived request (``next_arrival <= now``) behind the waiting ones.
+
+        Arrived requests are queued one at a time, when the queue runs empty: fresh arrivals
+        are admitted first-come first-served behind any preempted request, so the queue's order
+        is the same, but an overloaded replay (a million requests at t = 0) holds one waiting
+        :class:`_Req` instead of a million."""
+        r = self.nxt
+        assert r is not None and r.arrival <= self.now
+        self.waiting.append(r)
+        self.nxt = r = next(self.incoming, None)
+        self.next_arrival = math.inf if r is None else r.arrival
+        self.pulled += 1
+        if PROGRESS is not None and not self.pulled & 4095:
+            PROGRESS(self.pulled)
+
     def run(self) -> None:
-        incoming = self._arrivals()
-        nxt = next(incoming, None)
-        arrival = math.inf if nxt is None else nxt.arrival
+        self.incoming = self._arrivals()
+        self.nxt = nxt = next(self.incoming, None)
+        self.next_arrival = math.inf if nxt is None else nxt.arrival
         waiting, running = self.waiting, self.running
         stretch, single, admissible = self._stretch, self._single_step, self._admissible
-        report, arrived = PROGRESS, 0
+        pull = self._pull
         while True:
             now = self.now
-            while arrival <= now:
-                assert nxt is not None
-                waiting.append(nxt)
-                nxt = next(incoming, None)
-                arrival = math.inf if nxt is None else nxt.arrival
-                arrived += 1
-                if report is not None and not arrived & 4095:
-                    report(arrived)
-            self.next_arrival = arrival
+            if not waiting and self.next_arrival <= now:
+                pull()
             if not running and not self.zombies:
                 if not waiting:
                     self.tl_time.append(now)
                     self.tl_used.append(self.capacity - self.free)
-                    if nxt is None:
+                    if self.nxt is None:
                         return
-                    self.now = arrival  # idle until the next request
+                    self.now = self.next_arrival  # idle until the next request
                     continue
             elif (
                 running and self.partial is None and (not waiting or not admissible()) and stretch()
@@ -1092,9 +1147,9 @@ class _Engine:
             total_tokens_per_s=(self.prompt_done + self.output_done) / duration
             if duration
             else 0.0,
-            ttft_s=Percentiles.of(self.ttft),
-            tpot_s=Percentiles.of(self.tpot),
-            e2e_s=Percentiles.of(self.e2e),
+            ttft_s=Percentiles.of_array(self.ttft),
+            tpot_s=Percentiles.of_array(self.tpot),
+            e2e_s=Percentiles.of_array(self.e2e),
             fragmentation=self.unused_slots / self.alloc_slots if self.alloc_slots else 0.0,
             prefix_query_tokens=self.query_tokens,
             prefix_hit_tokens=self.hit_tokens,
@@ -1116,7 +1171,8 @@ def _downsample(
         return []
     end = times[-1] or 1.0
     buckets: dict[int, float] = {}
-    for t, used in zip(times[:-1], useds[:-1], strict=True):
+    last = len(times) - 1  # every point but the last (no slice: that would copy the columns)
+    for t, used in zip(itertools.islice(times, last), itertools.islice(useds, last), strict=True):
         b = min(TIMELINE_POINTS - 1, int(t / end * TIMELINE_POINTS))
         u = used / capacity
         if u > buckets.get(b, -1.0):

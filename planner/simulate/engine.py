@@ -68,6 +68,7 @@ USAGE_BINS = 1000
 # arrived and every request ahead of it has been admitted: it is then admitted, or next.
 PROGRESS: Callable[[int], None] | None = None
 TIMELINE_POINTS = 240
+SEQ_MASK = (1 << 40) - 1  # an event holds an admission number below 2**40
 SORT_RUN = 1 << 16  # Percentiles.of_array sorts latencies in runs of this many
 
 
@@ -353,7 +354,6 @@ class _Req:
         "base",
         "res",
         "weight",
-        "epoch",
         "first_token",
         "preemptions",
         "l_start",
@@ -379,9 +379,6 @@ class _Req:
         self.base = 0  # step - context length, constant while it decodes: length = s - base
         self.res = 0  # base % block_size: the residue of the steps in which it takes blocks
         self.weight = 0  # blocks it takes at each block boundary (window groups drop out)
-        # +1 each time it stops decoding (preempted, finished): events queued with an older
-        # epoch are stale and skipped
-        self.epoch = 0
         self.first_token = -1.0  # time its first token was sampled; -1 before
         self.preemptions = 0
         self.l_start = 0  # context length when this decode run began (for fragmentation)
@@ -422,7 +419,8 @@ class _Engine:
         self.zombies: dict[int, _Req] = {}
         self.caps = sorted(set(lay.window_caps))
         fg, bs = lay.full_groups, lay.block_size
-        if not lay.window_caps and not lay.state_blocks:  # the common case, inlined
+        self.plain = not lay.window_caps and not lay.state_blocks  # full attention only
+        if self.plain:  # the common case, inlined
 
             def blocks(tokens: int) -> int:
                 return fg * -(-tokens // bs)
@@ -459,7 +457,11 @@ class _Engine:
         self.cw = [0] * self.B
         self.cw_total = 0  # sum(cw): blocks the decoders take over any B consecutive steps
         self.buckets: list[dict[int, _Req]] = [{} for _ in range(self.B)]
-        self.events: list[tuple[int, int, int, int]] = []  # (step, seq, epoch, kind)
+        # a heap of events as ints, (step << 42) | (seq << 2) | kind, so ordered by
+        # step, then admission; kind 0 finishes decoder seq, 1 lowers its window-group weight
+        # (both stale unless seq is still running: a preempted request comes back with a new
+        # seq), 2 releases finished request seq (async scheduling; stale unless a zombie)
+        self.events: list[int] = []
         # statistics
         self.usage_time = [0.0] * (USAGE_BINS + 1)
         self.peak = 0
@@ -491,8 +493,12 @@ class _Engine:
         """Allocate ``k`` blocks from the head of the free queue, evicting cached ones."""
         self.free -= k
         self.allocated += k
-        if not self.caching:
-            return
+        if self.caching:
+            self._evict(k)
+
+    def _evict(self, k: int) -> None:
+        """Take ``k`` blocks off the head of the free queue (prefix caching on); cached
+        blocks among them leave their chains."""
         q, fg = self.queue, self.fg
         while k:
             seg = q[0]
@@ -594,6 +600,26 @@ class _Engine:
     def _release(self, r: _Req, tokens: int, preempted: bool) -> None:
         """Free the blocks ``r`` holds for ``tokens`` tokens."""
         chain, held = r.chain, r.held
+        if chain is None and not preempted:  # the common case: plain blocks only
+            total = self.blocks(tokens)
+            self.free += total
+            self.freed += total
+            if self.caching:  # as _give(total, 0, None, 0, None, front)
+                q = self.queue
+                if self.prepend:  # its partly filled last block has no hash
+                    front = total - self.blocks(tokens // self.B * self.B)
+                    if front:
+                        total -= front
+                        if q and q[0][1] is None:
+                            q[0][0] += front
+                        else:
+                            q.appendleft([front, None])
+                if total:
+                    if q and q[-1][1] is None:
+                        q[-1][0] += total
+                    else:
+                        q.append([total, None])
+            return
         plain = self.blocks(tokens) - self.fg * held
         own = 0
         own_chain = None
@@ -633,7 +659,7 @@ class _Engine:
         self.dec_n += 1
         self.dec_sum += length
         finish = base + r.prompt + r.output - 2
-        heapq.heappush(self.events, (finish, r.seq, r.epoch, 0))
+        heapq.heappush(self.events, finish << 42 | r.seq << 2)
         if caps:
             self._push_cap(r, -(-length // B), finish)
 
@@ -643,7 +669,7 @@ class _Engine:
             if c > n:
                 step = r.base + (c - 1) * self.B
                 if step <= finish:
-                    heapq.heappush(self.events, (step, r.seq, r.epoch, 1))
+                    heapq.heappush(self.events, step << 42 | r.seq << 2 | 1)
                 return
 
     def _drop_decoder(self, r: _Req) -> int:
@@ -655,7 +681,6 @@ class _Engine:
         del self.buckets[res][r.seq]
         self.dec_n -= 1
         self.dec_sum -= length
-        r.epoch += 1
         if length > r.l_start:  # decode steps run at lengths l_start .. length - 1
             self._frag_range(r, r.l_start + 1, length)
         return length
@@ -696,13 +721,11 @@ class _Engine:
     def _finish(self, r: _Req, tokens: int) -> None:
         del self.running[r.seq]
         if self.asyn:  # released once the next step is scheduled (module docstring)
-            r.epoch += 1
             r.computed = tokens
             self.zombies[r.seq] = r
-            heapq.heappush(self.events, (self.step, r.seq, r.epoch, 2))
+            heapq.heappush(self.events, self.step << 42 | r.seq << 2 | 2)
         else:
             self._release(r, tokens, preempted=False)
-            r.epoch += 1
         self.finish_steps[r.index] = self.step - 1
         self.completed += 1
         output, now, first, arrival = r.output, self.now, r.first_token, r.arrival
@@ -752,20 +775,46 @@ class _Engine:
         ev = self.events
         running, zombies = self.running, self.zombies
         heappop = heapq.heappop
-        while ev and ev[0][0] <= last:
-            step, seq, epoch, kind = heappop(ev)
-            r = running.get(seq) or zombies.get(seq)
-            if r is None or r.epoch != epoch:
-                continue
-            assert step == last
+        end = (last + 1) << 42
+        while ev and ev[0] < end:
+            e = heappop(ev)
+            seq, kind = (e >> 2) & SEQ_MASK, e & 3
+            r = zombies.get(seq) if kind == 2 else running.get(seq)
+            if r is None:
+                continue  # stale
+            assert e >> 42 == last
             if kind == 2:
                 del zombies[seq]
                 self._release(r, r.computed, preempted=False)
-            elif kind == 0:
-                length = self._drop_decoder(r)
+            elif kind == 0:  # _drop_decoder and its _frag_range, inlined: 1 call a request
+                B = self.B
+                res, w = r.res, r.weight
+                self.cw[res] -= w
+                self.cw_total -= w
+                del self.buckets[res][seq]
+                self.dec_n -= 1
+                length = self.step - r.base
+                self.dec_sum -= length
+                x0 = r.l_start  # decode steps ran at lengths l_start .. length - 1
+                if length > x0:
+                    q, r1 = divmod(length, B)
+                    q0, r0 = divmod(x0, B)
+                    unused = (
+                        (q - q0) * (B * (B - 1) // 2)
+                        + r1 * B
+                        - r1 * (r1 + 1) // 2
+                        - r0 * B
+                        + r0 * (r0 + 1) // 2
+                    )
+                    self.unused_slots += unused
+                    self.alloc_slots += (
+                        (length * (length + 1) - x0 * (x0 + 1)) // 2
+                        + unused
+                        - r.held * B * (length - x0)
+                    )
                 self._finish(r, length)
             else:
-                n = (step - r.base) // self.B + 1  # token blocks after this step's growth
+                n = (last - r.base) // self.B + 1  # token blocks after this step's growth
                 w = self.layout.weight(n)
                 self.cw[r.res] += w - r.weight
                 self.cw_total += w - r.weight
@@ -801,13 +850,13 @@ class _Engine:
         ev = self.events
         running, zombies = self.running, self.zombies
         while ev:  # drop stale events
-            step, seq, epoch, _ = ev[0]
-            r = running.get(seq) or zombies.get(seq)
-            if r is not None and r.epoch == epoch:
+            e = ev[0]
+            seq = (e >> 2) & SEQ_MASK
+            if seq in (zombies if e & 3 == 2 else running):
                 break
             heapq.heappop(ev)
         s = self.step
-        k = ev[0][0] - s + 1
+        k = (ev[0] >> 42) - s + 1
         n = self.dec_n
         if not self.waiting and self.next_arrival < math.inf:
             k = min(k, self._steps_until(self.next_arrival - self.now, n, k))
@@ -831,7 +880,7 @@ class _Engine:
         self.step = s + k
         self.dec_sum += n * k
         self._record(dt, used_first, self.capacity - self.free, k)
-        if ev[0][0] < s + k:
+        if ev[0] >> 42 < s + k:
             self._process_events(s + k - 1)
         return True
 
@@ -892,10 +941,17 @@ class _Engine:
         r = self.waiting[0]
         if need and self._room(r, need) < need:
             return True  # the decoders evict blocks it would hit: let the step decide
-        shared, own, touch = self._hits(r)
-        hit = (shared + own) * self.B
-        end = r.num_tokens if self.full_isl else min(r.num_tokens, hit + self.T - self.dec_n)
-        return self.blocks(end) - self.fg * (shared + own) + touch <= free
+        if self.caching and (r.chain is not None or r.own is not None):
+            shared, own, touch = self._hits(r)
+            hits = shared + own
+        else:
+            hits = touch = 0
+        end = (
+            r.num_tokens
+            if self.full_isl
+            else min(r.num_tokens, hits * self.B + self.T - self.dec_n)
+        )
+        return self.blocks(end) - self.fg * hits + touch <= free
 
     def _exhaust(self, r0: int) -> bool:
         """Decoders crossing a block boundary this step, oldest first, each take their blocks;
@@ -903,27 +959,44 @@ class _Engine:
         ``self.running.pop()``), possibly the one asking. Returns whether it preempted."""
         running = self.running
         preempted = False
+        taking = 0  # blocks of the decoders so far, taken together before anything is freed
         for seq, r in sorted(self.buckets[r0].items()):
             if seq not in running:
                 continue
             w = r.weight
-            while self.free < w:
-                _, victim = running.popitem()
-                self._preempt(victim)
-                preempted = True
-                if victim is r:
-                    return True
-            self._take(w)
+            if self.free - taking < w:
+                self._take(taking)
+                taking = 0
+                while self.free < w:
+                    _, victim = running.popitem()
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is r:
+                        return True
+            taking += w
+        self._take(taking)
         return preempted
 
     def _single_step(self) -> None:
-        B, blocks, fg = self.B, self.blocks, self.fg
+        """One scheduler step: the decoders' blocks (preempting if they run out), the partial
+        prefill's next chunk, then admissions; statistics; then what the step completed.
+        The hot path of a replay: pool and decoder updates are inlined here (the methods they
+        stand for: :meth:`_take`, :meth:`_record`, :meth:`_prefilled`, :meth:`_add_decoder`)."""
+        B, blocks, fg, take = self.B, self.blocks, self.fg, self._take
+        caching, q, evict = self.caching, self.queue, self._evict
         s = self.step
         need = self.cw[s % B]
         preempted = False
         if need:
-            if need <= self.free:
-                self._take(need)
+            if need <= self.free:  # _take(need), the head of the queue inlined
+                self.free -= need
+                self.allocated += need
+                if caching:
+                    seg = q[0]
+                    if seg[1] is None and seg[0] > need:
+                        seg[0] -= need
+                    else:
+                        evict(need)
             else:
                 preempted = self._exhaust(s % B)
         n = self.dec_n
@@ -941,7 +1014,7 @@ class _Engine:
                 self._preempt(p)
                 preempted = True
             else:
-                self._take(need)
+                take(need)
                 p.computed = b
                 if p.chain is not None and p.held < p.chain.m:
                     new = min(p.chain.m, b // B)
@@ -959,29 +1032,48 @@ class _Engine:
                 if b == p.num_tokens:
                     self.partial = None
                     done.append(p)
-        if not preempted:
-            waiting, running = self.waiting, self.running
+        waiting, running = self.waiting, self.running
+        if not preempted and waiting and budget > 0:
             seqs = self.max_seqs - len(self.zombies)
-            while waiting and budget > 0 and len(running) < seqs:
+            full_isl, plain, now = self.full_isl, self.plain, self.now
+            # counters kept in locals over the loop, stored back after it (and around _touch)
+            free, allocated = self.free, self.allocated
+            queried = unused_slots = alloc_slots = 0
+            while len(running) < seqs:
                 r = waiting[0]
-                shared, own, touch = self._hits(r)
-                hits = shared + own
+                if caching and (r.chain is not None or r.own is not None):
+                    shared, own, touch = self._hits(r)
+                    hits = shared + own
+                else:
+                    shared = own = touch = hits = 0
                 a = hits * B
-                b = min(r.num_tokens, a + budget)
-                new_blocks = blocks(b) - fg * hits
-                if new_blocks + touch > self.free:
+                num = r.num_tokens
+                b = num if num - a <= budget else a + budget
+                # blocks(b) - fg * hits, inlined where every group is full attention
+                new_blocks = fg * (-(-b // B) - hits) if plain else blocks(b) - fg * hits
+                if new_blocks + touch > free:
                     break
-                if self.full_isl and blocks(r.num_tokens) - fg * hits + touch > self.free:
+                if full_isl and blocks(num) - fg * hits + touch > free:
                     break  # vLLM >= 0.19 reserves the whole prompt (module docstring)
                 waiting.popleft()
-                if not waiting and self.next_arrival <= self.now:
+                if not waiting and self.next_arrival <= now:
                     self._pull()
                 if touch:
+                    self.free, self.allocated = free, allocated
                     self._touch(r, shared, own, touch)
-                self._take(new_blocks)
-                self.query_tokens += r.num_tokens
-                self.hit_tokens += a
-                self.blocks_saved += fg * hits
+                    free, allocated = self.free, self.allocated
+                free -= new_blocks  # _take(new_blocks), the head of the queue inlined
+                allocated += new_blocks
+                if caching and new_blocks:
+                    seg = q[0]
+                    if seg[1] is None and seg[0] > new_blocks:
+                        seg[0] -= new_blocks
+                    else:
+                        evict(new_blocks)
+                queried += num
+                if hits:
+                    self.hit_tokens += a
+                    self.blocks_saved += fg * hits
                 if r.hw > a:
                     self.recomputed += min(b, r.hw) - a
                 if r.own is not None:  # whatever was not reused is stale now
@@ -993,33 +1085,73 @@ class _Engine:
                     held = min(r.chain.m, b // B)
                     self._hold(r.chain, 0, held)
                     r.held = held
-                r.seq = next(self.seqs)
-                running[r.seq] = r
+                r.seq = seq = next(self.seqs)
+                running[seq] = r
                 tokens += b - a
                 kv += b
                 pairs += (b * (b + 1) - a * (a + 1)) // 2
                 budget -= b - a
                 unused = -b % B
-                self.unused_slots += unused
-                self.alloc_slots += b + unused - r.held * B
-                if b == r.num_tokens:
+                unused_slots += unused
+                alloc_slots += b + unused - r.held * B
+                if b == num:
                     done.append(r)
                 else:
                     self.partial = r
-        if not self.running and not done and not self.zombies:
-            if self.waiting and not preempted:  # cannot fit even into an empty pool
+                if not waiting or budget <= 0:
+                    break
+            self.free, self.allocated = free, allocated
+            self.query_tokens += queried
+            self.unused_slots += unused_slots
+            self.alloc_slots += alloc_slots
+        if not running and not done and not self.zombies:
+            if waiting and not preempted:  # cannot fit even into an empty pool
                 raise AssertionError("a request larger than the pool reached the scheduler")
         dt = self.roof.step_s(tokens, kv, pairs) if tokens else 0.0
-        self.now += dt
-        self.step = s + 1
-        self.dec_sum += self.dec_n
+        self.now = now = self.now + dt
+        self.step = step = s + 1
+        self.dec_sum += n
+        # _record(dt, used, used, 1)
         used = self.capacity - self.free
-        self._record(dt, used, used, 1)
+        if used > self.peak:
+            self.peak = used
+        self.usage_time[used * USAGE_BINS // self.capacity] += dt
+        conc = len(running)
+        self.conc_time += conc * dt
+        if conc > self.max_conc:
+            self.max_conc = conc
+        self.tl_time.append(now)
+        self.tl_used.append(used)
+        self.alloc_slots += self.chain_tb * B
         ev = self.events
-        if ev and ev[0][0] <= s:
+        if ev and ev[0] >> 42 <= s:
             self._process_events(s)
+        if not done:
+            return
+        if self.caps:
+            for r in done:
+                self._prefilled(r)
+            return
+        # _prefilled and _add_decoder, without window groups: every block boundary takes fg
+        cw, buckets, push = self.cw, self.buckets, heapq.heappush
         for r in done:
-            self._prefilled(r)
+            r.generated += 1
+            if r.first_token < 0:
+                r.first_token = now
+            if r.generated >= r.output:
+                self._finish(r, r.computed)
+                continue
+            length = r.computed
+            r.base = base = step - length
+            r.res = res = base % B
+            r.weight = fg
+            r.l_start = length
+            cw[res] += fg
+            self.cw_total += fg
+            buckets[res][r.seq] = r
+            self.dec_n += 1
+            self.dec_sum += length
+            push(ev, (base + r.prompt + r.output - 2) << 42 | r.seq << 2)  # kind 0
 
     def _touch(self, r: _Req, shared: int, own: int, touch: int) -> None:
         """Take cached free blocks out of the free queue for a prefix-cache hit: a hit always

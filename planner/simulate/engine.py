@@ -597,28 +597,33 @@ class _Engine:
         self.chain_tb += in_use - chain.in_use
         chain.in_use = in_use
 
+    def _release_plain(self, tokens: int) -> None:
+        """Free the blocks of a request holding ``tokens`` tokens and no shared prefix, as
+        ``_give(plain, 0, None, 0, None, front)``: the common case of :meth:`_release`."""
+        total = self.blocks(tokens)
+        self.free += total
+        self.freed += total
+        if self.caching:
+            q = self.queue
+            if self.prepend:  # its partly filled last block has no hash
+                front = total - self.blocks(tokens // self.B * self.B)
+                if front:
+                    total -= front
+                    if q and q[0][1] is None:
+                        q[0][0] += front
+                    else:
+                        q.appendleft([front, None])
+            if total:
+                if q and q[-1][1] is None:
+                    q[-1][0] += total
+                else:
+                    q.append([total, None])
+
     def _release(self, r: _Req, tokens: int, preempted: bool) -> None:
         """Free the blocks ``r`` holds for ``tokens`` tokens."""
         chain, held = r.chain, r.held
-        if chain is None and not preempted:  # the common case: plain blocks only
-            total = self.blocks(tokens)
-            self.free += total
-            self.freed += total
-            if self.caching:  # as _give(total, 0, None, 0, None, front)
-                q = self.queue
-                if self.prepend:  # its partly filled last block has no hash
-                    front = total - self.blocks(tokens // self.B * self.B)
-                    if front:
-                        total -= front
-                        if q and q[0][1] is None:
-                            q[0][0] += front
-                        else:
-                            q.appendleft([front, None])
-                if total:
-                    if q and q[-1][1] is None:
-                        q[-1][0] += total
-                    else:
-                        q.append([total, None])
+        if chain is None and not preempted:
+            self._release_plain(tokens)
             return
         plain = self.blocks(tokens) - self.fg * held
         own = 0
@@ -724,6 +729,8 @@ class _Engine:
             r.computed = tokens
             self.zombies[r.seq] = r
             heapq.heappush(self.events, self.step << 42 | r.seq << 2 | 2)
+        elif r.chain is None:
+            self._release_plain(tokens)
         else:
             self._release(r, tokens, preempted=False)
         self.finish_steps[r.index] = self.step - 1

@@ -647,10 +647,10 @@ def parse_trace(
     for number, line in enumerate(lines, start=1):
         m = plain(line) if len(line) < 256 else None
         if m is not None:  # the fast path: what the checks below would accept unchanged
-            prompt, output = int(m[1]), int(m[2])
-            arrival = float(m[3]) if m[3] is not None else 0.0
-            prefix_id = m[4]
-            prefix_tokens = int(m[5]) if prefix_id is not None else 0
+            prompt_text, output_text, arrival_text, prefix_id, prefix_text = m.groups()
+            prompt, output = int(prompt_text), int(output_text)
+            arrival = float(arrival_text) if arrival_text is not None else 0.0
+            prefix_tokens = int(prefix_text) if prefix_id is not None else 0
             if arrival <= MAX_ARRIVAL_S and prefix_tokens < prompt:
                 if prefix_id is not None:
                     first = prefix_lines.setdefault(prefix_id, (number, prefix_tokens))

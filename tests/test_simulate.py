@@ -212,6 +212,8 @@ def scenarios(draw: st.DrawFn) -> tuple[Workload, SimConfig]:
         reserve_full_isl=draw(st.booleans()),
         prepend_uncached_free=draw(st.booleans()),
         async_scheduling=draw(st.booleans()),
+        # speculative lookahead: none, less than a block, more than the largest block
+        num_lookahead_tokens=draw(st.sampled_from([0, 0, 1, 3, 17])),
     )
     return workload(*requests), cfg
 
@@ -232,6 +234,7 @@ def test_event_driven_scheduler_matches_the_literal_model(case: tuple[Workload, 
         reserve_full_isl=cfg.reserve_full_isl,
         prepend_uncached_free=cfg.prepend_uncached_free,
         async_scheduling=cfg.async_scheduling,
+        num_lookahead_tokens=cfg.num_lookahead_tokens,
     )
     assert list(got.finish_steps) == ref.finish_steps
     assert got.preemptions == ref.preemptions
@@ -271,6 +274,7 @@ def test_blocks_are_conserved_and_never_exceed_the_pool(
         reserve_full_isl=cfg.reserve_full_isl,
         prepend_uncached_free=cfg.prepend_uncached_free,
         async_scheduling=cfg.async_scheduling,
+        num_lookahead_tokens=cfg.num_lookahead_tokens,
     )
     r = simulate(w, cfg)
     assert r.allocated_blocks == r.freed_blocks  # everything taken was given back

@@ -35,6 +35,19 @@ Three rules changed between releases; :class:`SimConfig` takes them from
   nothing else runs, that is one more (empty, zero-time) step. Approximation: vLLM could pick
   such a request as a preemption victim; here it never is.
 
+Speculative decoding reserves ``num_lookahead_tokens`` (k) slots past the tokens a request is
+scheduled for, for the drafter to write into (``VllmConfig.num_lookahead_tokens``: k =
+``num_speculative_tokens`` for EAGLE, EAGLE3, MTP and draft models, k + 1 for DFlash, 0 for
+n-gram): ``KVCacheManager.allocate_slots(..., num_lookahead_tokens)`` holds slots for
+min(computed + new + k, ``max_model_len``) tokens, for a waiting request's first chunk and a
+running one's next chunk or decode token alike (``Scheduler.schedule``, 0.33); the
+``reserve_full_isl`` gate counts the whole prompt without them. So a decoder takes a block k
+tokens earlier, and stops at cdiv(``max_model_len``, block) blocks. Approximations: every decode
+step computes one token per request, as if no draft were accepted (requests live longest: the
+conservative case for memory), and the k draft tokens vLLM also schedules for each decoder
+are not (they take k more slots and k tokens of ``max_num_batched_tokens``; passing 2k covers
+their slots, at k too many for a prefill); fragmentation counts the tokens' empty slots only.
+
 Decoding is event-driven: between events (a request finishes, the pool runs out, a request
 arrives at an idle queue) all decoding requests advance together, and the blocks they need are
 counted from how many of them cross a block boundary at each step (their position modulo
@@ -149,6 +162,9 @@ class SimConfig:
     reserve_full_isl: bool = False
     prepend_uncached_free: bool = False
     async_scheduling: bool = False
+    # speculative decoding: KV slots every request reserves past the tokens it is scheduled
+    # for (vLLM's VllmConfig.num_lookahead_tokens; module docstring)
+    num_lookahead_tokens: int = 0
 
 
 # --------------------------------------------------------------------------- results
@@ -417,10 +433,17 @@ class _Engine:
         # async scheduling: requests that sampled their last token, holding their blocks and
         # a max_num_seqs slot until the next step is scheduled (a kind-2 event releases them)
         self.zombies: dict[int, _Req] = {}
-        self.caps = sorted(set(lay.window_caps))
         fg, bs = lay.full_groups, lay.block_size
-        self.plain = not lay.window_caps and not lay.state_blocks  # full attention only
-        if self.plain:  # the common case, inlined
+        # speculative lookahead: a request computing up to t tokens holds slots for
+        # min(t + k, max_model_len) (KVCacheManager.allocate_slots), so a decoder stops growing
+        # at cdiv(max_model_len, block) token blocks: a cap like a window's, weight 0 past it
+        self.k = k = config.num_lookahead_tokens
+        limit = config.max_model_len
+        self.cap_len = -(-limit // bs) if k else math.inf
+        self.caps = sorted(set(lay.window_caps) | ({-(-limit // bs)} if k else set()))
+        # full attention only and no lookahead: blocks are a division, inlined
+        self.plain = not lay.window_caps and not lay.state_blocks and not k
+        if not lay.window_caps and not lay.state_blocks:
 
             def blocks(tokens: int) -> int:
                 return fg * -(-tokens // bs)
@@ -428,6 +451,15 @@ class _Engine:
             self.blocks = blocks
         else:
             self.blocks = lay.blocks
+        if k:
+            blocks_of = self.blocks
+
+            def slot_blocks(tokens: int) -> int:
+                return blocks_of(min(tokens + k, limit))
+
+            self.slot_blocks = slot_blocks
+        else:
+            self.slot_blocks = self.blocks
 
         # requests are made into _Req as they arrive (run), and dropped once they finish
         self.requests = workload.requests
@@ -600,12 +632,12 @@ class _Engine:
     def _release_plain(self, tokens: int) -> None:
         """Free the blocks of a request holding ``tokens`` tokens and no shared prefix, as
         ``_give(plain, 0, None, 0, None, front)``: the common case of :meth:`_release`."""
-        total = self.blocks(tokens)
+        total = self.slot_blocks(tokens)
         self.free += total
         self.freed += total
         if self.caching:
             q = self.queue
-            if self.prepend:  # its partly filled last block has no hash
+            if self.prepend:  # its partly filled last block (and lookahead ones) have no hash
                 front = total - self.blocks(tokens // self.B * self.B)
                 if front:
                     total -= front
@@ -625,7 +657,7 @@ class _Engine:
         if chain is None and not preempted:
             self._release_plain(tokens)
             return
-        plain = self.blocks(tokens) - self.fg * held
+        plain = self.slot_blocks(tokens) - self.fg * held
         own = 0
         own_chain = None
         if preempted and self.caching:
@@ -644,7 +676,7 @@ class _Engine:
         r.held = 0
         front = 0
         if self.prepend:  # its partly filled last block has no hash (BlockPool.free_blocks)
-            front = self.blocks(tokens) - self.blocks(tokens // self.B * self.B)
+            front = self.slot_blocks(tokens) - self.blocks(tokens // self.B * self.B)
         self._give(plain, own, own_chain, shared, chain, front)
 
     # ------------------------------------------------------------------ decoders
@@ -653,10 +685,13 @@ class _Engine:
         B = self.B
         length = r.computed
         r.base = base = self.step - length
-        r.res = res = base % B
+        # it holds slots for length + k tokens, and takes a block when that is a multiple of B
+        r.res = res = (base - self.k) % B
         caps = self.caps
-        # without window groups every block boundary takes the full-attention blocks
-        r.weight = w = self.layout.weight(-(-length // B)) if caps else self.fg
+        # without window groups (or lookahead) every block boundary takes the full-attention
+        # blocks
+        n = -(-min(length + self.k, self.cfg.max_model_len) // B)  # token blocks it holds
+        r.weight = w = self._weight(n) if caps else self.fg
         r.l_start = length
         self.cw[res] += w
         self.cw_total += w
@@ -666,13 +701,20 @@ class _Engine:
         finish = base + r.prompt + r.output - 2
         heapq.heappush(self.events, finish << 42 | r.seq << 2)
         if caps:
-            self._push_cap(r, -(-length // B), finish)
+            self._push_cap(r, n, finish)
+
+    def _weight(self, n: int) -> int:
+        """Blocks a decoder takes growing from ``n`` token blocks: the layout's, none at the
+        max_model_len cap (lookahead only; see __init__)."""
+        return 0 if n >= self.cap_len else self.layout.weight(n)
 
     def _push_cap(self, r: _Req, n: int, finish: int) -> None:
-        """Schedule the step after which ``r`` stops growing a window group (n -> cap)."""
+        """Schedule the step after which ``r`` (holding ``n`` token blocks) stops growing a
+        window group, or every group at the max_model_len cap: it takes its c-th token block
+        in the step where it holds length + k = (c - 1) * B slots' worth of tokens."""
         for c in self.caps:
             if c > n:
-                step = r.base + (c - 1) * self.B
+                step = r.base + (c - 1) * self.B - self.k
                 if step <= finish:
                     heapq.heappush(self.events, step << 42 | r.seq << 2 | 1)
                 return
@@ -821,8 +863,9 @@ class _Engine:
                     )
                 self._finish(r, length)
             else:
-                n = (last - r.base) // self.B + 1  # token blocks after this step's growth
-                w = self.layout.weight(n)
+                # token blocks after this step's growth
+                n = (last - r.base + self.k) // self.B + 1
+                w = self._weight(n)
                 self.cw[r.res] += w - r.weight
                 self.cw_total += w - r.weight
                 r.weight = w
@@ -990,6 +1033,7 @@ class _Engine:
         The hot path of a replay: pool and decoder updates are inlined here (the methods they
         stand for: :meth:`_take`, :meth:`_record`, :meth:`_prefilled`, :meth:`_add_decoder`)."""
         B, blocks, fg, take = self.B, self.blocks, self.fg, self._take
+        slot_blocks = self.slot_blocks
         caching, q, evict = self.caching, self.queue, self._evict
         s = self.step
         need = self.cw[s % B]
@@ -1015,7 +1059,7 @@ class _Engine:
         if p is not None and budget > 0:
             a = p.computed
             b = min(p.num_tokens, a + budget)
-            need = blocks(b) - blocks(a)
+            need = slot_blocks(b) - slot_blocks(a)
             if need > self.free:  # the partial prefill is the newest running request
                 del self.running[p.seq]
                 self._preempt(p)
@@ -1057,7 +1101,7 @@ class _Engine:
                 num = r.num_tokens
                 b = num if num - a <= budget else a + budget
                 # blocks(b) - fg * hits, inlined where every group is full attention
-                new_blocks = fg * (-(-b // B) - hits) if plain else blocks(b) - fg * hits
+                new_blocks = fg * (-(-b // B) - hits) if plain else slot_blocks(b) - fg * hits
                 if new_blocks + touch > free:
                     break
                 if full_isl and blocks(num) - fg * hits + touch > free:

@@ -45,8 +45,14 @@ def simulate_dict(report: SimReport) -> dict[str, Any]:
     """The report as JSON-ready data (integer bytes; per-request finish steps left out)."""
     data = asdict(report)
     for run in data["runs"]:
-        run["result"].pop("finish_steps", None)
-        run["result"]["timeline"] = [list(p) for p in run["result"]["timeline"]]
+        result = run["result"]
+        for one in [result, *result.get("ranks", ())]:
+            one.pop("finish_steps", None)
+            one["timeline"] = [list(p) for p in one["timeline"]]
+        for one in result.get("ranks", ()):
+            one.pop("ranks", None)
+        if not result.get("ranks"):
+            result.pop("ranks", None)  # one rank: nothing to add
     data["best_label"] = report.runs[report.best].label if report.best is not None else None
     return data
 

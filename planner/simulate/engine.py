@@ -165,6 +165,9 @@ class SimConfig:
     # speculative decoding: KV slots every request reserves past the tokens it is scheduled
     # for (vLLM's VllmConfig.num_lookahead_tokens; module docstring)
     num_lookahead_tokens: int = 0
+    # data parallelism: this many ranks, each with this pool and these limits, requests
+    # dispatched as vLLM's DP load balancer does (planner.simulate.cluster)
+    data_parallel_size: int = 1
 
 
 # --------------------------------------------------------------------------- results
@@ -287,6 +290,10 @@ class SimResult:
             request has finished (7,150).
         max_used_blocks_seen: most blocks held at any recorded point, idle points included
             (494).
+        ranks: with ``data_parallel_size`` > 1, each rank's own result (its pool, its
+            requests; their ``finish_steps`` empty: the cluster's holds every request's), and
+            the fields above are the cluster's (:func:`planner.simulate.cluster.simulate_ranks`
+            says how each is combined); empty for one rank. In the JSON only when not empty.
     """
 
     num_gpu_blocks: int
@@ -323,6 +330,7 @@ class SimResult:
     allocated_blocks: int = 0  # taken from the free pool: new blocks and cached ones reused
     freed_blocks: int = 0  # given back to it
     max_used_blocks_seen: int = 0
+    ranks: tuple[SimResult, ...] = field(repr=False, default=())
 
 
 # --------------------------------------------------------------------------- engine
@@ -1291,20 +1299,48 @@ class _Engine:
                 continue
             single()
 
+    # ------------------------------------------------------------------ data-parallel rank
+    def feed(self, r: _Req) -> None:
+        """Queue ``r``, dispatched to this rank when it arrived (``planner.simulate.cluster``);
+        an idle rank waits for it, as :meth:`run` waits for the next arrival."""
+        if not self.running and not self.zombies and not self.waiting and self.now < r.arrival:
+            self.tl_time.append(self.now)
+            self.tl_used.append(self.capacity - self.free)
+            self.now = r.arrival
+        self.waiting.append(r)
+
+    def advance(self, horizon: float) -> None:
+        """Run this rank's steps that start before ``horizon``, the next request's arrival
+        anywhere in the cluster (a decode stretch stops at the first step starting at or
+        after it, as at an arrival of its own), or until it is idle. :meth:`run`'s loop, for
+        a rank whose requests a dispatcher feeds."""
+        self.next_arrival = horizon
+        waiting, running = self.waiting, self.running
+        while self.now < horizon:
+            if not running and not self.zombies:
+                if not waiting:
+                    return
+            elif (
+                running
+                and self.partial is None
+                and (not waiting or not self._admissible())
+                and self._stretch()
+            ):
+                continue
+            self._single_step()
+
+    def drain(self) -> None:
+        """Run to the end (no more requests come), recording the pool at the end as
+        :meth:`run` does."""
+        self.advance(math.inf)
+        self.tl_time.append(self.now)
+        self.tl_used.append(self.capacity - self.free)
+
     def result(self, workload: Workload) -> SimResult:
         duration = self.now
-        ut = self.usage_time
-        total_t = sum(ut)
 
         def usage_at(q: float) -> float:
-            if total_t <= 0:
-                return 0.0
-            acc = 0.0
-            for b, t in enumerate(ut):
-                acc += t
-                if acc >= q * total_t - 1e-12:
-                    return min(1.0, (b + 1) / USAGE_BINS)
-            return 1.0
+            return _usage_quantile(self.usage_time, q)
 
         return SimResult(
             num_gpu_blocks=self.cfg.num_gpu_blocks,
@@ -1346,6 +1382,20 @@ class _Engine:
         )
 
 
+def _usage_quantile(usage_time: Sequence[float], q: float) -> float:
+    """The upper edge of the 1/USAGE_BINS usage bin below which the pool spent ``q`` of the
+    time (``SimResult.usage_p50``)."""
+    total_t = sum(usage_time)
+    if total_t <= 0:
+        return 0.0
+    acc = 0.0
+    for b, t in enumerate(usage_time):
+        acc += t
+        if acc >= q * total_t - 1e-12:
+            return min(1.0, (b + 1) / USAGE_BINS)
+    return 1.0
+
+
 def _downsample(
     times: Sequence[float], useds: Sequence[int], capacity: int
 ) -> list[tuple[float, float]]:
@@ -1371,10 +1421,12 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
 
     Args:
         workload: requests in arrival order (from :func:`planner.simulate.workload.load_workload`).
-        config: pool size, block layout, scheduler limits, prefix caching and step-time model.
+        config: pool size, block layout, scheduler limits, prefix caching and step-time model;
+            with ``data_parallel_size`` > 1, of each of that many ranks
+            (:mod:`planner.simulate.cluster` dispatches the requests).
 
     Returns:
-        The :class:`SimResult`.
+        The :class:`SimResult` (the cluster's, each rank's in ``ranks``, with several ranks).
     """
     if config.num_gpu_blocks < 2:
         raise DoesNotFitError(
@@ -1393,11 +1445,17 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
             f"one {config.max_model_len:,}-token request needs {need:,} blocks; the pool has "
             f"{config.num_gpu_blocks - 1:,} usable. Lower --max-model-len or give it more memory"
         )
+    if config.data_parallel_size < 1:
+        raise UsageError(f"data_parallel_size must be at least 1, got {config.data_parallel_size}")
     import gc
 
     enabled = gc.isenabled()
     gc.disable()  # the engine's objects hold no cycles; collecting them made cost superlinear
     try:
+        if config.data_parallel_size > 1:
+            from planner.simulate.cluster import simulate_ranks
+
+            return simulate_ranks(workload, config)
         engine = _Engine(workload, config)
         engine.run()
         return engine.result(workload)

@@ -97,6 +97,30 @@ def test_each_bad_field(line: str, message: str) -> None:
         parse_trace([line], "t.jsonl")
 
 
+@pytest.mark.parametrize("bad", [5000, 4097, 4096, 1])
+def test_a_bad_line_among_batches_of_plain_lines_is_named(bad: int) -> None:
+    # plain lines are read 4,096 at a time (workload.BATCH_LINES); the batch holding a bad
+    # line is read line by line, so the message names it wherever it falls
+    lines = [
+        f'{{"prompt_tokens": {n + 1}, "output_tokens": 2, "arrival_s": {n / 10}}}\n'
+        for n in range(6000)
+    ]
+    lines[bad - 1] = '{"prompt_tokens": 0, "output_tokens": 2}\n'
+    with pytest.raises(WorkloadError, match=rf"1 bad line\(s\): line {bad}: prompt_tokens 0 "):
+        parse_trace(lines, "t.jsonl")
+    w = parse_trace(lines, "t.jsonl", skip_bad_lines=True)
+    assert len(w.requests) == 5999 and w.requests[-1] == Request(6000, 2, 599.9)
+
+
+def test_keeping_the_first_requests_of_batches_of_plain_lines() -> None:
+    # 6,000 in-order lines: the first 4,096 are one batch, the 5,000th line is the last kept
+    lines = [
+        f'{{"prompt_tokens": {n + 1}, "output_tokens": 2, "arrival_s": {n}}}\n' for n in range(6000)
+    ]
+    w = parse_trace(lines, "t.jsonl", num_requests=5000)
+    assert len(w.requests) == 5000 and w.requests[-1] == Request(5000, 2, 4999.0)
+
+
 def test_one_prefix_id_must_keep_its_length() -> None:
     lines = [
         '{"prompt_tokens": 900, "output_tokens": 1, "prefix_id": "s", "prefix_tokens": 800}',

@@ -27,8 +27,10 @@ group's tokens on top. Generating the same spec with the same seed gives the sam
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import math
+import operator
 import random
 import re
 from array import array
@@ -644,96 +646,110 @@ def parse_trace(
     num_bad = 0
     prefix_lines: dict[str, tuple[int, int]] = {}
     plain = _PLAIN_LINE.fullmatch
-    for number, line in enumerate(lines, start=1):
-        m = plain(line) if len(line) < 256 else None
-        if m is not None:  # the fast path: what the checks below would accept unchanged
-            prompt_text, output_text, arrival_text, prefix_id, prefix_text = m.groups()
-            prompt, output = int(prompt_text), int(output_text)
-            arrival = float(arrival_text) if arrival_text is not None else 0.0
-            prefix_tokens = int(prefix_text) if prefix_id is not None else 0
-            if arrival <= MAX_ARRIVAL_S and prefix_tokens < prompt:
-                if prefix_id is not None:
-                    first = prefix_lines.setdefault(prefix_id, (number, prefix_tokens))
-                    if first[1] != prefix_tokens:
-                        m = None  # the slow path names the conflict
-            else:
-                m = None
-        if m is None:
-            if not line.strip():
+    number = 0
+    it = iter(lines)
+    while batch := list(itertools.islice(it, BATCH_LINES)):
+        if heap is None and len(prompts) + len(batch) <= limit:
+            chunk = _plain_batch(batch, last)
+            if chunk is not None:  # every line a plain one the loop below would keep
+                prompts.extend(chunk[0])
+                outputs.extend(chunk[1])
+                arrivals.extend(chunk[2])
+                groups.extend(array("i", [-1]) * len(batch))
+                last = chunk[2][-1]
+                number += len(batch)
                 continue
-            problem = None
-            if len(line) > MAX_LINE_BYTES:
-                problem = f"line {number}: longer than {MAX_LINE_BYTES:,} bytes"
-            else:
-                try:
-                    request = _trace_request(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    request = f"not JSON ({exc.msg})"
-                except RecursionError:
-                    request = "JSON nested too deeply"
-                if isinstance(request, str):
-                    problem = f"line {number}: {request}"
-                elif request.prefix_id is not None:
-                    first = prefix_lines.setdefault(
-                        request.prefix_id, (number, request.prefix_tokens)
-                    )
-                    if first[1] != request.prefix_tokens:
-                        problem = (
-                            f"line {number}: prefix_id {request.prefix_id!r} has prefix_tokens "
-                            f"{request.prefix_tokens} here but {first[1]} on line {first[0]}"
+        for line in batch:
+            number += 1
+            m = plain(line) if len(line) < 256 else None
+            if m is not None:  # the fast path: what the checks below would accept unchanged
+                prompt_text, output_text, arrival_text, prefix_id, prefix_text = m.groups()
+                prompt, output = int(prompt_text), int(output_text)
+                arrival = float(arrival_text) if arrival_text is not None else 0.0
+                prefix_tokens = int(prefix_text) if prefix_id is not None else 0
+                if arrival <= MAX_ARRIVAL_S and prefix_tokens < prompt:
+                    if prefix_id is not None:
+                        first = prefix_lines.setdefault(prefix_id, (number, prefix_tokens))
+                        if first[1] != prefix_tokens:
+                            m = None  # the slow path names the conflict
+                else:
+                    m = None
+            if m is None:
+                if not line.strip():
+                    continue
+                problem = None
+                if len(line) > MAX_LINE_BYTES:
+                    problem = f"line {number}: longer than {MAX_LINE_BYTES:,} bytes"
+                else:
+                    try:
+                        request = _trace_request(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        request = f"not JSON ({exc.msg})"
+                    except RecursionError:
+                        request = "JSON nested too deeply"
+                    if isinstance(request, str):
+                        problem = f"line {number}: {request}"
+                    elif request.prefix_id is not None:
+                        first = prefix_lines.setdefault(
+                            request.prefix_id, (number, request.prefix_tokens)
                         )
-            if problem is not None:
-                num_bad += 1
-                if len(bad) < MAX_BAD_LINES_KEPT:
-                    bad.append(problem)
+                        if first[1] != request.prefix_tokens:
+                            problem = (
+                                f"line {number}: prefix_id {request.prefix_id!r} has prefix_tokens "
+                                f"{request.prefix_tokens} here but {first[1]} on line {first[0]}"
+                            )
+                if problem is not None:
+                    num_bad += 1
+                    if len(bad) < MAX_BAD_LINES_KEPT:
+                        bad.append(problem)
+                    continue
+                assert not isinstance(request, str)
+                prompt, output, arrival = (
+                    request.prompt_tokens,
+                    request.output_tokens,
+                    request.arrival_s,
+                )
+                prefix_id, prefix_tokens = request.prefix_id, request.prefix_tokens
+            if heap is None:
+                if arrival < last:
+                    if num_requests is not None:
+                        heap = _to_heap(
+                            RequestList(
+                                prompts, outputs, arrivals, groups, prefix_ids, prefix_tokens_of
+                            )
+                        )
+                        prompts, outputs, arrivals, groups = (
+                            array("q"),
+                            array("q"),
+                            array("d"),
+                            array("i"),
+                        )
+                    in_order = False
+                elif len(prompts) == limit:
+                    if num_requests is None:
+                        raise _too_many(source)
+                    continue  # the latest (arrival, line) so far
+            if heap is not None:
+                request = Request(prompt, output, arrival, prefix_id, prefix_tokens)
+                heapq.heappush(heap, (-arrival, -number, request))
+                if len(heap) > limit:
+                    heapq.heappop(heap)  # the latest arrival so far
                 continue
-            assert not isinstance(request, str)
-            prompt, output, arrival = (
-                request.prompt_tokens,
-                request.output_tokens,
-                request.arrival_s,
-            )
-            prefix_id, prefix_tokens = request.prefix_id, request.prefix_tokens
-        if heap is None:
-            if arrival < last:
-                if num_requests is not None:
-                    heap = _to_heap(
-                        RequestList(
-                            prompts, outputs, arrivals, groups, prefix_ids, prefix_tokens_of
-                        )
-                    )
-                    prompts, outputs, arrivals, groups = (
-                        array("q"),
-                        array("q"),
-                        array("d"),
-                        array("i"),
-                    )
-                in_order = False
-            elif len(prompts) == limit:
-                if num_requests is None:
-                    raise _too_many(source)
-                continue  # the latest (arrival, line) so far
-        if heap is not None:
-            request = Request(prompt, output, arrival, prefix_id, prefix_tokens)
-            heapq.heappush(heap, (-arrival, -number, request))
-            if len(heap) > limit:
-                heapq.heappop(heap)  # the latest arrival so far
-            continue
-        if len(prompts) == limit:
-            raise _too_many(source)
-        last = arrival
-        prompts.append(prompt)
-        outputs.append(output)
-        arrivals.append(arrival)
-        if prefix_id is None:
-            groups.append(-1)
-        else:
-            g = group_of.get(prefix_id)
-            if g is None:
-                g = group_of[prefix_id] = len(prefix_ids)
-                prefix_ids.append(prefix_id)
-                prefix_tokens_of.append(prefix_tokens)
-            groups.append(g)
+            if len(prompts) == limit:
+                raise _too_many(source)
+            last = arrival
+            prompts.append(prompt)
+            outputs.append(output)
+            arrivals.append(arrival)
+            if prefix_id is None:
+                groups.append(-1)
+            else:
+                g = group_of.get(prefix_id)
+                if g is None:
+                    g = group_of[prefix_id] = len(prefix_ids)
+                    prefix_ids.append(prefix_id)
+                    prefix_tokens_of.append(prefix_tokens)
+                groups.append(g)
     if bad and not skip_bad_lines:
         shown = "; ".join(bad[:MAX_BAD_LINES_SHOWN])
         more = (
@@ -776,6 +792,41 @@ _PLAIN_LINE = re.compile(
     r'(?:, ?"prefix_id": ?"([^"\\\x00-\x1f]*)", ?"prefix_tokens": ?(0|[1-9][0-9]{0,15}))?'
     r"\}[ \t\r\n]*"
 )
+
+
+# Plain lines without a prefix, each a whole line of a batch joined with newlines.
+_PLAIN_LINES = re.compile(
+    r'^\{"prompt_tokens": ?([1-9][0-9]{0,15}), ?"output_tokens": ?([1-9][0-9]{0,15})'
+    rf'(?:, ?"arrival_s": ?({_NUMBER}))?'
+    r"\}[ \t\r]*$",
+    re.MULTILINE,
+)
+BATCH_LINES = 4096  # parse_trace reads lines in batches of this many
+
+
+def _plain_batch(
+    batch: list[str], last: float
+) -> tuple[array[int], array[int], array[float]] | None:
+    """The prompt, output and arrival columns of ``batch`` when every line is one that
+    :func:`parse_trace`'s per-line fast path keeps as it is (a plain line under 256 characters,
+    no prefix, arrival at most MAX_ARRIVAL_S) and arrivals do not decrease from ``last`` on;
+    else None. One regex pass and C-level conversions over the whole batch instead of a
+    Python loop a line: about twice as fast on a million lines."""
+    if max(map(len, batch)) >= 256:
+        return None
+    found = _PLAIN_LINES.findall("\n".join(batch))
+    if len(found) != len(batch):  # a line that is not plain (or blank): line by line
+        return None
+    prompt_text, output_text, arrival_text = zip(*found, strict=True)
+    if "" in arrival_text:  # no arrival_s: 0
+        times = array("d", [float(a) if a else 0.0 for a in arrival_text])
+    else:
+        times = array("d", map(float, arrival_text))
+    if times[0] < last or max(times) > MAX_ARRIVAL_S:
+        return None
+    if not all(map(operator.le, times, itertools.islice(times, 1, None))):
+        return None  # out of order: line by line decides
+    return array("q", map(int, prompt_text)), array("q", map(int, output_text)), times
 
 
 def _too_many(source: str) -> WorkloadError:

@@ -119,6 +119,11 @@ def test_keeping_the_first_requests_of_batches_of_plain_lines() -> None:
     ]
     w = parse_trace(lines, "t.jsonl", num_requests=5000)
     assert len(w.requests) == 5000 and w.requests[-1] == Request(5000, 2, 4999.0)
+    # a line past the 5,000th arriving earlier is one of the earliest 5,000: kept, in its
+    # place by arrival, and the latest (the 5,000th line, t = 4,999) dropped
+    lines[5499] = '{"prompt_tokens": 7, "output_tokens": 2, "arrival_s": 0.5}\n'
+    w = parse_trace(lines, "t.jsonl", num_requests=5000)
+    assert w.requests[1] == Request(7, 2, 0.5) and w.requests[-1] == Request(4999, 2, 4998.0)
 
 
 def test_one_prefix_id_must_keep_its_length() -> None:

@@ -384,6 +384,14 @@ class _Req:
         "hw",
         "index",
     )
+    # set by _Engine when admitted: admission number, its key in ``_Engine.running`` (newest
+    # is last)
+    seq: int
+    # set by _Engine._add_decoder when it starts decoding (see the class docstring):
+    base: int  # step - context length, constant while it decodes: length = s - base
+    res: int  # (base - lookahead) % block_size: the residue of the steps it takes blocks in
+    weight: int  # blocks it takes at each block boundary (window groups drop out)
+    l_start: int  # context length when this decode run began (for fragmentation)
 
     def __init__(
         self, index: int, arrival: float, prompt: int, output: int, chain: _Chain | None
@@ -398,15 +406,11 @@ class _Req:
         self.computed = 0  # tokens whose KV is computed: prefill progress
         self.generated = 0  # output tokens sampled so far
         self.held = 0  # leading blocks of ``chain`` this request holds
-        self.seq = -1  # admission number, its key in ``_Engine.running`` (newest is last)
-        # decoding (set by _Engine._add_decoder; see the class docstring):
-        self.base = 0  # step - context length, constant while it decodes: length = s - base
-        self.res = 0  # base % block_size: the residue of the steps in which it takes blocks
-        self.weight = 0  # blocks it takes at each block boundary (window groups drop out)
         self.first_token = -1.0  # time its first token was sampled; -1 before
         self.preemptions = 0
-        self.l_start = 0  # context length when this decode run began (for fragmentation)
         self.hw = 0  # most tokens it had computed when preempted: a re-prefill below recomputes
+        # not set until it is admitted (seq) or starts decoding (the rest), a million times
+        # fewer stores: see the class attributes
 
 
 def _unused_slots(x: int, b: int) -> int:
@@ -518,12 +522,15 @@ class _Engine:
         self.blocks_saved = 0
         self.ttft: array[float] = array("d")
         self.tpot: array[float] = array("d")
-        self.e2e: array[float] = array("d")
-        self.completed = 0
+        self.e2e: array[float] = array("d")  # one per finished request
         self.prompt_done = 0
         self.output_done = 0
         self.unused_slots = 0
         self.alloc_slots = 0
+        # _frag_range's sums of empty slots: a whole cycle of B lengths, and the first r
+        # lengths of one (r * B - r (r + 1) / 2), for a decoder's finish
+        self.frag_half = self.B * (self.B - 1) // 2
+        self.frag_part = [r * self.B - r * (r + 1) // 2 for r in range(self.B)]
         self.chain_tb = 0  # leading shared blocks in use, summed over chains
         self.allocated = 0
         self.freed = 0
@@ -784,7 +791,6 @@ class _Engine:
         else:
             self._release(r, tokens, preempted=False)
         self.finish_steps[r.index] = self.step - 1
-        self.completed += 1
         output, now, first, arrival = r.output, self.now, r.first_token, r.arrival
         self.prompt_done += r.prompt
         self.output_done += output
@@ -832,6 +838,7 @@ class _Engine:
         ev = self.events
         running, zombies = self.running, self.zombies
         heappop = heapq.heappop
+        B, half, part = self.B, self.frag_half, self.frag_part
         end = (last + 1) << 42
         while ev and ev[0] < end:
             e = heappop(ev)
@@ -844,7 +851,6 @@ class _Engine:
                 del zombies[seq]
                 self._release(r, r.computed, preempted=False)
             elif kind == 0:  # _drop_decoder and its _frag_range, inlined: 1 call a request
-                B = self.B
                 res, w = r.res, r.weight
                 self.cw[res] -= w
                 self.cw_total -= w
@@ -856,13 +862,7 @@ class _Engine:
                 if length > x0:
                     q, r1 = divmod(length, B)
                     q0, r0 = divmod(x0, B)
-                    unused = (
-                        (q - q0) * (B * (B - 1) // 2)
-                        + r1 * B
-                        - r1 * (r1 + 1) // 2
-                        - r0 * B
-                        + r0 * (r0 + 1) // 2
-                    )
+                    unused = (q - q0) * half + part[r1] - part[r0]
                     self.unused_slots += unused
                     self.alloc_slots += (
                         (length * (length + 1) - x0 * (x0 + 1)) // 2
@@ -1347,7 +1347,7 @@ class _Engine:
             usable_blocks=self.capacity,
             block_size=self.B,
             requests=len(workload.requests),
-            completed=self.completed,
+            completed=len(self.e2e),  # one end-to-end latency per finished request
             rejected_too_long=self.rejected,
             preemptions=self.preemptions,
             preempted_requests=self.preempted,

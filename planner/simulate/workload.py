@@ -671,6 +671,10 @@ def parse_trace(
                 last = chunk[2][-1]
                 number += len(batch)
                 continue
+        elif heap is None and len(prompts) == limit and num_requests is not None:
+            if _plain_batch(batch, last, in_order=False) is not None:
+                number += len(batch)  # every line plain and no earlier than the last kept:
+                continue  # the loop below would drop each
         for line in batch:
             number += 1
             m = plain(line) if len(line) < 256 else None
@@ -817,13 +821,13 @@ BATCH_LINES = 4096  # parse_trace reads lines in batches of this many
 
 
 def _plain_batch(
-    batch: list[str], last: float
+    batch: list[str], last: float, *, in_order: bool = True
 ) -> tuple[array[int], array[int], array[float]] | None:
     """The prompt, output and arrival columns of ``batch`` when every line is one that
     :func:`parse_trace`'s per-line fast path keeps as it is (a plain line under 256 characters,
-    no prefix, arrival at most MAX_ARRIVAL_S) and arrivals do not decrease from ``last`` on;
-    else None. One regex pass and C-level conversions over the whole batch instead of a
-    Python loop a line: about twice as fast on a million lines."""
+    no prefix, arrival at most MAX_ARRIVAL_S) and arrivals do not decrease from ``last`` on
+    (``in_order=False``: are none earlier than ``last``); else None. One regex pass and C-level
+    conversions over the whole batch instead of a Python loop a line."""
     if max(map(len, batch)) >= 256:
         return None
     found = _PLAIN_LINES.findall("\n".join(batch))
@@ -834,9 +838,11 @@ def _plain_batch(
         times = array("d", [float(a) if a else 0.0 for a in arrival_text])
     else:
         times = array("d", map(float, arrival_text))
-    if times[0] < last or max(times) > MAX_ARRIVAL_S:
+    if max(times) > MAX_ARRIVAL_S:
         return None
-    if not all(map(operator.le, times, itertools.islice(times, 1, None))):
+    if not in_order:
+        return None if min(times) < last else (array("q"), array("q"), times)
+    if times[0] < last or not all(map(operator.le, times, itertools.islice(times, 1, None))):
         return None  # out of order: line by line decides
     return array("q", map(int, prompt_text)), array("q", map(int, output_text)), times
 

@@ -647,7 +647,7 @@ class _Engine:
     def _release_plain(self, tokens: int) -> None:
         """Free the blocks of a request holding ``tokens`` tokens and no shared prefix, as
         ``_give(plain, 0, None, 0, None, front)``: the common case of :meth:`_release`."""
-        total = self.slot_blocks(tokens)
+        total = self.fg * -(-tokens // self.B) if self.plain else self.slot_blocks(tokens)
         self.free += total
         self.freed += total
         if self.caching:
@@ -1009,7 +1009,8 @@ class _Engine:
             if self.full_isl
             else min(r.num_tokens, hits * self.B + self.T - self.dec_n)
         )
-        return self.blocks(end) - self.fg * hits + touch <= free
+        blocks = self.fg * -(-end // self.B) if self.plain else self.blocks(end)
+        return blocks - self.fg * hits + touch <= free
 
     def _exhaust(self, r0: int) -> bool:
         """Decoders crossing a block boundary this step, oldest first, each take their blocks;

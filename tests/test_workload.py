@@ -97,10 +97,11 @@ def test_each_bad_field(line: str, message: str) -> None:
         parse_trace([line], "t.jsonl")
 
 
-@pytest.mark.parametrize("bad", [5000, 4097, 4096, 1])
+@pytest.mark.parametrize("bad", [1, 16, 17, 4080, 4081, 5000])
 def test_a_bad_line_among_batches_of_plain_lines_is_named(bad: int) -> None:
-    # plain lines are read 4,096 at a time (workload.BATCH_LINES); the batch holding a bad
-    # line is read line by line, so the message names it wherever it falls
+    # plain lines are read in batches of 16, 32, ... up to 4,096 lines (lines 1-16, 17-48,
+    # ..., 2,033-4,080, 4,081-8,176); the batch holding a bad line is read line by line, so
+    # the message names it wherever it falls
     lines = [
         f'{{"prompt_tokens": {n + 1}, "output_tokens": 2, "arrival_s": {n / 10}}}\n'
         for n in range(6000)
@@ -113,7 +114,8 @@ def test_a_bad_line_among_batches_of_plain_lines_is_named(bad: int) -> None:
 
 
 def test_keeping_the_first_requests_of_batches_of_plain_lines() -> None:
-    # 6,000 in-order lines: the first 4,096 are one batch, the 5,000th line is the last kept
+    # 6,000 in-order lines read in batches (the 5,000th line, the last kept, in the middle
+    # of one)
     lines = [
         f'{{"prompt_tokens": {n + 1}, "output_tokens": 2, "arrival_s": {n}}}\n' for n in range(6000)
     ]

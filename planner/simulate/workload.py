@@ -660,7 +660,10 @@ def parse_trace(
     plain = _PLAIN_LINE.fullmatch
     number = 0
     it = iter(lines)
-    while batch := list(itertools.islice(it, BATCH_LINES)):
+    # batches grow from 16 lines while they are plain (so a trace of long lines, never plain,
+    # is read a few lines at a time)
+    size = 16
+    while batch := list(itertools.islice(it, size)):
         if heap is None and len(prompts) + len(batch) <= limit:
             chunk = _plain_batch(batch, last)
             if chunk is not None:  # every line a plain one the loop below would keep
@@ -670,11 +673,14 @@ def parse_trace(
                 groups.extend(array("i", [-1]) * len(batch))
                 last = chunk[2][-1]
                 number += len(batch)
+                size = min(2 * size, BATCH_LINES)
                 continue
         elif heap is None and len(prompts) == limit and num_requests is not None:
             if _plain_batch(batch, last, in_order=False) is not None:
                 number += len(batch)  # every line plain and no earlier than the last kept:
-                continue  # the loop below would drop each
+                size = min(2 * size, BATCH_LINES)  # the loop below would drop each
+                continue
+        size = 16
         for line in batch:
             number += 1
             m = plain(line) if len(line) < 256 else None
@@ -817,7 +823,7 @@ _PLAIN_LINES = re.compile(
     r"\}[ \t\r]*$",
     re.MULTILINE,
 )
-BATCH_LINES = 4096  # parse_trace reads lines in batches of this many
+BATCH_LINES = 4096  # parse_trace reads plain lines in batches of up to this many
 
 
 def _plain_batch(

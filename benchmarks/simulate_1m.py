@@ -10,6 +10,13 @@ over Llama-3.1-8B's H100 pool. Prints load and replay seconds and peak RSS for e
 growth of time and memory with the trace shows. Issue 13's target: <= 10 s and bounded memory.
 
 ``--profile`` runs cProfile over the full-size replay instead and prints the top functions.
+
+Measured on the 2-core development machine (quiet, best of 3, this trace), before and after
+the sim branch's speed and memory work: 1M requests load 1.67 -> 1.47 s, replay 11.55 ->
+9.34 s (10.8 s in all); peak RSS after the replay 56 / 89 / 161 -> 39 / 55 / 87 MiB at 250k /
+500k / 1M. What still grows is arrays, no Python object per request: the trace's columns
+(~24 B a request, "after loading"), finish steps (8 B), three latency columns (24 B) and the
+timeline (16 B a step or decode stretch). Percentiles stay exact (sorted in place in runs).
 """
 
 from __future__ import annotations

@@ -176,6 +176,8 @@ def advise(
                 max_model_len=c.max_model_len,
                 roofline=Roofline.constant(0.01),  # at saturation only the order of steps counts
                 prefix_caching=s.enable_prefix_caching,
+                num_lookahead_tokens=s.num_lookahead_tokens,
+                data_parallel_size=s.dp,
             )
             res = simulate(work, config)
             runs[key] = (

@@ -4,7 +4,9 @@ Every step walks every request; every block is an object with a reference count 
 hash; the free queue is an ordered dict (least recently freed first), as ``BlockPool`` keeps it.
 Only full-attention layouts (one group, no windows, no state) are modelled. Steps take 1 s
 (a step that schedules nothing, 0 s). The release-dependent rules (``reserve_full_isl``,
-``prepend_uncached_free``, ``async_scheduling``) are those of ``planner.simulate.engine``.
+``prepend_uncached_free``, ``async_scheduling``) and the speculative lookahead
+(``num_lookahead_tokens``: slots for min(computed + new + k, max_model_len) tokens, as
+``KVCacheManager.allocate_slots``) are those of ``planner.simulate.engine``.
 """
 
 from __future__ import annotations
@@ -121,8 +123,14 @@ def run_reference(
     reserve_full_isl: bool = False,
     prepend_uncached_free: bool = False,
     async_scheduling: bool = False,
+    num_lookahead_tokens: int = 0,
 ) -> RefResult:
     bs = block_size
+
+    def slots(tokens: int) -> int:
+        """Token slots a request computing up to ``tokens`` tokens holds."""
+        return min(tokens + num_lookahead_tokens, max_model_len)
+
     pool = Pool(num_gpu_blocks - 1)
     reqs = []
     rejected = 0
@@ -172,7 +180,7 @@ def run_reference(
         while i < len(running) and budget > 0:
             r = running[i]
             new = min(r.num_tokens - r.computed, budget)
-            need = cdiv(r.computed + new, bs) - len(r.blocks)
+            need = max(0, cdiv(slots(r.computed + new), bs) - len(r.blocks))
             ok = True
             while need > len(pool.free):
                 victim = running.pop()
@@ -207,7 +215,7 @@ def run_reference(
                         hit.append(block)
                 start = len(hit) * bs
                 new = min(r.num_tokens - start, budget)
-                need = cdiv(start + new, bs) - len(hit)
+                need = cdiv(slots(start + new), bs) - len(hit)
                 evictable = sum(1 for b in hit if b.ref == 0)
                 if need + evictable > len(pool.free):
                     break

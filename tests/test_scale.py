@@ -466,3 +466,52 @@ def test_plans_file_checks_the_cluster_tokens(tmp_path: Path) -> None:
     fits, short = json.loads(result.stdout)["deployments"]
     assert (fits["status"], short["status"]) == ("pass", "fail")
     assert fits["settings"]["dp"] == 4
+
+
+def test_simulate_replays_dp_ranks_and_speculative_lookahead(tmp_path: Path) -> None:
+    # 40 identical requests (100 prompt + 20 output tokens) arrive at once on 2 DP ranks:
+    # every one completes, each rank's result is kept, and the ranks' counts add up
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"arrival_s": 0, "prompt_tokens": 100, "output_tokens": 20}) + "\n"
+            for _ in range(40)
+        )
+    )
+    result = run_cli(
+        "simulate",
+        "qwen3-30b-a3b",
+        "--gpu",
+        "h100",
+        "-w",
+        str(trace),
+        "--dp",
+        "2",
+        "--enable-expert-parallel",
+        "--max-model-len",
+        "4096",
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    res = json.loads(result.stdout)["runs"][0]["result"]
+    assert len(res["ranks"]) == 2
+    assert res["completed"] == sum(r["completed"] for r in res["ranks"]) == 40
+    assert {r["completed"] for r in res["ranks"]} == {20}  # the balancer splits them evenly
+    spec = run_cli(
+        "simulate",
+        "deepseek-v3",
+        "--gpu",
+        "h200",
+        "--tp",
+        "8",
+        "-w",
+        str(trace),
+        "--speculative-config",
+        '{"method":"mtp","num_speculative_tokens":3}',
+        "--max-model-len",
+        "4096",
+        "--json",
+    )
+    assert spec.exit_code == 0, spec.stderr
+    notes = json.loads(spec.stdout)["notes"]
+    assert any("3 lookahead slot(s)" in n for n in notes)

@@ -72,7 +72,7 @@ def test_admission_reserves_the_whole_prompt(full_isl: bool) -> None:
     # both: step 6 B has the pool to itself: 8 + 8 + 8 (steps 6-8), decodes 9-11 -> 12 steps
     w = workload(Request(24, 4), Request(24, 4))
     r = simulate(w, config(10, reserve_full_isl=full_isl))
-    assert r.finish_steps == [5, 11]
+    assert list(r.finish_steps) == [5, 11]
     assert r.steps == 12
     if full_isl:
         assert (r.preemptions, r.recomputed_tokens, r.peak_blocks) == (0, 0, 7)
@@ -100,7 +100,7 @@ def test_freed_uncached_blocks_are_reused_first(prepend: bool, hit_tokens: int) 
         Request(12, 1, 3.0, "p", 8),
     )
     r = simulate(w, config(4, max_model_len=16, prefix_caching=True, prepend_uncached_free=prepend))
-    assert r.finish_steps == [0, 1, 2, 3]
+    assert list(r.finish_steps) == [0, 1, 2, 3]
     assert r.prefix_query_tokens == 8 + 6 + 4 + 12
     assert r.prefix_hit_tokens == hit_tokens
     assert r.prefix_blocks_saved == hit_tokens // 4
@@ -113,7 +113,7 @@ def test_async_scheduling_frees_a_finished_request_a_step_later(async_: bool) ->
     # output is read: the request is not scheduled again (it has reached max_tokens) but its
     # blocks come back only after step 3 is scheduled: one more, empty, step.
     r = simulate(workload(Request(4, 3)), config(10, async_scheduling=async_))
-    assert r.finish_steps == [0 + 2]
+    assert list(r.finish_steps) == [0 + 2]
     assert r.steps == 3 + async_
 
 
@@ -126,9 +126,9 @@ def test_async_scheduling_holds_the_finished_requests_seat(async_: bool) -> None
     w = workload(Request(4, 3), Request(4, 3))
     r = simulate(w, config(10, max_num_seqs=1, async_scheduling=async_))
     if async_:
-        assert r.finish_steps == [2, 6] and r.steps == 8
+        assert list(r.finish_steps) == [2, 6] and r.steps == 8
     else:
-        assert r.finish_steps == [2, 5] and r.steps == 6
+        assert list(r.finish_steps) == [2, 5] and r.steps == 6
     # A holds 4 + 2 = 6 tokens (2 blocks) when it finishes; B never overlaps it
     assert r.peak_blocks == 2
 
@@ -148,7 +148,7 @@ def test_recomputed_tokens_count_every_re_prefill_chunk() -> None:
     # steps 8-9: B decodes its 5th and 6th tokens -> 10 steps
     w = workload(Request(4, 6), Request(4, 6))
     r = simulate(w, config(4, max_num_seqs=2, max_num_batched_tokens=4, max_model_len=10))
-    assert r.finish_steps == [5, 9]
+    assert list(r.finish_steps) == [5, 9]
     assert r.steps == 10
     assert r.preemptions == 1
     assert r.recomputed_tokens == 4 + 2

@@ -3,6 +3,7 @@ conservation, prefix sharing, the roofline, and model-level sizing."""
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import asdict
 
 import pytest
@@ -18,12 +19,13 @@ from planner.simulate import (
     Roofline,
     SimConfig,
     build_settings,
+    engine,
     estimate_params,
     pool_for_gpu,
     simulate,
     simulate_model,
 )
-from planner.simulate.engine import _unused_slots
+from planner.simulate.engine import Percentiles, _unused_slots
 from planner.simulate.workload import Request, Workload
 from tests.helpers import deployment, plan_for
 from tests.sim_reference import run_reference
@@ -60,7 +62,7 @@ def test_four_requests_chunked_prefill_and_peak_blocks_by_hand() -> None:
     # step 9 is 4 + 3 + 3 + 3 = 13 blocks; R1, R2 then R3 finish at 10, 10, 11 -> 12 steps.
     w = workload(*(Request(40, 10) for _ in range(4)))
     r = simulate(w, config(20, 16))
-    assert r.finish_steps == [9, 10, 10, 11]
+    assert list(r.finish_steps) == [9, 10, 10, 11]
     assert r.steps == 12
     assert r.peak_blocks == 13
     assert r.preemptions == 0
@@ -101,7 +103,7 @@ def test_preemption_by_hand(caching: bool, recomputed: int, hit_tokens: int) -> 
         ),
     )
     assert r.preemptions == 1 and r.preempted_requests == 1
-    assert r.finish_steps == [7, 10]
+    assert list(r.finish_steps) == [7, 10]
     assert r.steps == 11
     assert r.peak_blocks == 6 and r.usage_max == 1.0
     assert r.recomputed_tokens == recomputed
@@ -159,7 +161,7 @@ def test_arrivals_follow_the_clock() -> None:
     # at t = 6 (after R0's steps 0..2, the pool idles from t = 3 to 5.5, then runs)
     w = workload(Request(10, 3, arrival_s=0.0), Request(10, 2, arrival_s=5.5))
     r = simulate(w, config(10, 16, max_model_len=100))
-    assert r.finish_steps == [2, 4]
+    assert list(r.finish_steps) == [2, 4]
     # TTFT: R0's prefill step ends at t = 1; R1 arrives at 5.5, its step ends at 6.5
     assert sorted([r.ttft_s.p50, r.ttft_s.max]) == [1.0, 1.0]
     assert r.duration_s == 7.5
@@ -210,6 +212,8 @@ def scenarios(draw: st.DrawFn) -> tuple[Workload, SimConfig]:
         reserve_full_isl=draw(st.booleans()),
         prepend_uncached_free=draw(st.booleans()),
         async_scheduling=draw(st.booleans()),
+        # speculative lookahead: none, less than a block, more than the largest block
+        num_lookahead_tokens=draw(st.sampled_from([0, 0, 1, 3, 17])),
     )
     return workload(*requests), cfg
 
@@ -230,8 +234,9 @@ def test_event_driven_scheduler_matches_the_literal_model(case: tuple[Workload, 
         reserve_full_isl=cfg.reserve_full_isl,
         prepend_uncached_free=cfg.prepend_uncached_free,
         async_scheduling=cfg.async_scheduling,
+        num_lookahead_tokens=cfg.num_lookahead_tokens,
     )
-    assert got.finish_steps == ref.finish_steps
+    assert list(got.finish_steps) == ref.finish_steps
     assert got.preemptions == ref.preemptions
     assert got.peak_blocks == ref.peak_blocks
     assert got.steps == ref.steps
@@ -269,6 +274,7 @@ def test_blocks_are_conserved_and_never_exceed_the_pool(
         reserve_full_isl=cfg.reserve_full_isl,
         prepend_uncached_free=cfg.prepend_uncached_free,
         async_scheduling=cfg.async_scheduling,
+        num_lookahead_tokens=cfg.num_lookahead_tokens,
     )
     r = simulate(w, cfg)
     assert r.allocated_blocks == r.freed_blocks  # everything taken was given back
@@ -293,6 +299,26 @@ def test_window_groups_stop_growing_at_their_cap() -> None:
 def test_unused_slot_sum(x: int, expected: int) -> None:
     # block 4: lengths 1, 2, 3, 4 leave 3, 2, 1, 0 slots empty in the last block
     assert _unused_slots(x, 4) == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        # 10 values in runs of 3 (10 9 8 | 7 6 5 | 4 3 2 | 1): nearest rank p50 = the
+        # ceil(0.5 x 10) = 5th smallest = 5, p90 the 9th = 9, p99 the ceil(9.9) = 10th = 10
+        ([10, 9, 8, 7, 6, 5, 4, 3, 2, 1], (5, 9, 10, 10)),
+        # ties across runs: sorted 1 1 2 2 2 3 3; p50 the ceil(3.5) = 4th = 2, p90 the
+        # ceil(6.3) = 7th = 3, p99 the 7th = 3
+        ([2, 2, 2, 1, 1, 3, 3], (2, 3, 3, 3)),
+    ],
+)
+def test_percentiles_of_a_long_array_select_in_sorted_runs(
+    monkeypatch: pytest.MonkeyPatch, values: list[int], expected: tuple[int, ...]
+) -> None:
+    monkeypatch.setattr(engine, "SORT_RUN", 3)  # so that these few values span several runs
+    got = Percentiles.of_array(array("d", values))
+    assert (got.p50, got.p90, got.p99, got.max) == expected
+    assert Percentiles.of(values) == got
 
 
 # --------------------------------------------------------------------------- roofline

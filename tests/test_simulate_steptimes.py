@@ -53,7 +53,7 @@ def test_ttft_and_tpot_come_from_the_table_by_hand() -> None:
         prefix_caching=False,
     )
     r = simulate(w, config)
-    assert r.steps == 4 and r.finish_steps == [2, 3]
+    assert r.steps == 4 and list(r.finish_steps) == [2, 3]
     assert r.duration_s == pytest.approx(0.048)
     assert r.ttft_s.p50 == pytest.approx(0.0163) and r.ttft_s.max == pytest.approx(0.0279)
     # TPOT: R0 (38.0 - 16.3) / 2 = 10.85 ms, R1 (48.0 - 27.9) / 2 = 10.05 ms

@@ -97,6 +97,37 @@ def test_each_bad_field(line: str, message: str) -> None:
         parse_trace([line], "t.jsonl")
 
 
+@pytest.mark.parametrize("bad", [1, 16, 17, 4080, 4081, 5000])
+def test_a_bad_line_among_batches_of_plain_lines_is_named(bad: int) -> None:
+    # plain lines are read in batches of 16, 32, ... up to 4,096 lines (lines 1-16, 17-48,
+    # ..., 2,033-4,080, 4,081-8,176); the batch holding a bad line is read line by line, so
+    # the message names it wherever it falls
+    lines = [
+        f'{{"prompt_tokens": {n + 1}, "output_tokens": 2, "arrival_s": {n / 10}}}\n'
+        for n in range(6000)
+    ]
+    lines[bad - 1] = '{"prompt_tokens": 0, "output_tokens": 2}\n'
+    with pytest.raises(WorkloadError, match=rf"1 bad line\(s\): line {bad}: prompt_tokens 0 "):
+        parse_trace(lines, "t.jsonl")
+    w = parse_trace(lines, "t.jsonl", skip_bad_lines=True)
+    assert len(w.requests) == 5999 and w.requests[-1] == Request(6000, 2, 599.9)
+
+
+def test_keeping_the_first_requests_of_batches_of_plain_lines() -> None:
+    # 6,000 in-order lines read in batches (the 5,000th line, the last kept, in the middle
+    # of one)
+    lines = [
+        f'{{"prompt_tokens": {n + 1}, "output_tokens": 2, "arrival_s": {n}}}\n' for n in range(6000)
+    ]
+    w = parse_trace(lines, "t.jsonl", num_requests=5000)
+    assert len(w.requests) == 5000 and w.requests[-1] == Request(5000, 2, 4999.0)
+    # a line past the 5,000th arriving earlier is one of the earliest 5,000: kept, in its
+    # place by arrival, and the latest (the 5,000th line, t = 4,999) dropped
+    lines[5499] = '{"prompt_tokens": 7, "output_tokens": 2, "arrival_s": 0.5}\n'
+    w = parse_trace(lines, "t.jsonl", num_requests=5000)
+    assert w.requests[1] == Request(7, 2, 0.5) and w.requests[-1] == Request(4999, 2, 4998.0)
+
+
 def test_one_prefix_id_must_keep_its_length() -> None:
     lines = [
         '{"prompt_tokens": 900, "output_tokens": 1, "prefix_id": "s", "prefix_tokens": 800}',

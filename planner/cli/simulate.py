@@ -9,12 +9,15 @@ from typing import Annotated
 import typer
 
 from planner.cli._options import (
+    DpOpt,
+    EpOpt,
     JsonOpt,
     MaxLenOpt,
     ModelArg,
     OfflineOpt,
     PrefixOpt,
     RevisionOpt,
+    SpeculativeOpt,
     TpOpt,
     _serve_settings,
     _values,
@@ -69,6 +72,9 @@ def simulate(
         ),
     ] = None,
     tp: TpOpt = 1,
+    dp: DpOpt = 1,
+    enable_expert_parallel: EpOpt = False,
+    speculative_config: SpeculativeOpt = None,
     block_size: Annotated[
         str | None,
         typer.Option(
@@ -173,7 +179,7 @@ def simulate(
     from planner.deployment import Deployment
     from planner.files import write_all_atomic
     from planner.gpus import get_gpu
-    from planner.model.load import load_model
+    from planner.model.load import load_draft, load_model
     from planner.render import simulate as render
     from planner.render._output import to_json
     from planner.simulate import build_settings, load_workload, simulate_model, trace_lines
@@ -200,6 +206,9 @@ def simulate(
             axes["prefix-caching"] = ["on" if enable_prefix_caching else "off"]
         base = _serve_settings(
             tp=tp,
+            dp=dp,
+            enable_expert_parallel=enable_expert_parallel or None,
+            speculative=speculative_config,
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory=kv_cache_memory,
@@ -219,10 +228,12 @@ def simulate(
 
             table = load_step_times(step_times)
         loaded = load_model(model, revision=revision, offline=offline or None)
+        base, draft = load_draft(base, offline=offline or None)
+        variants = [v.but(speculative=base.speculative) for v in variants] if variants else variants
         runs = len(variants) if variants else 1
         with replay_progress(len(load.requests), runs):
             report = simulate_model(
-                Deployment(model=loaded, gpu=gpu_, settings=base),
+                Deployment(model=loaded, gpu=gpu_, settings=base, draft=draft),
                 load,
                 variants=variants,
                 axes=varied,
@@ -264,7 +275,7 @@ def replay_progress(requests: int, runs: int) -> Iterator[None]:
         TextColumn("Replaying"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("requests arrived"),
+        TextColumn("requests started"),
         console=Console(file=sys.stderr),
         transient=True,
     ) as bar:

@@ -45,8 +45,14 @@ def simulate_dict(report: SimReport) -> dict[str, Any]:
     """The report as JSON-ready data (integer bytes; per-request finish steps left out)."""
     data = asdict(report)
     for run in data["runs"]:
-        run["result"].pop("finish_steps", None)
-        run["result"]["timeline"] = [list(p) for p in run["result"]["timeline"]]
+        result = run["result"]
+        for one in [result, *result.get("ranks", ())]:
+            one.pop("finish_steps", None)
+            one["timeline"] = [list(p) for p in one["timeline"]]
+        for one in result.get("ranks", ()):
+            one.pop("ranks", None)
+        if not result.get("ranks"):
+            result.pop("ranks", None)  # one rank: nothing to add
     data["best_label"] = report.runs[report.best].label if report.best is not None else None
     return data
 
@@ -92,6 +98,14 @@ def simulate(report: SimReport, *, as_json: bool = False) -> None:
 
 def _simulate_one(out: Console, run: SettingRun) -> None:
     r = run.result
+    dp = len(r.ranks) if r.ranks else 1
+    if dp > 1:
+        out.print(
+            f"DP {dp}          {dp} engines, each with the pool and max_num_seqs below; requests "
+            "dispatched as vLLM's load balancer does; usage and max concurrency are the fullest "
+            "rank's, counts and throughput the cluster's",
+            soft_wrap=True,
+        )
     out.print(
         f"KV cache      {run.num_gpu_blocks:,} blocks × {run.block_size} tokens "
         f"({fmt_bytes(run.bytes_per_block)} each) = {fmt_bytes(run.kv_cache_bytes)} · dtype "
@@ -113,7 +127,13 @@ def _simulate_one(out: Console, run: SettingRun) -> None:
         f"{r.recomputed_tokens:,} tokens recomputed)",
         soft_wrap=True,
     )
-    out.print(f"concurrency   mean {r.mean_concurrency:,.1f} · max {r.max_concurrency:,}")
+    if dp > 1:
+        out.print(
+            f"concurrency   mean {r.mean_concurrency:,.1f} over {dp} ranks · max "
+            f"{r.max_concurrency:,} on one rank"
+        )
+    else:
+        out.print(f"concurrency   mean {r.mean_concurrency:,.1f} · max {r.max_concurrency:,}")
     out.print(
         f"throughput    {r.output_tokens_per_s:,.0f} output tok/s · {r.total_tokens_per_s:,.0f} "
         f"total tok/s over {r.duration_s:,.1f} s ({r.steps:,} steps)"

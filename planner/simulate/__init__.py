@@ -3,12 +3,15 @@
 - :mod:`~planner.simulate.workload`: the requests, from a JSONL trace or a seeded YAML spec;
 - :mod:`~planner.simulate.engine`: the scheduler and block pool replaying them
   (:func:`simulate`, one :class:`SimConfig` -> one :class:`SimResult`);
+- :mod:`~planner.simulate.cluster`: data-parallel ranks, each an engine, and vLLM's load
+  balancer dispatching requests to them (``SimConfig.data_parallel_size``);
 - :mod:`~planner.simulate.roofline`: how long each scheduler step takes (:class:`Roofline`);
 - :mod:`~planner.simulate.compare`: the model-level driver, one replay per variant of the serve
   settings, side by side, and the best for a goal (:func:`simulate_model` -> :class:`SimReport`).
 
-This module only re-exports what callers use. Importing it loads the four modules above, which
-import nothing beyond the standard library and the planner modules ``kvplan estimate`` loads
+This module only re-exports what callers use. Importing it loads the modules above, all but
+:mod:`~planner.simulate.cluster` (the first data-parallel replay loads it); they import
+nothing beyond the standard library and the planner modules ``kvplan estimate`` loads
 anyway; keep it so (commands import the package lazily, when they simulate). Limits such as
 ``MAX_REQUESTS`` are not re-exported: patch them where the code reads them
 (``planner.simulate.workload.MAX_REQUESTS``).

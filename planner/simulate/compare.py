@@ -24,7 +24,7 @@ from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
 from planner.simulate.roofline import ModelParams, Roofline, estimate_params, roofline_for
 from planner.simulate.steptimes import StepTable
 from planner.simulate.workload import Workload
-from planner.weights import Weights, per_rank
+from planner.weights import Weights, for_deployment
 
 GOALS = ("throughput", "ttft", "tpot", "preemptions")
 MAX_SETTINGS = 64
@@ -312,7 +312,8 @@ def simulate_model(
         raise UsageError(
             "size the KV pool: --gpu NAME, --kv-cache-memory 20GiB or --num-gpu-blocks N"
         )
-    weights = per_rank(model, tp=tp, pp=1)
+    # the simulator replays one pipeline stage's pool; the draft (if any) is on it
+    weights = for_deployment(replace(dep, settings=base.but(pp=1)))
     params = estimate_params(spec, weights if weights.source == "config" else None)
     if num_gpu_blocks is not None:
         pool = f"--num-gpu-blocks {num_gpu_blocks:,}"
@@ -324,6 +325,19 @@ def simulate_model(
             f"{gpu.name}: vLLM's budget ({gmu:g} x total - {weights.bytes_per_rank:,} B of "
             f"weights from {weights.source} - activation, non-torch and CUDA-graph estimates), "
             "as `kvplan estimate --gpu` computes it"
+        )
+    if base.speculative is not None:
+        sc = base.speculative
+        notes.append(
+            f"speculative decoding ({sc.method}, k={sc.num_speculative_tokens}): "
+            f"{sc.num_lookahead_tokens} lookahead slot(s) held past each running request; "
+            "one token per step is accepted (the most memory, the least speed)"
+        )
+    if base.dp > 1:
+        notes.append(
+            f"{base.dp} data-parallel ranks, each its own pool and max_num_seqs; the "
+            "dispatcher scores ranks as vLLM 0.33's load balancer does with current stats; "
+            "MoE ranks' lockstep (dummy batches) is not modelled"
         )
     memory_of_blocks: int | None = None
     roofline: Roofline | None = None
@@ -338,7 +352,7 @@ def simulate_model(
         for serve in settings:
             # the batch defaults are the named GPU's (an A100 gets 2,048 / 256), or vLLM's
             # no-GPU ones with an explicit pool: never the roofline's stand-in H100
-            run_dep = Deployment(model=model, gpu=gpu, settings=serve)
+            run_dep = Deployment(model=model, gpu=gpu, settings=serve, draft=dep.draft)
             est = estimate(spec, serve, gpu)
             assert est.vllm is not None
             for warning in est.warnings:
@@ -359,7 +373,8 @@ def simulate_model(
                 blocks, kv_bytes = kv_cache_memory_bytes // bpb, kv_cache_memory_bytes
             else:
                 assert gpu is not None
-                blocks, kv_bytes = pool_for_gpu(run_dep, est, weights)
+                run_weights = weights if serve == base else for_deployment(run_dep)
+                blocks, kv_bytes = pool_for_gpu(run_dep, est, run_weights)
             label = ", ".join(f"{a}={axis_value(serve, a)}" for a in axes) or "as given"
             if blocks < 2:
                 raise DoesNotFitError(
@@ -393,6 +408,9 @@ def simulate_model(
                 reserve_full_isl=serve.rules.reserve_full_isl,
                 prepend_uncached_free=serve.rules.prepend_uncached_free,
                 async_scheduling=serve.rules.async_scheduling,
+                # speculative decoding's slots past each request; one engine per DP rank
+                num_lookahead_tokens=serve.num_lookahead_tokens,
+                data_parallel_size=serve.dp,
             )
             outcome, running = worst_case_of_pool(layout, blocks, length, config.max_num_seqs)
             if outcome == WONT_START:

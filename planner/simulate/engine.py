@@ -35,6 +35,19 @@ Three rules changed between releases; :class:`SimConfig` takes them from
   nothing else runs, that is one more (empty, zero-time) step. Approximation: vLLM could pick
   such a request as a preemption victim; here it never is.
 
+Speculative decoding reserves ``num_lookahead_tokens`` (k) slots past the tokens a request is
+scheduled for, for the drafter to write into (``VllmConfig.num_lookahead_tokens``: k =
+``num_speculative_tokens`` for EAGLE, EAGLE3, MTP and draft models, k + 1 for DFlash, 0 for
+n-gram): ``KVCacheManager.allocate_slots(..., num_lookahead_tokens)`` holds slots for
+min(computed + new + k, ``max_model_len``) tokens, for a waiting request's first chunk and a
+running one's next chunk or decode token alike (``Scheduler.schedule``, 0.33); the
+``reserve_full_isl`` gate counts the whole prompt without them. So a decoder takes a block k
+tokens earlier, and stops at cdiv(``max_model_len``, block) blocks. Approximations: every decode
+step computes one token per request, as if no draft were accepted (requests live longest: the
+conservative case for memory), and the k draft tokens vLLM also schedules for each decoder
+are not (they take k more slots and k tokens of ``max_num_batched_tokens``; passing 2k covers
+their slots, at k too many for a prefill); fragmentation counts the tokens' empty slots only.
+
 Decoding is event-driven: between events (a request finishes, the pool runs out, a request
 arrives at an idle queue) all decoding requests advance together, and the blocks they need are
 counted from how many of them cross a block boundary at each step (their position modulo
@@ -50,6 +63,7 @@ import heapq
 import itertools
 import math
 from array import array
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -62,10 +76,13 @@ from planner.simulate.roofline import StepTimer
 from planner.simulate.workload import RequestList, Workload
 
 USAGE_BINS = 1000
-# Called with the number of requests that have arrived, every 4,096 of them, while a replay
-# runs in this process (the CLI's progress bar; None: nobody is watching).
+# Called with the number of requests started, every 4,096 of them, while a replay runs in this
+# process (the CLI's progress bar; None: nobody is watching). A request starts when it has
+# arrived and every request ahead of it has been admitted: it is then admitted, or next.
 PROGRESS: Callable[[int], None] | None = None
 TIMELINE_POINTS = 240
+SEQ_MASK = (1 << 40) - 1  # an event holds an admission number below 2**40
+SORT_RUN = 1 << 16  # Percentiles.of_array sorts latencies in runs of this many
 
 
 # --------------------------------------------------------------------------- inputs
@@ -145,6 +162,12 @@ class SimConfig:
     reserve_full_isl: bool = False
     prepend_uncached_free: bool = False
     async_scheduling: bool = False
+    # speculative decoding: KV slots every request reserves past the tokens it is scheduled
+    # for (vLLM's VllmConfig.num_lookahead_tokens; module docstring)
+    num_lookahead_tokens: int = 0
+    # data parallelism: this many ranks, each with this pool and these limits, requests
+    # dispatched as vLLM's DP load balancer does (planner.simulate.cluster)
+    data_parallel_size: int = 1
 
 
 # --------------------------------------------------------------------------- results
@@ -170,6 +193,40 @@ class Percentiles:
             return v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))]
 
         return cls(at(0.5), at(0.9), at(0.99), v[-1])
+
+    @classmethod
+    def of_array(cls, values: array[float]) -> Percentiles:
+        """:meth:`of` ``values``, exactly, without a Python float per value: ``values`` is
+        sorted in place in runs of :data:`SORT_RUN` (only one run's floats exist at a time, a
+        few MB however long the array), then each rank is selected among the sorted runs by
+        bisection. Example: 1M latencies (8 MB as an array) never become the 32 MB list that
+        ``sorted`` would build."""
+        n = len(values)
+        if n <= SORT_RUN:
+            return cls.of(values)
+        runs = [(lo, min(n, lo + SORT_RUN)) for lo in range(0, n, SORT_RUN)]
+        for lo, hi in runs:
+            values[lo:hi] = array("d", sorted(values[lo:hi]))
+
+        def rank(k: int) -> float:
+            """The value with k values before it in sorted order (0-based)."""
+            for lo, hi in runs:
+                a, b = lo, hi
+                while a < b:  # the values of one run rise with the index: bisect it
+                    mid = (a + b) // 2
+                    v = values[mid]
+                    if sum(bisect_left(values, v, x, y) - x for x, y in runs) > k:
+                        b = mid  # more than k values are smaller: too big
+                    elif sum(bisect_right(values, v, x, y) - x for x, y in runs) > k:
+                        return v
+                    else:
+                        a = mid + 1
+            raise AssertionError("every rank below n is in some run")
+
+        def at(q: float) -> float:
+            return rank(min(n - 1, max(0, math.ceil(q * n) - 1)))
+
+        return cls(at(0.5), at(0.9), at(0.99), max(values[hi - 1] for _, hi in runs))
 
 
 @dataclass(frozen=True)
@@ -225,13 +282,18 @@ class SimResult:
         timeline: at most 240 ``(seconds, usage)`` points, each the peak of its slice of
             ``duration_s``, rounded to 6 digits; the last is the pool at the end.
         finish_steps: per workload request (by index), the step it finished in; -1 for one
-            that did not (rejected). Not in the JSON.
+            that did not (rejected). An ``array('q')`` (8 bytes a request, not a list of
+            ints); compare it as ``list(r.finish_steps)``. Not in the JSON.
         allocated_blocks: blocks taken from the free pool, new ones and cached ones reused
             (7,150).
         freed_blocks: blocks given back to it; equal to ``allocated_blocks`` once every
             request has finished (7,150).
         max_used_blocks_seen: most blocks held at any recorded point, idle points included
             (494).
+        ranks: with ``data_parallel_size`` > 1, each rank's own result (its pool, its
+            requests; their ``finish_steps`` empty: the cluster's holds every request's), and
+            the fields above are the cluster's (:func:`planner.simulate.cluster.simulate_ranks`
+            says how each is combined); empty for one rank. In the JSON only when not empty.
     """
 
     num_gpu_blocks: int
@@ -264,10 +326,11 @@ class SimResult:
     prefix_hit_rate: float
     prefix_blocks_saved: int
     timeline: list[tuple[float, float]]
-    finish_steps: list[int] = field(repr=False, default_factory=list)
+    finish_steps: array[int] = field(repr=False, default_factory=lambda: array("q"))
     allocated_blocks: int = 0  # taken from the free pool: new blocks and cached ones reused
     freed_blocks: int = 0  # given back to it
     max_used_blocks_seen: int = 0
+    ranks: tuple[SimResult, ...] = field(repr=False, default=())
 
 
 # --------------------------------------------------------------------------- engine
@@ -315,13 +378,20 @@ class _Req:
         "base",
         "res",
         "weight",
-        "epoch",
         "first_token",
         "preemptions",
         "l_start",
         "hw",
         "index",
     )
+    # set by _Engine when admitted: admission number, its key in ``_Engine.running`` (newest
+    # is last)
+    seq: int
+    # set by _Engine._add_decoder when it starts decoding (see the class docstring):
+    base: int  # step - context length, constant while it decodes: length = s - base
+    res: int  # (base - lookahead) % block_size: the residue of the steps it takes blocks in
+    weight: int  # blocks it takes at each block boundary (window groups drop out)
+    l_start: int  # context length when this decode run began (for fragmentation)
 
     def __init__(
         self, index: int, arrival: float, prompt: int, output: int, chain: _Chain | None
@@ -336,18 +406,11 @@ class _Req:
         self.computed = 0  # tokens whose KV is computed: prefill progress
         self.generated = 0  # output tokens sampled so far
         self.held = 0  # leading blocks of ``chain`` this request holds
-        self.seq = -1  # admission number, its key in ``_Engine.running`` (newest is last)
-        # decoding (set by _Engine._add_decoder; see the class docstring):
-        self.base = 0  # step - context length, constant while it decodes: length = s - base
-        self.res = 0  # base % block_size: the residue of the steps in which it takes blocks
-        self.weight = 0  # blocks it takes at each block boundary (window groups drop out)
-        # +1 each time it stops decoding (preempted, finished): events queued with an older
-        # epoch are stale and skipped
-        self.epoch = 0
         self.first_token = -1.0  # time its first token was sampled; -1 before
         self.preemptions = 0
-        self.l_start = 0  # context length when this decode run began (for fragmentation)
         self.hw = 0  # most tokens it had computed when preempted: a re-prefill below recomputes
+        # not set until it is admitted (seq) or starts decoding (the rest), a million times
+        # fewer stores: see the class attributes
 
 
 def _unused_slots(x: int, b: int) -> int:
@@ -382,9 +445,17 @@ class _Engine:
         # async scheduling: requests that sampled their last token, holding their blocks and
         # a max_num_seqs slot until the next step is scheduled (a kind-2 event releases them)
         self.zombies: dict[int, _Req] = {}
-        self.caps = sorted(set(lay.window_caps))
         fg, bs = lay.full_groups, lay.block_size
-        if not lay.window_caps and not lay.state_blocks:  # the common case, inlined
+        # speculative lookahead: a request computing up to t tokens holds slots for
+        # min(t + k, max_model_len) (KVCacheManager.allocate_slots), so a decoder stops growing
+        # at cdiv(max_model_len, block) token blocks: a cap like a window's, weight 0 past it
+        self.k = k = config.num_lookahead_tokens
+        limit = config.max_model_len
+        self.cap_len = -(-limit // bs) if k else math.inf
+        self.caps = sorted(set(lay.window_caps) | ({-(-limit // bs)} if k else set()))
+        # full attention only and no lookahead: blocks are a division, inlined
+        self.plain = not lay.window_caps and not lay.state_blocks and not k
+        if not lay.window_caps and not lay.state_blocks:
 
             def blocks(tokens: int) -> int:
                 return fg * -(-tokens // bs)
@@ -392,14 +463,29 @@ class _Engine:
             self.blocks = blocks
         else:
             self.blocks = lay.blocks
+        if k:
+            blocks_of = self.blocks
+
+            def slot_blocks(tokens: int) -> int:
+                return blocks_of(min(tokens + k, limit))
+
+            self.slot_blocks = slot_blocks
+        else:
+            self.slot_blocks = self.blocks
 
         # requests are made into _Req as they arrive (run), and dropped once they finish
         self.requests = workload.requests
         self.chains: dict[str, _Chain] = {}
         self.rejected = 0
-        self.finish_steps = [-1] * len(workload.requests)
+        self.finish_steps = array("q", [-1]) * len(workload.requests)
 
+        # preempted requests, then arrived ones in arrival order; arrived requests are queued
+        # one at a time as the queue empties (_pull): ``waiting`` is empty only when no request
+        # that has arrived waits
         self.waiting: deque[_Req] = deque()
+        self.incoming: Iterator[_Req] = iter(())
+        self.nxt: _Req | None = None  # the next request to arrive or be queued
+        self.pulled = 0  # requests queued so far (the progress bar's count)
         self.running: dict[int, _Req] = {}
         self.partial: _Req | None = None
         self.seqs = itertools.count()
@@ -415,7 +501,11 @@ class _Engine:
         self.cw = [0] * self.B
         self.cw_total = 0  # sum(cw): blocks the decoders take over any B consecutive steps
         self.buckets: list[dict[int, _Req]] = [{} for _ in range(self.B)]
-        self.events: list[tuple[int, int, int, int]] = []  # (step, seq, epoch, kind)
+        # a heap of events as ints, (step << 42) | (seq << 2) | kind, so ordered by
+        # step, then admission; kind 0 finishes decoder seq, 1 lowers its window-group weight
+        # (both stale unless seq is still running: a preempted request comes back with a new
+        # seq), 2 releases finished request seq (async scheduling; stale unless a zombie)
+        self.events: list[int] = []
         # statistics
         self.usage_time = [0.0] * (USAGE_BINS + 1)
         self.peak = 0
@@ -432,12 +522,15 @@ class _Engine:
         self.blocks_saved = 0
         self.ttft: array[float] = array("d")
         self.tpot: array[float] = array("d")
-        self.e2e: array[float] = array("d")
-        self.completed = 0
+        self.e2e: array[float] = array("d")  # one per finished request
         self.prompt_done = 0
         self.output_done = 0
         self.unused_slots = 0
         self.alloc_slots = 0
+        # _frag_range's sums of empty slots: a whole cycle of B lengths, and the first r
+        # lengths of one (r * B - r (r + 1) / 2), for a decoder's finish
+        self.frag_half = self.B * (self.B - 1) // 2
+        self.frag_part = [r * self.B - r * (r + 1) // 2 for r in range(self.B)]
         self.chain_tb = 0  # leading shared blocks in use, summed over chains
         self.allocated = 0
         self.freed = 0
@@ -447,8 +540,12 @@ class _Engine:
         """Allocate ``k`` blocks from the head of the free queue, evicting cached ones."""
         self.free -= k
         self.allocated += k
-        if not self.caching:
-            return
+        if self.caching:
+            self._evict(k)
+
+    def _evict(self, k: int) -> None:
+        """Take ``k`` blocks off the head of the free queue (prefix caching on); cached
+        blocks among them leave their chains."""
         q, fg = self.queue, self.fg
         while k:
             seg = q[0]
@@ -547,10 +644,35 @@ class _Engine:
         self.chain_tb += in_use - chain.in_use
         chain.in_use = in_use
 
+    def _release_plain(self, tokens: int) -> None:
+        """Free the blocks of a request holding ``tokens`` tokens and no shared prefix, as
+        ``_give(plain, 0, None, 0, None, front)``: the common case of :meth:`_release`."""
+        total = self.fg * -(-tokens // self.B) if self.plain else self.slot_blocks(tokens)
+        self.free += total
+        self.freed += total
+        if self.caching:
+            q = self.queue
+            if self.prepend:  # its partly filled last block (and lookahead ones) have no hash
+                front = total - self.blocks(tokens // self.B * self.B)
+                if front:
+                    total -= front
+                    if q and q[0][1] is None:
+                        q[0][0] += front
+                    else:
+                        q.appendleft([front, None])
+            if total:
+                if q and q[-1][1] is None:
+                    q[-1][0] += total
+                else:
+                    q.append([total, None])
+
     def _release(self, r: _Req, tokens: int, preempted: bool) -> None:
         """Free the blocks ``r`` holds for ``tokens`` tokens."""
         chain, held = r.chain, r.held
-        plain = self.blocks(tokens) - self.fg * held
+        if chain is None and not preempted:
+            self._release_plain(tokens)
+            return
+        plain = self.slot_blocks(tokens) - self.fg * held
         own = 0
         own_chain = None
         if preempted and self.caching:
@@ -569,7 +691,7 @@ class _Engine:
         r.held = 0
         front = 0
         if self.prepend:  # its partly filled last block has no hash (BlockPool.free_blocks)
-            front = self.blocks(tokens) - self.blocks(tokens // self.B * self.B)
+            front = self.slot_blocks(tokens) - self.blocks(tokens // self.B * self.B)
         self._give(plain, own, own_chain, shared, chain, front)
 
     # ------------------------------------------------------------------ decoders
@@ -578,10 +700,13 @@ class _Engine:
         B = self.B
         length = r.computed
         r.base = base = self.step - length
-        r.res = res = base % B
+        # it holds slots for length + k tokens, and takes a block when that is a multiple of B
+        r.res = res = (base - self.k) % B
         caps = self.caps
-        # without window groups every block boundary takes the full-attention blocks
-        r.weight = w = self.layout.weight(-(-length // B)) if caps else self.fg
+        # without window groups (or lookahead) every block boundary takes the full-attention
+        # blocks
+        n = -(-min(length + self.k, self.cfg.max_model_len) // B)  # token blocks it holds
+        r.weight = w = self._weight(n) if caps else self.fg
         r.l_start = length
         self.cw[res] += w
         self.cw_total += w
@@ -589,17 +714,24 @@ class _Engine:
         self.dec_n += 1
         self.dec_sum += length
         finish = base + r.prompt + r.output - 2
-        heapq.heappush(self.events, (finish, r.seq, r.epoch, 0))
+        heapq.heappush(self.events, finish << 42 | r.seq << 2)
         if caps:
-            self._push_cap(r, -(-length // B), finish)
+            self._push_cap(r, n, finish)
+
+    def _weight(self, n: int) -> int:
+        """Blocks a decoder takes growing from ``n`` token blocks: the layout's, none at the
+        max_model_len cap (lookahead only; see __init__)."""
+        return 0 if n >= self.cap_len else self.layout.weight(n)
 
     def _push_cap(self, r: _Req, n: int, finish: int) -> None:
-        """Schedule the step after which ``r`` stops growing a window group (n -> cap)."""
+        """Schedule the step after which ``r`` (holding ``n`` token blocks) stops growing a
+        window group, or every group at the max_model_len cap: it takes its c-th token block
+        in the step where it holds length + k = (c - 1) * B slots' worth of tokens."""
         for c in self.caps:
             if c > n:
-                step = r.base + (c - 1) * self.B
+                step = r.base + (c - 1) * self.B - self.k
                 if step <= finish:
-                    heapq.heappush(self.events, (step, r.seq, r.epoch, 1))
+                    heapq.heappush(self.events, step << 42 | r.seq << 2 | 1)
                 return
 
     def _drop_decoder(self, r: _Req) -> int:
@@ -611,7 +743,6 @@ class _Engine:
         del self.buckets[res][r.seq]
         self.dec_n -= 1
         self.dec_sum -= length
-        r.epoch += 1
         if length > r.l_start:  # decode steps run at lengths l_start .. length - 1
             self._frag_range(r, r.l_start + 1, length)
         return length
@@ -652,15 +783,14 @@ class _Engine:
     def _finish(self, r: _Req, tokens: int) -> None:
         del self.running[r.seq]
         if self.asyn:  # released once the next step is scheduled (module docstring)
-            r.epoch += 1
             r.computed = tokens
             self.zombies[r.seq] = r
-            heapq.heappush(self.events, (self.step, r.seq, r.epoch, 2))
+            heapq.heappush(self.events, self.step << 42 | r.seq << 2 | 2)
+        elif r.chain is None:
+            self._release_plain(tokens)
         else:
             self._release(r, tokens, preempted=False)
-            r.epoch += 1
         self.finish_steps[r.index] = self.step - 1
-        self.completed += 1
         output, now, first, arrival = r.output, self.now, r.first_token, r.arrival
         self.prompt_done += r.prompt
         self.output_done += output
@@ -708,21 +838,42 @@ class _Engine:
         ev = self.events
         running, zombies = self.running, self.zombies
         heappop = heapq.heappop
-        while ev and ev[0][0] <= last:
-            step, seq, epoch, kind = heappop(ev)
-            r = running.get(seq) or zombies.get(seq)
-            if r is None or r.epoch != epoch:
-                continue
-            assert step == last
+        B, half, part = self.B, self.frag_half, self.frag_part
+        end = (last + 1) << 42
+        while ev and ev[0] < end:
+            e = heappop(ev)
+            seq, kind = (e >> 2) & SEQ_MASK, e & 3
+            r = zombies.get(seq) if kind == 2 else running.get(seq)
+            if r is None:
+                continue  # stale
+            assert e >> 42 == last
             if kind == 2:
                 del zombies[seq]
                 self._release(r, r.computed, preempted=False)
-            elif kind == 0:
-                length = self._drop_decoder(r)
+            elif kind == 0:  # _drop_decoder and its _frag_range, inlined: 1 call a request
+                res, w = r.res, r.weight
+                self.cw[res] -= w
+                self.cw_total -= w
+                del self.buckets[res][seq]
+                self.dec_n -= 1
+                length = self.step - r.base
+                self.dec_sum -= length
+                x0 = r.l_start  # decode steps ran at lengths l_start .. length - 1
+                if length > x0:
+                    q, r1 = divmod(length, B)
+                    q0, r0 = divmod(x0, B)
+                    unused = (q - q0) * half + part[r1] - part[r0]
+                    self.unused_slots += unused
+                    self.alloc_slots += (
+                        (length * (length + 1) - x0 * (x0 + 1)) // 2
+                        + unused
+                        - r.held * B * (length - x0)
+                    )
                 self._finish(r, length)
             else:
-                n = (step - r.base) // self.B + 1  # token blocks after this step's growth
-                w = self.layout.weight(n)
+                # token blocks after this step's growth
+                n = (last - r.base + self.k) // self.B + 1
+                w = self._weight(n)
                 self.cw[r.res] += w - r.weight
                 self.cw_total += w - r.weight
                 r.weight = w
@@ -757,13 +908,13 @@ class _Engine:
         ev = self.events
         running, zombies = self.running, self.zombies
         while ev:  # drop stale events
-            step, seq, epoch, _ = ev[0]
-            r = running.get(seq) or zombies.get(seq)
-            if r is not None and r.epoch == epoch:
+            e = ev[0]
+            seq = (e >> 2) & SEQ_MASK
+            if seq in (zombies if e & 3 == 2 else running):
                 break
             heapq.heappop(ev)
         s = self.step
-        k = ev[0][0] - s + 1
+        k = (ev[0] >> 42) - s + 1
         n = self.dec_n
         if not self.waiting and self.next_arrival < math.inf:
             k = min(k, self._steps_until(self.next_arrival - self.now, n, k))
@@ -787,7 +938,7 @@ class _Engine:
         self.step = s + k
         self.dec_sum += n * k
         self._record(dt, used_first, self.capacity - self.free, k)
-        if ev[0][0] < s + k:
+        if ev[0] >> 42 < s + k:
             self._process_events(s + k - 1)
         return True
 
@@ -848,10 +999,18 @@ class _Engine:
         r = self.waiting[0]
         if need and self._room(r, need) < need:
             return True  # the decoders evict blocks it would hit: let the step decide
-        shared, own, touch = self._hits(r)
-        hit = (shared + own) * self.B
-        end = r.num_tokens if self.full_isl else min(r.num_tokens, hit + self.T - self.dec_n)
-        return self.blocks(end) - self.fg * (shared + own) + touch <= free
+        if self.caching and (r.chain is not None or r.own is not None):
+            shared, own, touch = self._hits(r)
+            hits = shared + own
+        else:
+            hits = touch = 0
+        end = (
+            r.num_tokens
+            if self.full_isl
+            else min(r.num_tokens, hits * self.B + self.T - self.dec_n)
+        )
+        blocks = self.fg * -(-end // self.B) if self.plain else self.blocks(end)
+        return blocks - self.fg * hits + touch <= free
 
     def _exhaust(self, r0: int) -> bool:
         """Decoders crossing a block boundary this step, oldest first, each take their blocks;
@@ -859,27 +1018,45 @@ class _Engine:
         ``self.running.pop()``), possibly the one asking. Returns whether it preempted."""
         running = self.running
         preempted = False
+        taking = 0  # blocks of the decoders so far, taken together before anything is freed
         for seq, r in sorted(self.buckets[r0].items()):
             if seq not in running:
                 continue
             w = r.weight
-            while self.free < w:
-                _, victim = running.popitem()
-                self._preempt(victim)
-                preempted = True
-                if victim is r:
-                    return True
-            self._take(w)
+            if self.free - taking < w:
+                self._take(taking)
+                taking = 0
+                while self.free < w:
+                    _, victim = running.popitem()
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is r:
+                        return True
+            taking += w
+        self._take(taking)
         return preempted
 
     def _single_step(self) -> None:
-        B, blocks, fg = self.B, self.blocks, self.fg
+        """One scheduler step: the decoders' blocks (preempting if they run out), the partial
+        prefill's next chunk, then admissions; statistics; then what the step completed.
+        The hot path of a replay: pool and decoder updates are inlined here (the methods they
+        stand for: :meth:`_take`, :meth:`_record`, :meth:`_prefilled`, :meth:`_add_decoder`)."""
+        B, blocks, fg, take = self.B, self.blocks, self.fg, self._take
+        slot_blocks = self.slot_blocks
+        caching, q, evict = self.caching, self.queue, self._evict
         s = self.step
         need = self.cw[s % B]
         preempted = False
         if need:
-            if need <= self.free:
-                self._take(need)
+            if need <= self.free:  # _take(need), the head of the queue inlined
+                self.free -= need
+                self.allocated += need
+                if caching:
+                    seg = q[0]
+                    if seg[1] is None and seg[0] > need:
+                        seg[0] -= need
+                    else:
+                        evict(need)
             else:
                 preempted = self._exhaust(s % B)
         n = self.dec_n
@@ -891,13 +1068,13 @@ class _Engine:
         if p is not None and budget > 0:
             a = p.computed
             b = min(p.num_tokens, a + budget)
-            need = blocks(b) - blocks(a)
+            need = slot_blocks(b) - slot_blocks(a)
             if need > self.free:  # the partial prefill is the newest running request
                 del self.running[p.seq]
                 self._preempt(p)
                 preempted = True
             else:
-                self._take(need)
+                take(need)
                 p.computed = b
                 if p.chain is not None and p.held < p.chain.m:
                     new = min(p.chain.m, b // B)
@@ -915,27 +1092,48 @@ class _Engine:
                 if b == p.num_tokens:
                     self.partial = None
                     done.append(p)
-        if not preempted:
-            waiting, running = self.waiting, self.running
+        waiting, running = self.waiting, self.running
+        if not preempted and waiting and budget > 0:
             seqs = self.max_seqs - len(self.zombies)
-            while waiting and budget > 0 and len(running) < seqs:
+            full_isl, plain, now = self.full_isl, self.plain, self.now
+            # counters kept in locals over the loop, stored back after it (and around _touch)
+            free, allocated = self.free, self.allocated
+            queried = unused_slots = alloc_slots = 0
+            while len(running) < seqs:
                 r = waiting[0]
-                shared, own, touch = self._hits(r)
-                hits = shared + own
+                if caching and (r.chain is not None or r.own is not None):
+                    shared, own, touch = self._hits(r)
+                    hits = shared + own
+                else:
+                    shared = own = touch = hits = 0
                 a = hits * B
-                b = min(r.num_tokens, a + budget)
-                new_blocks = blocks(b) - fg * hits
-                if new_blocks + touch > self.free:
+                num = r.num_tokens
+                b = num if num - a <= budget else a + budget
+                # blocks(b) - fg * hits, inlined where every group is full attention
+                new_blocks = fg * (-(-b // B) - hits) if plain else slot_blocks(b) - fg * hits
+                if new_blocks + touch > free:
                     break
-                if self.full_isl and blocks(r.num_tokens) - fg * hits + touch > self.free:
+                if full_isl and blocks(num) - fg * hits + touch > free:
                     break  # vLLM >= 0.19 reserves the whole prompt (module docstring)
                 waiting.popleft()
+                if not waiting and self.next_arrival <= now:
+                    self._pull()
                 if touch:
+                    self.free, self.allocated = free, allocated
                     self._touch(r, shared, own, touch)
-                self._take(new_blocks)
-                self.query_tokens += r.num_tokens
-                self.hit_tokens += a
-                self.blocks_saved += fg * hits
+                    free, allocated = self.free, self.allocated
+                free -= new_blocks  # _take(new_blocks), the head of the queue inlined
+                allocated += new_blocks
+                if caching and new_blocks:
+                    seg = q[0]
+                    if seg[1] is None and seg[0] > new_blocks:
+                        seg[0] -= new_blocks
+                    else:
+                        evict(new_blocks)
+                queried += num
+                if hits:
+                    self.hit_tokens += a
+                    self.blocks_saved += fg * hits
                 if r.hw > a:
                     self.recomputed += min(b, r.hw) - a
                 if r.own is not None:  # whatever was not reused is stale now
@@ -947,33 +1145,73 @@ class _Engine:
                     held = min(r.chain.m, b // B)
                     self._hold(r.chain, 0, held)
                     r.held = held
-                r.seq = next(self.seqs)
-                running[r.seq] = r
+                r.seq = seq = next(self.seqs)
+                running[seq] = r
                 tokens += b - a
                 kv += b
                 pairs += (b * (b + 1) - a * (a + 1)) // 2
                 budget -= b - a
                 unused = -b % B
-                self.unused_slots += unused
-                self.alloc_slots += b + unused - r.held * B
-                if b == r.num_tokens:
+                unused_slots += unused
+                alloc_slots += b + unused - r.held * B
+                if b == num:
                     done.append(r)
                 else:
                     self.partial = r
-        if not self.running and not done and not self.zombies:
-            if self.waiting and not preempted:  # cannot fit even into an empty pool
+                if not waiting or budget <= 0:
+                    break
+            self.free, self.allocated = free, allocated
+            self.query_tokens += queried
+            self.unused_slots += unused_slots
+            self.alloc_slots += alloc_slots
+        if not running and not done and not self.zombies:
+            if waiting and not preempted:  # cannot fit even into an empty pool
                 raise AssertionError("a request larger than the pool reached the scheduler")
         dt = self.roof.step_s(tokens, kv, pairs) if tokens else 0.0
-        self.now += dt
-        self.step = s + 1
-        self.dec_sum += self.dec_n
+        self.now = now = self.now + dt
+        self.step = step = s + 1
+        self.dec_sum += n
+        # _record(dt, used, used, 1)
         used = self.capacity - self.free
-        self._record(dt, used, used, 1)
+        if used > self.peak:
+            self.peak = used
+        self.usage_time[used * USAGE_BINS // self.capacity] += dt
+        conc = len(running)
+        self.conc_time += conc * dt
+        if conc > self.max_conc:
+            self.max_conc = conc
+        self.tl_time.append(now)
+        self.tl_used.append(used)
+        self.alloc_slots += self.chain_tb * B
         ev = self.events
-        if ev and ev[0][0] <= s:
+        if ev and ev[0] >> 42 <= s:
             self._process_events(s)
+        if not done:
+            return
+        if self.caps:
+            for r in done:
+                self._prefilled(r)
+            return
+        # _prefilled and _add_decoder, without window groups: every block boundary takes fg
+        cw, buckets, push = self.cw, self.buckets, heapq.heappush
         for r in done:
-            self._prefilled(r)
+            r.generated += 1
+            if r.first_token < 0:
+                r.first_token = now
+            if r.generated >= r.output:
+                self._finish(r, r.computed)
+                continue
+            length = r.computed
+            r.base = base = step - length
+            r.res = res = base % B
+            r.weight = fg
+            r.l_start = length
+            cw[res] += fg
+            self.cw_total += fg
+            buckets[res][r.seq] = r
+            self.dec_n += 1
+            self.dec_sum += length
+            push(ev, (base + r.prompt + r.output - 2) << 42 | r.seq << 2)  # kind 0
 
     def _touch(self, r: _Req, shared: int, own: int, touch: int) -> None:
         """Take cached free blocks out of the free queue for a prefix-cache hit: a hit always
@@ -1021,31 +1259,40 @@ class _Engine:
                     chain = chains[r.prefix_id] = _Chain(r.prefix_tokens // B)
             yield _Req(i, r.arrival_s, r.prompt_tokens, r.output_tokens, chain)
 
+    def _pull(self) -> None:
+        """Queue the next arrived request (``next_arrival <= now``) behind the waiting ones.
+
+        Arrived requests are queued one at a time, when the queue runs empty: fresh arrivals
+        are admitted first-come first-served behind any preempted request, so the queue's order
+        is the same, but an overloaded replay (a million requests at t = 0) holds one waiting
+        :class:`_Req` instead of a million."""
+        r = self.nxt
+        assert r is not None and r.arrival <= self.now
+        self.waiting.append(r)
+        self.nxt = r = next(self.incoming, None)
+        self.next_arrival = math.inf if r is None else r.arrival
+        self.pulled += 1
+        if PROGRESS is not None and not self.pulled & 4095:
+            PROGRESS(self.pulled)
+
     def run(self) -> None:
-        incoming = self._arrivals()
-        nxt = next(incoming, None)
-        arrival = math.inf if nxt is None else nxt.arrival
+        self.incoming = self._arrivals()
+        self.nxt = nxt = next(self.incoming, None)
+        self.next_arrival = math.inf if nxt is None else nxt.arrival
         waiting, running = self.waiting, self.running
         stretch, single, admissible = self._stretch, self._single_step, self._admissible
-        report, arrived = PROGRESS, 0
+        pull = self._pull
         while True:
             now = self.now
-            while arrival <= now:
-                assert nxt is not None
-                waiting.append(nxt)
-                nxt = next(incoming, None)
-                arrival = math.inf if nxt is None else nxt.arrival
-                arrived += 1
-                if report is not None and not arrived & 4095:
-                    report(arrived)
-            self.next_arrival = arrival
+            if not waiting and self.next_arrival <= now:
+                pull()
             if not running and not self.zombies:
                 if not waiting:
                     self.tl_time.append(now)
                     self.tl_used.append(self.capacity - self.free)
-                    if nxt is None:
+                    if self.nxt is None:
                         return
-                    self.now = arrival  # idle until the next request
+                    self.now = self.next_arrival  # idle until the next request
                     continue
             elif (
                 running and self.partial is None and (not waiting or not admissible()) and stretch()
@@ -1053,27 +1300,55 @@ class _Engine:
                 continue
             single()
 
+    # ------------------------------------------------------------------ data-parallel rank
+    def feed(self, r: _Req) -> None:
+        """Queue ``r``, dispatched to this rank when it arrived (``planner.simulate.cluster``);
+        an idle rank waits for it, as :meth:`run` waits for the next arrival."""
+        if not self.running and not self.zombies and not self.waiting and self.now < r.arrival:
+            self.tl_time.append(self.now)
+            self.tl_used.append(self.capacity - self.free)
+            self.now = r.arrival
+        self.waiting.append(r)
+
+    def advance(self, horizon: float) -> None:
+        """Run this rank's steps that start before ``horizon``, the next request's arrival
+        anywhere in the cluster (a decode stretch stops at the first step starting at or
+        after it, as at an arrival of its own), or until it is idle. :meth:`run`'s loop, for
+        a rank whose requests a dispatcher feeds."""
+        self.next_arrival = horizon
+        waiting, running = self.waiting, self.running
+        while self.now < horizon:
+            if not running and not self.zombies:
+                if not waiting:
+                    return
+            elif (
+                running
+                and self.partial is None
+                and (not waiting or not self._admissible())
+                and self._stretch()
+            ):
+                continue
+            self._single_step()
+
+    def drain(self) -> None:
+        """Run to the end (no more requests come), recording the pool at the end as
+        :meth:`run` does."""
+        self.advance(math.inf)
+        self.tl_time.append(self.now)
+        self.tl_used.append(self.capacity - self.free)
+
     def result(self, workload: Workload) -> SimResult:
         duration = self.now
-        ut = self.usage_time
-        total_t = sum(ut)
 
         def usage_at(q: float) -> float:
-            if total_t <= 0:
-                return 0.0
-            acc = 0.0
-            for b, t in enumerate(ut):
-                acc += t
-                if acc >= q * total_t - 1e-12:
-                    return min(1.0, (b + 1) / USAGE_BINS)
-            return 1.0
+            return _usage_quantile(self.usage_time, q)
 
         return SimResult(
             num_gpu_blocks=self.cfg.num_gpu_blocks,
             usable_blocks=self.capacity,
             block_size=self.B,
             requests=len(workload.requests),
-            completed=self.completed,
+            completed=len(self.e2e),  # one end-to-end latency per finished request
             rejected_too_long=self.rejected,
             preemptions=self.preemptions,
             preempted_requests=self.preempted,
@@ -1092,9 +1367,9 @@ class _Engine:
             total_tokens_per_s=(self.prompt_done + self.output_done) / duration
             if duration
             else 0.0,
-            ttft_s=Percentiles.of(self.ttft),
-            tpot_s=Percentiles.of(self.tpot),
-            e2e_s=Percentiles.of(self.e2e),
+            ttft_s=Percentiles.of_array(self.ttft),
+            tpot_s=Percentiles.of_array(self.tpot),
+            e2e_s=Percentiles.of_array(self.e2e),
             fragmentation=self.unused_slots / self.alloc_slots if self.alloc_slots else 0.0,
             prefix_query_tokens=self.query_tokens,
             prefix_hit_tokens=self.hit_tokens,
@@ -1108,6 +1383,20 @@ class _Engine:
         )
 
 
+def _usage_quantile(usage_time: Sequence[float], q: float) -> float:
+    """The upper edge of the 1/USAGE_BINS usage bin below which the pool spent ``q`` of the
+    time (``SimResult.usage_p50``)."""
+    total_t = sum(usage_time)
+    if total_t <= 0:
+        return 0.0
+    acc = 0.0
+    for b, t in enumerate(usage_time):
+        acc += t
+        if acc >= q * total_t - 1e-12:
+            return min(1.0, (b + 1) / USAGE_BINS)
+    return 1.0
+
+
 def _downsample(
     times: Sequence[float], useds: Sequence[int], capacity: int
 ) -> list[tuple[float, float]]:
@@ -1116,7 +1405,8 @@ def _downsample(
         return []
     end = times[-1] or 1.0
     buckets: dict[int, float] = {}
-    for t, used in zip(times[:-1], useds[:-1], strict=True):
+    last = len(times) - 1  # every point but the last (no slice: that would copy the columns)
+    for t, used in zip(itertools.islice(times, last), itertools.islice(useds, last), strict=True):
         b = min(TIMELINE_POINTS - 1, int(t / end * TIMELINE_POINTS))
         u = used / capacity
         if u > buckets.get(b, -1.0):
@@ -1132,10 +1422,12 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
 
     Args:
         workload: requests in arrival order (from :func:`planner.simulate.workload.load_workload`).
-        config: pool size, block layout, scheduler limits, prefix caching and step-time model.
+        config: pool size, block layout, scheduler limits, prefix caching and step-time model;
+            with ``data_parallel_size`` > 1, of each of that many ranks
+            (:mod:`planner.simulate.cluster` dispatches the requests).
 
     Returns:
-        The :class:`SimResult`.
+        The :class:`SimResult` (the cluster's, each rank's in ``ranks``, with several ranks).
     """
     if config.num_gpu_blocks < 2:
         raise DoesNotFitError(
@@ -1154,11 +1446,17 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
             f"one {config.max_model_len:,}-token request needs {need:,} blocks; the pool has "
             f"{config.num_gpu_blocks - 1:,} usable. Lower --max-model-len or give it more memory"
         )
+    if config.data_parallel_size < 1:
+        raise UsageError(f"data_parallel_size must be at least 1, got {config.data_parallel_size}")
     import gc
 
     enabled = gc.isenabled()
     gc.disable()  # the engine's objects hold no cycles; collecting them made cost superlinear
     try:
+        if config.data_parallel_size > 1:
+            from planner.simulate.cluster import simulate_ranks
+
+            return simulate_ranks(workload, config)
         engine = _Engine(workload, config)
         engine.run()
         return engine.result(workload)

@@ -27,8 +27,10 @@ group's tokens on top. Generating the same spec with the same seed gives the sam
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import math
+import operator
 import random
 import re
 from array import array
@@ -216,6 +218,18 @@ class LogNormal(Distribution):
         # rng.lognormvariate is exp(normalvariate), which overflows past e^709.78
         log = rng.normalvariate(math.log(self.mean) - self.sigma * self.sigma / 2, self.sigma)
         return math.exp(min(log, 709.0))
+
+    def sample(self, rng: random.Random, n: int) -> list[int]:
+        """:meth:`Distribution.sample` with :meth:`draw` inlined: the same numbers, without a
+        method call and the parameters' arithmetic per draw (specs are mostly lognormal)."""
+        low, high = self.low, self.high if self.high is not None else MAX_TOKENS
+        mu, sigma = math.log(self.mean) - self.sigma * self.sigma / 2, self.sigma
+        normal, exp, isnan = rng.normalvariate, math.exp, math.isnan
+        out = []
+        for _ in range(n):
+            x = exp(min(normal(mu, sigma), 709.0))
+            out.append(low if isnan(x) else round(min(max(x, low), high)))
+        return out
 
 
 @dataclass(frozen=True)
@@ -644,96 +658,120 @@ def parse_trace(
     num_bad = 0
     prefix_lines: dict[str, tuple[int, int]] = {}
     plain = _PLAIN_LINE.fullmatch
-    for number, line in enumerate(lines, start=1):
-        m = plain(line) if len(line) < 256 else None
-        if m is not None:  # the fast path: what the checks below would accept unchanged
-            prompt, output = int(m[1]), int(m[2])
-            arrival = float(m[3]) if m[3] is not None else 0.0
-            prefix_id = m[4]
-            prefix_tokens = int(m[5]) if prefix_id is not None else 0
-            if arrival <= MAX_ARRIVAL_S and prefix_tokens < prompt:
-                if prefix_id is not None:
-                    first = prefix_lines.setdefault(prefix_id, (number, prefix_tokens))
-                    if first[1] != prefix_tokens:
-                        m = None  # the slow path names the conflict
-            else:
-                m = None
-        if m is None:
-            if not line.strip():
+    number = 0
+    it = iter(lines)
+    # batches grow from 16 lines while they are plain (so a trace of long lines, never plain,
+    # is read a few lines at a time)
+    size = 16
+    while batch := list(itertools.islice(it, size)):
+        if heap is None and len(prompts) + len(batch) <= limit:
+            chunk = _plain_batch(batch, last)
+            if chunk is not None:  # every line a plain one the loop below would keep
+                prompts.extend(chunk[0])
+                outputs.extend(chunk[1])
+                arrivals.extend(chunk[2])
+                groups.extend(array("i", [-1]) * len(batch))
+                last = chunk[2][-1]
+                number += len(batch)
+                size = min(2 * size, BATCH_LINES)
                 continue
-            problem = None
-            if len(line) > MAX_LINE_BYTES:
-                problem = f"line {number}: longer than {MAX_LINE_BYTES:,} bytes"
-            else:
-                try:
-                    request = _trace_request(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    request = f"not JSON ({exc.msg})"
-                except RecursionError:
-                    request = "JSON nested too deeply"
-                if isinstance(request, str):
-                    problem = f"line {number}: {request}"
-                elif request.prefix_id is not None:
-                    first = prefix_lines.setdefault(
-                        request.prefix_id, (number, request.prefix_tokens)
-                    )
-                    if first[1] != request.prefix_tokens:
-                        problem = (
-                            f"line {number}: prefix_id {request.prefix_id!r} has prefix_tokens "
-                            f"{request.prefix_tokens} here but {first[1]} on line {first[0]}"
-                        )
-            if problem is not None:
-                num_bad += 1
-                if len(bad) < MAX_BAD_LINES_KEPT:
-                    bad.append(problem)
+        elif heap is None and len(prompts) == limit and num_requests is not None:
+            if _plain_batch(batch, last, in_order=False) is not None:
+                number += len(batch)  # every line plain and no earlier than the last kept:
+                size = min(2 * size, BATCH_LINES)  # the loop below would drop each
                 continue
-            assert not isinstance(request, str)
-            prompt, output, arrival = (
-                request.prompt_tokens,
-                request.output_tokens,
-                request.arrival_s,
-            )
-            prefix_id, prefix_tokens = request.prefix_id, request.prefix_tokens
-        if heap is None:
-            if arrival < last:
-                if num_requests is not None:
-                    heap = _to_heap(
-                        RequestList(
-                            prompts, outputs, arrivals, groups, prefix_ids, prefix_tokens_of
+        size = 16
+        for line in batch:
+            number += 1
+            m = plain(line) if len(line) < 256 else None
+            if m is not None:  # the fast path: what the checks below would accept unchanged
+                prompt_text, output_text, arrival_text, prefix_id, prefix_text = m.groups()
+                prompt, output = int(prompt_text), int(output_text)
+                arrival = float(arrival_text) if arrival_text is not None else 0.0
+                prefix_tokens = int(prefix_text) if prefix_id is not None else 0
+                if arrival <= MAX_ARRIVAL_S and prefix_tokens < prompt:
+                    if prefix_id is not None:
+                        first = prefix_lines.setdefault(prefix_id, (number, prefix_tokens))
+                        if first[1] != prefix_tokens:
+                            m = None  # the slow path names the conflict
+                else:
+                    m = None
+            if m is None:
+                if not line.strip():
+                    continue
+                problem = None
+                if len(line) > MAX_LINE_BYTES:
+                    problem = f"line {number}: longer than {MAX_LINE_BYTES:,} bytes"
+                else:
+                    try:
+                        request = _trace_request(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        request = f"not JSON ({exc.msg})"
+                    except RecursionError:
+                        request = "JSON nested too deeply"
+                    if isinstance(request, str):
+                        problem = f"line {number}: {request}"
+                    elif request.prefix_id is not None:
+                        first = prefix_lines.setdefault(
+                            request.prefix_id, (number, request.prefix_tokens)
                         )
-                    )
-                    prompts, outputs, arrivals, groups = (
-                        array("q"),
-                        array("q"),
-                        array("d"),
-                        array("i"),
-                    )
-                in_order = False
-            elif len(prompts) == limit:
-                if num_requests is None:
-                    raise _too_many(source)
-                continue  # the latest (arrival, line) so far
-        if heap is not None:
-            request = Request(prompt, output, arrival, prefix_id, prefix_tokens)
-            heapq.heappush(heap, (-arrival, -number, request))
-            if len(heap) > limit:
-                heapq.heappop(heap)  # the latest arrival so far
-            continue
-        if len(prompts) == limit:
-            raise _too_many(source)
-        last = arrival
-        prompts.append(prompt)
-        outputs.append(output)
-        arrivals.append(arrival)
-        if prefix_id is None:
-            groups.append(-1)
-        else:
-            g = group_of.get(prefix_id)
-            if g is None:
-                g = group_of[prefix_id] = len(prefix_ids)
-                prefix_ids.append(prefix_id)
-                prefix_tokens_of.append(prefix_tokens)
-            groups.append(g)
+                        if first[1] != request.prefix_tokens:
+                            problem = (
+                                f"line {number}: prefix_id {request.prefix_id!r} has prefix_tokens "
+                                f"{request.prefix_tokens} here but {first[1]} on line {first[0]}"
+                            )
+                if problem is not None:
+                    num_bad += 1
+                    if len(bad) < MAX_BAD_LINES_KEPT:
+                        bad.append(problem)
+                    continue
+                assert not isinstance(request, str)
+                prompt, output, arrival = (
+                    request.prompt_tokens,
+                    request.output_tokens,
+                    request.arrival_s,
+                )
+                prefix_id, prefix_tokens = request.prefix_id, request.prefix_tokens
+            if heap is None:
+                if arrival < last:
+                    if num_requests is not None:
+                        heap = _to_heap(
+                            RequestList(
+                                prompts, outputs, arrivals, groups, prefix_ids, prefix_tokens_of
+                            )
+                        )
+                        prompts, outputs, arrivals, groups = (
+                            array("q"),
+                            array("q"),
+                            array("d"),
+                            array("i"),
+                        )
+                    in_order = False
+                elif len(prompts) == limit:
+                    if num_requests is None:
+                        raise _too_many(source)
+                    continue  # the latest (arrival, line) so far
+            if heap is not None:
+                request = Request(prompt, output, arrival, prefix_id, prefix_tokens)
+                heapq.heappush(heap, (-arrival, -number, request))
+                if len(heap) > limit:
+                    heapq.heappop(heap)  # the latest arrival so far
+                continue
+            if len(prompts) == limit:
+                raise _too_many(source)
+            last = arrival
+            prompts.append(prompt)
+            outputs.append(output)
+            arrivals.append(arrival)
+            if prefix_id is None:
+                groups.append(-1)
+            else:
+                g = group_of.get(prefix_id)
+                if g is None:
+                    g = group_of[prefix_id] = len(prefix_ids)
+                    prefix_ids.append(prefix_id)
+                    prefix_tokens_of.append(prefix_tokens)
+                groups.append(g)
     if bad and not skip_bad_lines:
         shown = "; ".join(bad[:MAX_BAD_LINES_SHOWN])
         more = (
@@ -776,6 +814,43 @@ _PLAIN_LINE = re.compile(
     r'(?:, ?"prefix_id": ?"([^"\\\x00-\x1f]*)", ?"prefix_tokens": ?(0|[1-9][0-9]{0,15}))?'
     r"\}[ \t\r\n]*"
 )
+
+
+# Plain lines without a prefix, each a whole line of a batch joined with newlines.
+_PLAIN_LINES = re.compile(
+    r'^\{"prompt_tokens": ?([1-9][0-9]{0,15}), ?"output_tokens": ?([1-9][0-9]{0,15})'
+    rf'(?:, ?"arrival_s": ?({_NUMBER}))?'
+    r"\}[ \t\r]*$",
+    re.MULTILINE,
+)
+BATCH_LINES = 4096  # parse_trace reads plain lines in batches of up to this many
+
+
+def _plain_batch(
+    batch: list[str], last: float, *, in_order: bool = True
+) -> tuple[array[int], array[int], array[float]] | None:
+    """The prompt, output and arrival columns of ``batch`` when every line is one that
+    :func:`parse_trace`'s per-line fast path keeps as it is (a plain line under 256 characters,
+    no prefix, arrival at most MAX_ARRIVAL_S) and arrivals do not decrease from ``last`` on
+    (``in_order=False``: are none earlier than ``last``); else None. One regex pass and C-level
+    conversions over the whole batch instead of a Python loop a line."""
+    if max(map(len, batch)) >= 256:
+        return None
+    found = _PLAIN_LINES.findall("\n".join(batch))
+    if len(found) != len(batch):  # a line that is not plain (or blank): line by line
+        return None
+    prompt_text, output_text, arrival_text = zip(*found, strict=True)
+    if "" in arrival_text:  # no arrival_s: 0
+        times = array("d", [float(a) if a else 0.0 for a in arrival_text])
+    else:
+        times = array("d", map(float, arrival_text))
+    if max(times) > MAX_ARRIVAL_S:
+        return None
+    if not in_order:
+        return None if min(times) < last else (array("q"), array("q"), times)
+    if times[0] < last or not all(map(operator.le, times, itertools.islice(times, 1, None))):
+        return None  # out of order: line by line decides
+    return array("q", map(int, prompt_text)), array("q", map(int, output_text)), times
 
 
 def _too_many(source: str) -> WorkloadError:

@@ -77,6 +77,39 @@ def test_estimate_without_a_gpu_shows_numbers_not_prose() -> None:
         ["estimate", "qwen2.5-7b", "--gpu", "rtx-4090", "--max-model-len", "8192"],
         ["estimate", "llama-3.1-8b", "--gpu", "l4"],
         ["estimate", "qwen3-next-80b-a3b-thinking", "--gpu", "h200", "--tp", "2"],
+        # issues 15 and 16: a cluster, its layouts and node commands, LoRA, a vision model
+        ["estimate", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--gpus", "8"],
+        [
+            "estimate",
+            "deepseek-v3",
+            "--gpu",
+            "h200",
+            "--dp",
+            "16",
+            "--enable-expert-parallel",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+            "--speculative-config",
+            '{"method":"mtp","num_speculative_tokens":1}',
+        ],
+        [
+            "estimate",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100",
+            "--max-model-len",
+            "8192",
+            "--enable-lora",
+            "--max-loras",
+            "4",
+            "--max-lora-rank",
+            "64",
+            "--kv-offloading-size",
+            "64",
+        ],
+        ["estimate", "qwen2.5-vl-7b", "--gpu", "h100", "--max-model-len", "32768"],
     ],
 )
 def test_estimate_plan_numbers_are_whole(args: list[str]) -> None:
@@ -92,6 +125,13 @@ def test_estimate_plan_numbers_are_whole(args: list[str]) -> None:
     joined = out.replace(" \\\n", " ")
     for token in vllm_command.split():
         assert token in joined
+    if data["data_parallel_size"] > 1:
+        assert f"{data['cluster']['kv_cache_size_tokens']:,}" in out
+    for row in data["layouts"] or []:
+        assert f"{row['cluster_kv_cache_size_tokens']:,}" in out.split()
+    for command in data["node_commands"] or []:
+        for token in command.split():
+            assert token in joined
 
 
 @pytest.mark.parametrize(

@@ -607,13 +607,16 @@ def _mm_line(p: Plan) -> None:
             markup=False,
         )
     elif mm.profiled_modality is not None:
-        held = fmt_bytes(mm.encoder_output_bytes + mm.tower_activation_bytes)
         tokens = mm.tokens_per_item[mm.profiled_modality] or 0
         items = mm.profile_items or 0
         what = f"{items:,} {mm.profiled_modality}{'s' if items != 1 else ''} of {tokens:,}"
         out.print(
             f"  encoder: budget {mm.encoder_budget_tokens:,} tokens, {what} "
-            + (f"profiled, {held}" if mm.profiled else f"not profiled ({held})"),
+            + (
+                f"profiled: +{fmt_bytes(mm.activation_bytes)} activation"
+                if mm.profiled
+                else "not profiled (--skip-mm-profiling)"
+            ),
             markup=False,
         )
 
@@ -762,9 +765,14 @@ def _budget(p: Plan) -> None:
             (
                 "  of which encoder",
                 cap.encoder_activation_bytes,
-                f"est.: encoder outputs {fmt_bytes(mm.encoder_output_bytes)} held, the "
-                f"tower's peak {fmt_bytes(mm.tower_activation_bytes)} above the language "
-                f"model's ({mm.tower_activation_source})",
+                f"est.: encoder outputs {fmt_bytes(mm.encoder_output_bytes)} held"
+                + (
+                    f" + the tower's peak beyond the language model's "
+                    f"({fmt_bytes(mm.activation_bytes - mm.encoder_output_bytes)})"
+                    if mm.activation_bytes > mm.encoder_output_bytes
+                    else f"; the tower's peak ({fmt_bytes(mm.tower_activation_bytes)}, "
+                    f"{mm.tower_activation_source}) stays under the language model's"
+                ),
             ),
         )
     if cap.headroom_bytes:

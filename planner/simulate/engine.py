@@ -558,6 +558,8 @@ class _Engine:
         self.allocated = 0
         self.freed = 0
         self.cpu_hit_tokens = 0  # _TierEngine's
+        # _process_events may inline _finish (not with async scheduling, nor _TierEngine's)
+        self.plain_finish = not self.asyn
 
     # ------------------------------------------------------------------ pool
     def _take(self, k: int) -> None:
@@ -863,6 +865,11 @@ class _Engine:
         running, zombies = self.running, self.zombies
         heappop = heapq.heappop
         B, half, part = self.B, self.frag_half, self.frag_part
+        # a finish without a shared prefix, scheduling synchronously: _finish inlined below
+        plain_finish, plain, fg = self.plain_finish, self.plain, self.fg
+        caching, prepend, fq = self.caching, self.prepend, self.queue
+        finish_steps, step, now = self.finish_steps, self.step, self.now
+        ttft, e2e, tpot = self.ttft, self.e2e, self.tpot
         end = (last + 1) << 42
         while ev and ev[0] < end:
             e = heappop(ev)
@@ -893,7 +900,35 @@ class _Engine:
                         + unused
                         - r.held * B * (length - x0)
                     )
-                self._finish(r, length)
+                if r.chain is None and plain_finish:  # _finish and _release_plain, inlined
+                    del running[seq]
+                    total = fg * -(-length // B) if plain else self.slot_blocks(length)
+                    self.free += total
+                    self.freed += total
+                    if caching:
+                        if prepend:
+                            front = total - self.blocks(length // B * B)
+                            if front:
+                                total -= front
+                                if fq and fq[0][1] is None:
+                                    fq[0][0] += front
+                                else:
+                                    fq.appendleft([front, None])
+                        if total:
+                            if fq and fq[-1][1] is None:
+                                fq[-1][0] += total
+                            else:
+                                fq.append([total, None])
+                    finish_steps[r.index] = step - 1
+                    output, first, arrival = r.output, r.first_token, r.arrival
+                    self.prompt_done += r.prompt
+                    self.output_done += output
+                    ttft.append(first - arrival)
+                    e2e.append(now - arrival)
+                    if output > 1:
+                        tpot.append((now - first) / (output - 1))
+                else:
+                    self._finish(r, length)
             else:
                 # token blocks after this step's growth
                 n = (last - r.base + self.k) // self.B + 1
@@ -1441,6 +1476,7 @@ class _TierEngine(_Engine):
         self.cpu_q: deque[list[Any]] = deque()
         self.cpu_own: dict[int, _Chain] = {}  # a preempted request's own blocks there
         self.cpu_pending = 0  # token blocks of the last _hits found in the tier
+        self.plain_finish = False  # its _finish writes through
 
     def _cpu_evict(self, k: int) -> None:
         q = self.cpu_q

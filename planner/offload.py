@@ -119,7 +119,7 @@ def kv_tier(est: KVEstimate, cap: VllmCapacity, settings: ServeSettings) -> KvTi
             mirrors_only=False,
         )
     blocks = settings.kv_offloading_bytes // aligned if aligned else 0
-    tokens = blocks * est.block_size * settings.dcp  # a DCP block spans block_size x dcp
+    tokens = _tier_tokens(blocks, est, settings)
     ratio = blocks / gpu_blocks if gpu_blocks > 0 else float("inf")
     return KvTier(
         backend="native",
@@ -132,6 +132,24 @@ def kv_tier(est: KVEstimate, cap: VllmCapacity, settings: ServeSettings) -> KvTi
         ratio_to_gpu_pool=round(ratio, 4) if gpu_blocks > 0 else None,
         mirrors_only=blocks <= gpu_blocks,
     )
+
+
+def _tier_tokens(blocks: int, est: KVEstimate, settings: ServeSettings) -> int:
+    return blocks * est.block_size * settings.dcp  # a DCP block spans block_size x dcp
+
+
+def cpu_tier_tokens(est: KVEstimate, settings: ServeSettings) -> int | None:
+    """Tokens the native CPU tier holds per engine (one DP rank: its TP/PP ranks together),
+    as :func:`kv_tier`'s ``cpu_kv_tokens``; None without a native tier (lmcache sizes its
+    own)."""
+    if settings.kv_offloading_size is None or settings.kv_offloading_backend != "native":
+        return None
+    assert est.vllm is not None
+    copies = 1 if replicated_layout(est, settings) else settings.tp * settings.pp
+    block = est.vllm.bytes_per_block * copies
+    aligned = -(-block // PAGE_BYTES) * PAGE_BYTES if block else 0
+    blocks = settings.kv_offloading_bytes // aligned if aligned else 0
+    return _tier_tokens(blocks, est, settings)
 
 
 def offloaded_bytes(stage_bytes: tuple[int, ...] | list[int], settings: ServeSettings) -> int:

@@ -7,6 +7,13 @@ Only full-attention layouts (one group, no windows, no state) are modelled. Step
 ``prepend_uncached_free``, ``async_scheduling``) and the speculative lookahead
 (``num_lookahead_tokens``: slots for min(computed + new + k, max_model_len) tokens, as
 ``KVCacheManager.allocate_slots``) are those of ``planner.simulate.engine``.
+
+With ``cpu_blocks`` a CPU tier (vLLM's native KV offloading) holds block keys in an ordered
+dict, least recently stored first: a request releasing its blocks (finish or preemption)
+writes every full block it computed, its tail first (a key already there moves to the end),
+evicting the oldest when full; an admission whose GPU lookup stops inside its shared prefix
+goes on through the prefix's keys in the tier and loads those into new blocks, as
+``planner.simulate.engine._TierEngine`` documents.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ class RefResult:
     blocks_saved: int
     recomputed_tokens: int
     ttft: list[float]
+    cpu_hit_tokens: int = 0
 
 
 class Pool:
@@ -124,6 +132,7 @@ def run_reference(
     prepend_uncached_free: bool = False,
     async_scheduling: bool = False,
     num_lookahead_tokens: int = 0,
+    cpu_blocks: int = 0,
 ) -> RefResult:
     bs = block_size
 
@@ -150,7 +159,23 @@ def run_reference(
     preemptions = peak = hits_total = queries = saved = recomputed = completed = 0
     ttft: list[float] = []
 
+    cpu: OrderedDict[tuple, bool] = OrderedDict()
+    cpu_hits = 0
+
+    def write_through(r: Req) -> None:
+        if not (cpu_blocks and prefix_caching):
+            return
+        for k in reversed(range(r.computed // bs)):
+            key = block_key(r, k, bs)
+            if key in cpu:
+                cpu.move_to_end(key)
+            else:
+                if len(cpu) == cpu_blocks:
+                    cpu.popitem(last=False)
+                cpu[key] = True
+
     def free_all(r: Req) -> None:
+        write_through(r)
         front = []
         for block in reversed(r.blocks):  # the tail first
             if pool.release(block) and block.hash is None:
@@ -213,7 +238,13 @@ def run_reference(
                         if block is None:
                             break
                         hit.append(block)
-                start = len(hit) * bs
+                loaded = 0
+                if cpu_blocks and prefix_caching and r.prefix_id is not None:
+                    k = len(hit)
+                    while (k + 1) * bs <= r.prefix_tokens and ("prefix", r.prefix_id, k) in cpu:
+                        loaded += 1
+                        k += 1
+                start = (len(hit) + loaded) * bs
                 new = min(r.num_tokens - start, budget)
                 need = cdiv(slots(start + new), bs) - len(hit)
                 evictable = sum(1 for b in hit if b.ref == 0)
@@ -230,6 +261,7 @@ def run_reference(
                 cache_full(r, start + new)
                 queries += r.num_tokens
                 hits_total += start
+                cpu_hits += loaded * bs
                 saved += len(hit)
                 if r.hw > start:
                     recomputed += min(start + new, r.hw) - start
@@ -271,4 +303,5 @@ def run_reference(
         blocks_saved=saved,
         recomputed_tokens=recomputed,
         ttft=ttft,
+        cpu_hit_tokens=cpu_hits,
     )

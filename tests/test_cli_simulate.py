@@ -348,3 +348,54 @@ def test_plot_without_matplotlib_says_how_to_get_it(
     assert code == 2
     assert err == "Error: --plot needs matplotlib: pip install 'kvplan[plot]'\n"
     assert not png.exists()
+
+
+def tier_trace(tmp_path: Path) -> Path:
+    """A 64-token prefix (4 blocks of 16) used at t = 0 and t = 100, and between them a
+    1,600-token request that takes the whole 100-block pool, evicting it from the GPU."""
+    trace = tmp_path / "tier.jsonl"
+    shared = '"output_tokens": 1, "prefix_id": "sys", "prefix_tokens": 64'
+    trace.write_text(
+        f'{{"prompt_tokens": 100, "arrival_s": 0, {shared}}}\n'
+        '{"prompt_tokens": 1599, "output_tokens": 1, "arrival_s": 1}\n'
+        f'{{"prompt_tokens": 100, "arrival_s": 100, {shared}}}\n'
+    )
+    return trace
+
+
+def test_kv_offloading_size_adds_a_cpu_tier(tmp_path: Path) -> None:
+    # Llama-3.1-8B: 16 tokens x 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 2 MiB a block;
+    # 1 GiB of native tier at TP 1 = 512 blocks. The third request misses its 4 prefix blocks
+    # on the GPU and loads them from the tier: 64 of 100 + 1,599 + 100 = 1,799 tokens.
+    args = ("llama-3.1-8b", "--num-gpu-blocks", "101", "--max-model-len", "1600")
+    trace = str(tier_trace(tmp_path))
+    code, out, err = run(*args, "-w", trace, "--kv-offloading-size", "1", "--json")
+    assert code == 0, err
+    r = json.loads(out)["runs"][0]["result"]
+    assert (r["cpu_blocks"], r["cpu_hit_tokens"], r["prefix_hit_tokens"]) == (512, 64, 64)
+    assert (r["gpu_hit_rate"], r["cpu_hit_rate"]) == (0.0, 64 / 1_799)
+    code, out, err = run(*args, "-w", trace, "--kv-offloading-size", "1")
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("CPU KV tier"))
+    assert line == "CPU KV tier   512 blocks · hits GPU 0.0% · CPU 3.6% (64 tokens loaded)"
+    code, out, err = run(*args, "-w", trace, "--json")  # no tier: no tier keys, no hit
+    r = json.loads(out)["runs"][0]["result"]
+    assert "cpu_blocks" not in r and "cpu_hit_rate" not in r and r["prefix_hit_tokens"] == 0
+
+
+def test_lmcache_tier_is_not_simulated(tmp_path: Path) -> None:
+    args = ("llama-3.1-8b", "--num-gpu-blocks", "101", "--max-model-len", "1600")
+    code, out, err = run(
+        *args,
+        "-w",
+        str(tier_trace(tmp_path)),
+        "--kv-offloading-size",
+        "1",
+        "--kv-offloading-backend",
+        "lmcache",
+        "--json",
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert "cpu_blocks" not in data["runs"][0]["result"]
+    assert any("lmcache" in w for w in data["warnings"])

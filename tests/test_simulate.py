@@ -214,6 +214,8 @@ def scenarios(draw: st.DrawFn) -> tuple[Workload, SimConfig]:
         async_scheduling=draw(st.booleans()),
         # speculative lookahead: none, less than a block, more than the largest block
         num_lookahead_tokens=draw(st.sampled_from([0, 0, 1, 3, 17])),
+        # the CPU KV tier: none, smaller than one prefix, a few prefixes, all of it
+        cpu_blocks=draw(st.sampled_from([0, 0, 1, 3, 8, 40, 1000])),
     )
     return workload(*requests), cfg
 
@@ -235,6 +237,7 @@ def test_event_driven_scheduler_matches_the_literal_model(case: tuple[Workload, 
         prepend_uncached_free=cfg.prepend_uncached_free,
         async_scheduling=cfg.async_scheduling,
         num_lookahead_tokens=cfg.num_lookahead_tokens,
+        cpu_blocks=cfg.cpu_blocks,
     )
     assert list(got.finish_steps) == ref.finish_steps
     assert got.preemptions == ref.preemptions
@@ -247,6 +250,7 @@ def test_event_driven_scheduler_matches_the_literal_model(case: tuple[Workload, 
         ref.blocks_saved,
     )
     assert got.recomputed_tokens == ref.recomputed_tokens
+    assert got.cpu_hit_tokens == ref.cpu_hit_tokens
 
 
 @st.composite
@@ -275,6 +279,7 @@ def test_blocks_are_conserved_and_never_exceed_the_pool(
         prepend_uncached_free=cfg.prepend_uncached_free,
         async_scheduling=cfg.async_scheduling,
         num_lookahead_tokens=cfg.num_lookahead_tokens,
+        cpu_blocks=cfg.cpu_blocks,
     )
     r = simulate(w, cfg)
     assert r.allocated_blocks == r.freed_blocks  # everything taken was given back

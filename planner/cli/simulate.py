@@ -12,6 +12,8 @@ from planner.cli._options import (
     DpOpt,
     EpOpt,
     JsonOpt,
+    KvOffloadBackendOpt,
+    KvOffloadSizeOpt,
     MaxLenOpt,
     ModelArg,
     OfflineOpt,
@@ -75,6 +77,8 @@ def simulate(
     dp: DpOpt = 1,
     enable_expert_parallel: EpOpt = False,
     speculative_config: SpeculativeOpt = None,
+    kv_offloading_size: KvOffloadSizeOpt = None,
+    kv_offloading_backend: KvOffloadBackendOpt = None,
     block_size: Annotated[
         str | None,
         typer.Option(
@@ -209,6 +213,8 @@ def simulate(
             dp=dp,
             enable_expert_parallel=enable_expert_parallel or None,
             speculative=speculative_config,
+            kv_offloading_size=kv_offloading_size,
+            kv_offloading_backend=kv_offloading_backend,
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory=kv_cache_memory,

@@ -49,6 +49,14 @@ def simulate_dict(report: SimReport) -> dict[str, Any]:
         for one in [result, *result.get("ranks", ())]:
             one.pop("finish_steps", None)
             one["timeline"] = [list(p) for p in one["timeline"]]
+            if one.get("cpu_blocks"):  # the CPU tier's hit rates (properties) beside its hits
+                q = one["prefix_query_tokens"]
+                hits, cpu = one["prefix_hit_tokens"], one["cpu_hit_tokens"]
+                one["gpu_hit_rate"] = (hits - cpu) / q if q else 0.0
+                one["cpu_hit_rate"] = cpu / q if q else 0.0
+            else:  # no CPU tier: its keys are left out
+                one.pop("cpu_blocks", None)
+                one.pop("cpu_hit_tokens", None)
         for one in result.get("ranks", ()):
             one.pop("ranks", None)
         if not result.get("ranks"):
@@ -151,6 +159,12 @@ def _simulate_one(out: Console, run: SettingRun) -> None:
             f"{r.prefix_query_tokens:,} prompt tokens) · {r.prefix_blocks_saved:,} blocks reused",
             soft_wrap=True,
         )
+        if r.cpu_blocks:
+            out.print(
+                f"CPU KV tier   {r.cpu_blocks:,} blocks · hits GPU {r.gpu_hit_rate:.1%} · CPU "
+                f"{r.cpu_hit_rate:.1%} ({r.cpu_hit_tokens:,} tokens loaded)",
+                soft_wrap=True,
+            )
 
 
 def _simulate_table(out: Console, report: SimReport) -> None:

@@ -51,6 +51,7 @@ from planner.simulate.engine import (
     _Engine,
     _Req,
     _usage_quantile,
+    make_engine,
 )
 from planner.simulate.workload import Workload
 
@@ -93,7 +94,7 @@ def simulate_ranks(workload: Workload, config: SimConfig) -> SimResult:
         The cluster's :class:`SimResult`, each rank's in its ``ranks``.
     """
     dp = config.data_parallel_size
-    engines = [_Engine(workload, config) for _ in range(dp)]
+    engines = [make_engine(workload, config) for _ in range(dp)]
     finish_steps = engines[0].finish_steps  # one array for all: each request is on one rank
     for e in engines[1:]:
         e.finish_steps = finish_steps
@@ -192,6 +193,8 @@ def _combine(
         freed_blocks=sum(r.freed_blocks for r in ranks),
         max_used_blocks_seen=seen,
         ranks=ranks,
+        cpu_blocks=ranks[0].cpu_blocks,
+        cpu_hit_tokens=sum(r.cpu_hit_tokens for r in ranks),
     )
 
 

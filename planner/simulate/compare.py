@@ -19,6 +19,7 @@ from planner.deployment import Deployment, ServeSettings, kv_dtype_for, positive
 from planner.errors import DoesNotFitError, KvplanError, UsageError
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype
+from planner.offload import cpu_tier_tokens
 from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
 from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
 from planner.simulate.roofline import ModelParams, Roofline, estimate_params, roofline_for
@@ -333,6 +334,18 @@ def simulate_model(
             f"{sc.num_lookahead_tokens} lookahead slot(s) held past each running request; "
             "one token per step is accepted (the most memory, the least speed)"
         )
+    if base.kv_offloading_size is not None:
+        if base.kv_offloading_backend == "native":
+            notes.append(
+                "CPU KV tier (--kv-offloading-backend native): full blocks written through, "
+                "evicted least recently used first; a GPU prefix miss found there is loaded, not "
+                "recomputed. Loads are free here (no PCIe time, no step waiting for the load)"
+            )
+        else:
+            warnings.append(
+                f"--kv-offloading-backend {base.kv_offloading_backend}: its capacity is set in "
+                "its own server, so the CPU tier is not simulated"
+            )
     if base.dp > 1:
         notes.append(
             f"{base.dp} data-parallel ranks, each its own pool and max_num_seqs; the "
@@ -411,6 +424,8 @@ def simulate_model(
                 # speculative decoding's slots past each request; one engine per DP rank
                 num_lookahead_tokens=serve.num_lookahead_tokens,
                 data_parallel_size=serve.dp,
+                # --kv-offloading-size (native): each DP rank's engine has its own CPU tier
+                cpu_blocks=(cpu_tier_tokens(est, serve) or 0) // layout.block_size,
             )
             outcome, running = worst_case_of_pool(layout, blocks, length, config.max_num_seqs)
             if outcome == WONT_START:

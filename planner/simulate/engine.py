@@ -168,6 +168,10 @@ class SimConfig:
     # data parallelism: this many ranks, each with this pool and these limits, requests
     # dispatched as vLLM's DP load balancer does (planner.simulate.cluster)
     data_parallel_size: int = 1
+    # vLLM's native KV offloading (--kv-offloading-size, --kv-offloading-backend native): a CPU
+    # tier of this many token blocks per rank that extends the prefix cache (_TierEngine); 0:
+    # no tier
+    cpu_blocks: int = 0
 
 
 # --------------------------------------------------------------------------- results
@@ -331,6 +335,21 @@ class SimResult:
     freed_blocks: int = 0  # given back to it
     max_used_blocks_seen: int = 0
     ranks: tuple[SimResult, ...] = field(repr=False, default=())
+    # the CPU tier (SimConfig.cpu_blocks; 0: none): of prefix_hit_tokens, those loaded from it
+    cpu_blocks: int = 0
+    cpu_hit_tokens: int = 0
+
+    @property
+    def gpu_hit_rate(self) -> float:
+        """Looked-up tokens found in the GPU pool's prefix cache."""
+        q = self.prefix_query_tokens
+        return (self.prefix_hit_tokens - self.cpu_hit_tokens) / q if q else 0.0
+
+    @property
+    def cpu_hit_rate(self) -> float:
+        """Looked-up tokens missing on the GPU and loaded from the CPU tier."""
+        q = self.prefix_query_tokens
+        return self.cpu_hit_tokens / q if q else 0.0
 
 
 # --------------------------------------------------------------------------- engine
@@ -341,7 +360,7 @@ class _Chain:
     kept after it is preempted): ``cached`` leading token blocks exist, ``holders`` maps how
     many leading blocks a running request holds to how many requests hold that many."""
 
-    __slots__ = ("m", "cached", "holders", "in_use", "segments")
+    __slots__ = ("m", "cached", "holders", "in_use", "segments", "cpu", "cpu_segs")
 
     def __init__(self, m: int) -> None:
         self.m = m
@@ -349,6 +368,10 @@ class _Chain:
         self.holders: dict[int, int] = {}
         self.in_use = 0
         self.segments: list[list[Any]] = []
+        # the CPU tier (_TierEngine only; unset otherwise): ``cpu`` leading token blocks are
+        # there, in the runs ``cpu_segs`` of its LRU queue, oldest (highest blocks) first
+        self.cpu: int
+        self.cpu_segs: list[list[Any]]
 
 
 class _Req:
@@ -534,6 +557,9 @@ class _Engine:
         self.chain_tb = 0  # leading shared blocks in use, summed over chains
         self.allocated = 0
         self.freed = 0
+        self.cpu_hit_tokens = 0  # _TierEngine's
+        # _process_events may inline _finish (not with async scheduling, nor _TierEngine's)
+        self.plain_finish = not self.asyn
 
     # ------------------------------------------------------------------ pool
     def _take(self, k: int) -> None:
@@ -839,6 +865,11 @@ class _Engine:
         running, zombies = self.running, self.zombies
         heappop = heapq.heappop
         B, half, part = self.B, self.frag_half, self.frag_part
+        # a finish without a shared prefix, scheduling synchronously: _finish inlined below
+        plain_finish, plain, fg = self.plain_finish, self.plain, self.fg
+        caching, prepend, fq = self.caching, self.prepend, self.queue
+        finish_steps, step, now = self.finish_steps, self.step, self.now
+        ttft, e2e, tpot = self.ttft, self.e2e, self.tpot
         end = (last + 1) << 42
         while ev and ev[0] < end:
             e = heappop(ev)
@@ -869,7 +900,35 @@ class _Engine:
                         + unused
                         - r.held * B * (length - x0)
                     )
-                self._finish(r, length)
+                if r.chain is None and plain_finish:  # _finish and _release_plain, inlined
+                    del running[seq]
+                    total = fg * -(-length // B) if plain else self.slot_blocks(length)
+                    self.free += total
+                    self.freed += total
+                    if caching:
+                        if prepend:
+                            front = total - self.blocks(length // B * B)
+                            if front:
+                                total -= front
+                                if fq and fq[0][1] is None:
+                                    fq[0][0] += front
+                                else:
+                                    fq.appendleft([front, None])
+                        if total:
+                            if fq and fq[-1][1] is None:
+                                fq[-1][0] += total
+                            else:
+                                fq.append([total, None])
+                    finish_steps[r.index] = step - 1
+                    output, first, arrival = r.output, r.first_token, r.arrival
+                    self.prompt_done += r.prompt
+                    self.output_done += output
+                    ttft.append(first - arrival)
+                    e2e.append(now - arrival)
+                    if output > 1:
+                        tpot.append((now - first) / (output - 1))
+                else:
+                    self._finish(r, length)
             else:
                 # token blocks after this step's growth
                 n = (last - r.base + self.k) // self.B + 1
@@ -1380,7 +1439,150 @@ class _Engine:
             allocated_blocks=self.allocated,
             freed_blocks=self.freed,
             max_used_blocks_seen=max(self.tl_used, default=0),
+            cpu_blocks=self.cfg.cpu_blocks if self.caching else 0,
+            cpu_hit_tokens=self.cpu_hit_tokens,
         )
+
+
+class _TierEngine(_Engine):
+    """The engine with vLLM's native CPU KV tier (``OffloadingConnector``, the default chunk
+    of one block, LRU policy): a second, LRU cache of full token blocks that only extends
+    the prefix cache; the GPU pool and the scheduler are unchanged.
+
+    - **Write-through.** Every full block a request computed is written to the CPU tier
+      (vLLM stores them as they are computed; here when the request releases its blocks, on
+      finish or preemption: a block can only be missing on the GPU after its holder released
+      it). A block already there is only refreshed. The blocks of one request are ordered as
+      vLLM's LRU policy commits them at its finish: its tail least recent, its head most.
+    - **LRU eviction.** When the tier is full, its least recently stored blocks go, a chain's
+      tail before its head.
+    - **Hits.** An admission whose GPU lookup stops inside its shared prefix goes on looking
+      up the prefix's blocks in the CPU tier; those found are loaded into newly allocated GPU
+      blocks (taken like new ones, evicting from the free queue) and count as computed and as
+      cached on the GPU from then on.
+    - **Approximated.** A load is free: no PCIe time and no extra step (vLLM loads
+      asynchronously; the request waits in WAITING_FOR_REMOTE_KVS at least one step). A
+      preempted request's own (unshared) blocks are written through but never loaded back
+      (a resume finds them on the GPU or recomputes them), and a prefix completed from the CPU
+      tier is not followed into such blocks.
+    """
+
+    def __init__(self, workload: Workload, config: SimConfig) -> None:
+        super().__init__(workload, config)
+        self.cpu_cap = config.cpu_blocks
+        self.cpu_used = 0
+        # the tier's blocks, least recently stored first, as [count, chain] runs (count 0:
+        # stale, skipped when reached)
+        self.cpu_q: deque[list[Any]] = deque()
+        self.cpu_own: dict[int, _Chain] = {}  # a preempted request's own blocks there
+        self.cpu_pending = 0  # token blocks of the last _hits found in the tier
+        self.plain_finish = False  # its _finish writes through
+
+    def _cpu_evict(self, k: int) -> None:
+        q = self.cpu_q
+        self.cpu_used -= k
+        while k:
+            seg = q[0]
+            c = seg[0]
+            if c <= k:
+                q.popleft()
+                k -= c
+                if c:
+                    chain = seg[1]
+                    chain.cpu -= c
+                    assert chain.cpu_segs[0] is seg
+                    del chain.cpu_segs[0]
+            else:
+                seg[0] = c - k
+                seg[1].cpu -= k
+                k = 0
+
+    def _cpu_store(self, chain: _Chain, n: int) -> None:
+        """Write (or refresh) the ``n`` leading token blocks of ``chain``, tail first."""
+        n = min(n, self.cpu_cap)
+        if n <= 0:
+            return
+        if not hasattr(chain, "cpu"):
+            chain.cpu = 0
+            chain.cpu_segs = []
+        segs = chain.cpu_segs
+        if n >= chain.cpu:  # all its blocks become the most recent
+            for seg in segs:
+                seg[0] = 0
+            self.cpu_used -= chain.cpu
+            chain.cpu = 0
+            chain.cpu_segs = segs = []
+            over = self.cpu_used + n - self.cpu_cap
+            if over > 0:
+                self._cpu_evict(over)
+            chain.cpu = n
+            self.cpu_used += n
+        else:  # its n leading blocks, in its newest runs, move to the end
+            k = n
+            while k:
+                seg = segs[-1]
+                if seg[0] <= k:
+                    k -= seg[0]
+                    seg[0] = 0
+                    segs.pop()
+                else:
+                    seg[0] -= k
+                    k = 0
+        seg = [n, chain]
+        segs.append(seg)
+        self.cpu_q.append(seg)
+
+    def _cpu_release(self, r: _Req, tokens: int, preempted: bool) -> None:
+        """Write through the full blocks ``r`` computed, as it releases them."""
+        held = r.held
+        own = tokens // self.B - held
+        oc = self.cpu_own.pop(r.index, None)
+        if own > 0 or oc is not None:
+            if oc is None:
+                oc = _Chain(0)
+            if preempted:
+                self.cpu_own[r.index] = oc
+            self._cpu_store(oc, own)
+        if held:
+            assert r.chain is not None
+            self._cpu_store(r.chain, held)
+
+    def _finish(self, r: _Req, tokens: int) -> None:
+        if not self.asyn:  # else when the zombie is released (_release)
+            self._cpu_release(r, tokens, False)
+        super()._finish(r, tokens)
+
+    def _release(self, r: _Req, tokens: int, preempted: bool) -> None:
+        if preempted or self.asyn:
+            self._cpu_release(r, tokens, preempted)
+        super()._release(r, tokens, preempted)
+
+    def _hits(self, r: _Req) -> tuple[int, int, int]:
+        shared, own, touch = super()._hits(r)
+        chain = r.chain
+        self.cpu_pending = c = 0
+        if chain is not None and shared < chain.m and getattr(chain, "cpu", 0) > shared:
+            self.cpu_pending = c = chain.cpu - shared
+            shared += c
+            touch += c * self.fg
+        return shared, own, touch
+
+    def _touch(self, r: _Req, shared: int, own: int, touch: int) -> None:
+        c = self.cpu_pending
+        gpu = touch - c * self.fg
+        if gpu:
+            super()._touch(r, shared - c, own, gpu)
+        if c:  # loaded into new blocks, taken from the head of the free queue
+            self._take(c * self.fg)
+            self.cpu_hit_tokens += c * self.B
+            self.blocks_saved -= c * self.fg
+
+
+def make_engine(workload: Workload, config: SimConfig) -> _Engine:
+    """The engine for ``config``: with a CPU tier when it has one and caches prefixes."""
+    if config.cpu_blocks > 0 and config.prefix_caching and config.layout.full_groups > 0:
+        return _TierEngine(workload, config)
+    return _Engine(workload, config)
 
 
 def _usage_quantile(usage_time: Sequence[float], q: float) -> float:
@@ -1457,7 +1659,7 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
             from planner.simulate.cluster import simulate_ranks
 
             return simulate_ranks(workload, config)
-        engine = _Engine(workload, config)
+        engine = make_engine(workload, config)
         engine.run()
         return engine.result(workload)
     finally:

@@ -515,3 +515,26 @@ def test_simulate_replays_dp_ranks_and_speculative_lookahead(tmp_path: Path) -> 
     assert spec.exit_code == 0, spec.stderr
     notes = json.loads(spec.stdout)["notes"]
     assert any("3 lookahead slot(s)" in n for n in notes)
+
+
+def test_simulate_sizes_the_pool_as_estimate_does_with_lora_and_a_vision_tower() -> None:
+    # the same deployment in both commands: the same KV blocks (LoRA buffers and the tower
+    # come out of the same budget)
+    for model, extra in (
+        ("llama-3.1-8b", ["--enable-lora", "--max-loras", "4", "--max-lora-rank", "64"]),
+        ("qwen2.5-vl-7b", ["--limit-mm-per-prompt", '{"image":1,"video":0}']),
+    ):
+        common = [model, "--gpu", "h100", "--max-model-len", "8192", *extra]
+        est = json.loads(run_cli("estimate", *common, "--json").stdout)
+        sim = json.loads(
+            run_cli(
+                "simulate",
+                *common,
+                "-w",
+                "examples/workloads/chat.yaml",
+                "--num-requests",
+                "50",
+                "--json",
+            ).stdout
+        )
+        assert sim["runs"][0]["num_gpu_blocks"] == est["num_gpu_blocks"], model

@@ -9,12 +9,18 @@ from typing import Annotated
 import typer
 
 from planner.cli._options import (
+    CpuOffloadOpt,
     DpOpt,
+    EnableLoraOpt,
     EpOpt,
     JsonOpt,
     KvOffloadBackendOpt,
     KvOffloadSizeOpt,
+    LanguageOnlyOpt,
+    LimitMMOpt,
     MaxLenOpt,
+    MaxLoraRankOpt,
+    MaxLorasOpt,
     ModelArg,
     OfflineOpt,
     PrefixOpt,
@@ -79,6 +85,12 @@ def simulate(
     speculative_config: SpeculativeOpt = None,
     kv_offloading_size: KvOffloadSizeOpt = None,
     kv_offloading_backend: KvOffloadBackendOpt = None,
+    enable_lora: EnableLoraOpt = False,
+    max_loras: MaxLorasOpt = None,
+    max_lora_rank: MaxLoraRankOpt = None,
+    cpu_offload_gb: CpuOffloadOpt = None,
+    limit_mm_per_prompt: LimitMMOpt = None,
+    language_model_only: LanguageOnlyOpt = False,
     block_size: Annotated[
         str | None,
         typer.Option(
@@ -215,6 +227,13 @@ def simulate(
             speculative=speculative_config,
             kv_offloading_size=kv_offloading_size,
             kv_offloading_backend=kv_offloading_backend,
+            # what else shrinks the pool, as estimate counts it
+            enable_lora=enable_lora or None,
+            max_loras=max_loras,
+            max_lora_rank=max_lora_rank,
+            cpu_offload_gb=cpu_offload_gb,
+            limit_mm_per_prompt=limit_mm_per_prompt,
+            language_model_only=language_model_only or None,
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory=kv_cache_memory,

@@ -12,6 +12,7 @@ from planner.units import GIB, fmt_bytes
 
 if TYPE_CHECKING:
     from planner.diagnose import Diagnosis, Finding
+    from planner.diagnose.ranks import DataParallel
 
 
 def _size(n: float | None, unit: str) -> str:
@@ -120,6 +121,21 @@ def finding_text(f: Finding) -> str:
             "Prefix caching is off: requests that share a system prompt recompute it, which "
             "shows as high TTFT."
         )
+    if f.kind == "dp-ranks-differ":
+        return (
+            f"DP ranks differ: rank {d['min_rank']} holds {d['min_kv_cache_size_tokens']:,} KV "
+            f"tokens, rank {d['max_rank']} {d['max_kv_cache_size_tokens']:,} "
+            f"({d['spread_pct']:.2f} % fewer). The balancer gives every rank the same load, so "
+            f"rank {d['min_rank']} fills first: under an even load the {d['ranks']} ranks hold "
+            f"{d['ranks']} × {d['min_kv_cache_size_tokens']:,} = "
+            f"{d['even_load_kv_cache_size_tokens']:,} tokens"
+            + (
+                f" ({d['even_load_max_concurrency']:.2f}x)"
+                if d["even_load_max_concurrency"] is not None
+                else ""
+            )
+            + f", not {d['kv_cache_size_tokens']:,}."
+        )
     if f.kind == "prefix-low-hit":
         return (
             f"Prefix cache hit rate {d['mean_hit_pct']:.1f} % over {d['samples']} stat lines: "
@@ -142,10 +158,59 @@ def verdict_text(dg: Diagnosis) -> str:
     return f"✓ Verdict ({source}): {words}"
 
 
+def _ranks_table(dp: DataParallel) -> Table:
+    """Each DP rank's logged figures, one row a rank, and the cluster's sums."""
+    expert = ", expert parallel" if dp.expert_parallel else ""
+    table = Table(
+        title=f"Per DP rank ({dp.data_parallel_size} ranks{expert})", title_justify="left"
+    )
+    table.add_column("rank")
+    for col in ("KV tokens", "concurrency", "available KV", "weights"):
+        table.add_column(col, justify="right")
+    for f in dp.ranks:
+        table.add_row(
+            str(f.rank),
+            _size(f.kv_cache_size_tokens, "tokens"),
+            _size(f.max_concurrency, "x"),
+            _size(f.available_kv_bytes, "bytes"),
+            _size(f.weights_bytes, "bytes"),
+        )
+    c = dp.cluster
+    table.add_row("all", _size(c.kv_cache_size_tokens, "tokens"), _size(c.max_concurrency, "x"))
+    return table
+
+
+def cluster_text(dp: DataParallel) -> str:
+    """The cluster in one sentence: "Cluster: 841,760 KV tokens, 52.60x requests of 16,000
+    tokens at once over 2 DP ranks." ("" parts left out when not logged)."""
+    c = dp.cluster
+    if c.kv_cache_size_tokens is None:
+        return f"Cluster: {c.ranks} DP ranks; none logged its KV cache size."
+    length = next((f.max_model_len for f in dp.ranks if f.max_model_len), None)
+    concurrency = (
+        f", {c.max_concurrency:.2f}x requests of {length:,} tokens at once"
+        if c.max_concurrency is not None and length
+        else ""
+    )
+    rested = (
+        ""
+        if len(c.logged_ranks) == c.ranks
+        else f" (as logged by rank{'s' if len(c.logged_ranks) > 1 else ''} "
+        f"{', '.join(map(str, c.logged_ranks))})"
+    )
+    return (
+        f"Cluster: {c.kv_cache_size_tokens:,} KV tokens{concurrency} over {c.ranks} DP "
+        f"ranks{rested}."
+    )
+
+
 def diagnose_dict(dg: Diagnosis) -> dict[str, Any]:
     """JSON of ``kvplan diagnose``; runtime samples are summarised, not listed."""
     data = asdict(dg)
     log = data["log"]
+    for key in ("data_parallel_size", "expert_parallel", "ranks"):
+        del log[key]  # a data-parallel log has them at the top level
+    data.update(data.pop("data_parallel") or {})
     for key in ("kv_usage_pct", "prefix_hit_pct"):
         samples = log.pop(key)
         log[key.removesuffix("_pct") + "_samples"] = len(samples)
@@ -185,8 +250,12 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
     verdict = verdict_text(dg)
     if verdict:
         out.print(verdict, soft_wrap=True, markup=False)
+    dp = dg.data_parallel
     if dg.terms:
-        table = Table(title="Log vs plan, per GPU rank", title_justify="left")
+        title = "Log vs plan, per GPU rank"
+        if dp is not None and dp.ranks:
+            title += f" (the log's figures: DP rank {dp.ranks[0].rank})"
+        table = Table(title=title, title_justify="left")
         table.add_column("term")
         for col in ("log", "plan", "log − plan"):
             table.add_column(col, justify="right")
@@ -196,6 +265,9 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
                 t.name, _size(t.log, t.unit), _size(t.plan, t.unit), _signed(t.diff, t.unit), t.note
             )
         out.print(table)
+    if dp is not None:
+        out.print(_ranks_table(dp))
+        out.print(cluster_text(dp), soft_wrap=True, markup=False)
     for note in dg.notes:
         out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
     if dg.findings:

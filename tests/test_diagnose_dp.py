@@ -1,6 +1,7 @@
 """kvplan diagnose on data-parallel vLLM logs (issue 15, item 4): each DP engine prints its
 startup figures under its own prefix, ``(EngineCore_DP1 pid=...)``; they are grouped by rank,
-reported per rank and summed for the cluster.
+reported per rank and summed for the cluster. Also the speculative-decoding lines (the
+``--speculative-config`` the log states, the "SpecDecoding metrics" stat lines).
 
 Real lines come from tests/data/vllm_dp_logs.json, each record citing the issue it was
 copied from; the two fixture logs are written in the shape those logs show (their records say
@@ -342,3 +343,68 @@ def test_text_at_80_columns_shows_every_figure_whole(log: Path) -> None:
     )
     table = [line for line in lines if line.startswith(("┃", "│", "┏", "└"))]
     assert max(len(line) for line in table) <= 80
+
+
+# ------------------------------------------------------------------ speculative decoding
+
+
+@pytest.mark.parametrize(
+    ("record", "accepted", "drafted", "length", "vllm_pct"),
+    [
+        # vLLM prints the acceptance rate itself: 9.1 % and 88.8 % (Avg Draft acceptance rate)
+        ("aeon7-dflash-6-specdecode-metrics", 89, 975, 2.37, 9.1),
+        ("vllm-24127-specdecode-metrics-older", 262, 295, 5.44, 88.8),
+    ],
+)
+def test_spec_decoding_stat_lines(
+    record: str, accepted: int, drafted: int, length: float, vllm_pct: float
+) -> None:
+    log = parse_log(real(record))
+    spec = log.speculative
+    assert spec is not None and log.recognised == 1
+    assert (spec.accepted_tokens, spec.drafted_tokens) == (accepted, drafted)
+    assert spec.mean_acceptance_length == [length]
+    assert round(100 * accepted / drafted, 1) == vllm_pct
+
+
+def test_the_speculative_config_is_read_from_args_and_config_line() -> None:
+    lines = RECORDS["club-3090-91-speculative-mtp"]["lines"]
+    for line in lines[:2]:  # the non-default args, the engine's config line
+        spec = parse_log(line).speculative
+        assert spec is not None
+        assert (spec.method, spec.num_speculative_tokens) == ("mtp", 3)
+    spec = parse_log(lines[1]).speculative
+    assert spec is not None
+    assert spec.draft_model == "~/.cache/huggingface/qwen3.6-27b-autoround-int4"
+    assert parse_log(SINGLE.read_text()).speculative is None  # speculative_config=None
+
+
+def test_a_bad_acceptance_length_leaves_the_line_unrecognised() -> None:
+    log = parse_log("INFO [metrics.py:101] SpecDecoding metrics: Mean acceptance length: 2.3.7")
+    assert log.recognised == 0 and log.speculative is None
+
+
+def test_speculative_decoding_in_json_and_text(tmp_path: Path) -> None:
+    path = tmp_path / "mtp.log"
+    path.write_text(
+        real("club-3090-91-speculative-mtp") + real("aeon7-dflash-6-specdecode-metrics")
+    )
+    data = json.loads(run([str(path), "--json"]))
+    assert data["speculative"] == {
+        "method": "mtp",
+        "num_speculative_tokens": 3,
+        "draft_model": "~/.cache/huggingface/qwen3.6-27b-autoround-int4",
+        "samples": 1,
+        "mean_acceptance_length": 2.37,
+        "accepted_tokens": 89,
+        "drafted_tokens": 975,
+        "draft_acceptance_pct": round(100 * 89 / 975, 1),
+    }
+    assert "speculative" not in data["log"]
+    out = run([str(path)], NARROW)
+    assert (
+        "Speculative decoding: mtp, 3 tokens a step; 1 stat line: 89 of 975 drafted tokens "
+        "accepted (9.1 %), mean acceptance length 2.37." in out
+    )
+    single = json.loads(run([str(SINGLE), "--model", "llama-3.1-8b", "--gpu", "h100", "--json"]))
+    assert "speculative" not in single

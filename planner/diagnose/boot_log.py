@@ -76,6 +76,35 @@ class RankFigures:
 
 
 @dataclass
+class SpecDecodeLog:
+    """Speculative decoding as the log states it (``--speculative-config``) and how its drafts
+    fared (the runtime "SpecDecoding metrics" lines).
+
+    Attributes:
+        method: vLLM's ``method`` ("mtp", "eagle", "eagle3", "ngram", "draft_model", ...).
+        num_speculative_tokens: draft tokens proposed per step.
+        draft_model: the drafter's checkpoint as logged (the target's own for MTP); None for
+            ngram and when not logged.
+        mean_acceptance_length: each stat line's "Mean acceptance length" (tokens a step
+            emits, the bonus token included).
+        accepted_tokens, drafted_tokens: the stat lines' "Accepted: N tokens" and "Drafted:
+            N tokens", summed.
+
+    Worked example: the config line of vLLM 0.20.1 with ``speculative_config=
+    SpeculativeConfig(method='mtp', model='~/.cache/huggingface/qwen3.6-27b-autoround-int4',
+    num_spec_tokens=3)`` is ``SpecDecodeLog(method="mtp", num_speculative_tokens=3,
+    draft_model="~/.cache/huggingface/qwen3.6-27b-autoround-int4")``.
+    """
+
+    method: str | None = None
+    num_speculative_tokens: int | None = None
+    draft_model: str | None = None
+    mean_acceptance_length: list[float] = field(default_factory=list)
+    accepted_tokens: int = 0
+    drafted_tokens: int = 0
+
+
+@dataclass
 class BootLog:
     """What a vLLM log states, in bytes (from its GiB) and counts; None when not logged.
 
@@ -127,6 +156,7 @@ class BootLog:
     data_parallel_size: int | None = None
     expert_parallel: bool | None = None
     ranks: dict[int, RankFigures] = field(default_factory=dict)
+    speculative: SpecDecodeLog | None = None
 
     @property
     def data_parallel(self) -> bool:
@@ -203,6 +233,36 @@ def _config(log: BootLog, m: re.Match[str], line: int) -> None:
             log.settings[name] = _literal(pairs[key].strip())
             log.lines[name] = line
     _parallel(log, {"data_parallel_size": _literal(pairs.get("data_parallel_size", "None"))})
+    spec = re.search(r"speculative_config=SpeculativeConfig\(([^)]*)\)", m.string)
+    if spec:
+        found = {k: _literal(v.strip()) for k, v in re.findall(r"(\w+)=('[^']*'|[^,]+)", spec[1])}
+        _speculative(log, found.get("method"), found.get("num_spec_tokens"), found.get("model"))
+
+
+def _speculative(log: BootLog, method: Any, tokens: Any, model: Any) -> None:
+    """``--speculative-config`` as the config line or the non-default args state it."""
+    if not isinstance(method, str) or not method:
+        return
+    spec = log.speculative = log.speculative or SpecDecodeLog()
+    spec.method = method
+    if isinstance(tokens, int) and not isinstance(tokens, bool):
+        spec.num_speculative_tokens = tokens
+    if isinstance(model, str) and model:
+        spec.draft_model = model
+
+
+def _spec_metrics(log: BootLog, m: re.Match[str], line: int) -> None:
+    """``SpecDecoding metrics: Mean acceptance length: 2.37, ..., Accepted: 89 tokens,
+    Drafted: 975 tokens, ...`` (the acceptance rate first before vLLM 0.11)."""
+    length = _float(m.group(1))
+    accepted = re.search(r"Accepted: (\d+) tokens", m.string)
+    drafted = re.search(r"Drafted: (\d+) tokens", m.string)
+    spec = log.speculative = log.speculative or SpecDecodeLog()
+    spec.mean_acceptance_length.append(length)
+    if accepted and drafted:
+        spec.accepted_tokens += int(accepted.group(1))
+        spec.drafted_tokens += int(drafted.group(1))
+    log.lines.setdefault("spec_decode_first", line)
 
 
 def _parallel(log: BootLog, args: dict[str, Any]) -> None:
@@ -237,6 +297,9 @@ def _non_default(log: BootLog, m: re.Match[str], line: int) -> None:
     if not args:
         return
     _parallel(log, args)
+    spec = args.get("speculative_config")
+    if isinstance(spec, dict):
+        _speculative(log, spec.get("method"), spec.get("num_speculative_tokens"), spec.get("model"))
     if isinstance(args.get("model"), str):
         log.model = args["model"]
         log.lines["model"] = line
@@ -536,6 +599,11 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         _set("no_kv_memory", lambda m: True),
     ),
     ("KV cache usage", re.compile(r"GPU KV cache usage: ([\d.]+)%"), _usage),
+    (
+        "SpecDecoding metrics",
+        re.compile(r"SpecDecoding metrics: .*?Mean acceptance length: ([\d.]+)"),
+        _spec_metrics,
+    ),
     ("is preempted by", re.compile(r"is preempted by PreemptionMode\.\w+"), _preempted),
     (
         "CUDA out of memory",

@@ -79,6 +79,16 @@ def test_other_prefixes_are_rank_zero() -> None:
     assert rank_of("(Worker_TP1_EP1 pid=2) INFO Available KV cache memory: 1.00 GiB") == 0
 
 
+def test_a_corrupt_rank_or_size_is_not_a_deployment() -> None:
+    # found by tests/test_fuzz_inputs.py: a rank of 400 nines made the cluster sum overflow
+    assert rank_of(f"(Worker_DP{'9' * 400}_TP0 pid=1) INFO Available KV cache memory") == 0
+    assert rank_of("(EngineCore_DP4096 pid=1) INFO GPU KV cache size: 1 tokens") == 0
+    assert rank_of("(EngineCore_DP4095 pid=1) INFO GPU KV cache size: 1 tokens") == 4095
+    for size in ("9" * 400, "4097", "0", "True"):
+        log = parse_log(f"INFO non-default args: {{'model': 'x', 'data_parallel_size': {size}}}")
+        assert log.data_parallel_size is None and not log.data_parallel, size
+
+
 # ------------------------------------------------------------------ real lines
 
 
@@ -345,6 +355,11 @@ def test_text_at_80_columns_shows_every_figure_whole(log: Path) -> None:
     assert max(len(line) for line in table) <= 80
 
 
+def test_the_plans_verdict_is_said_to_be_one_ranks() -> None:
+    out = run([str(DP2), "--model", "llama-3.1-8b", "--gpu", "h100"], NARROW)
+    assert "✓ Verdict (the plan for these settings, each of 2 DP ranks): starts" in out
+
+
 # ------------------------------------------------------------------ speculative decoding
 
 
@@ -379,9 +394,18 @@ def test_the_speculative_config_is_read_from_args_and_config_line() -> None:
     assert parse_log(SINGLE.read_text()).speculative is None  # speculative_config=None
 
 
-def test_a_bad_acceptance_length_leaves_the_line_unrecognised() -> None:
+def test_a_bad_acceptance_length_leaves_the_line_unrecognised(tmp_path: Path) -> None:
     log = parse_log("INFO [metrics.py:101] SpecDecoding metrics: Mean acceptance length: 2.3.7")
     assert log.recognised == 0 and log.speculative is None
+    # a count of 400 digits is no count (found by fuzzing: the acceptance % overflowed)
+    line = real("aeon7-dflash-6-specdecode-metrics").replace(
+        "Accepted: 89", "Accepted: " + "9" * 400
+    )
+    spec = parse_log(line).speculative
+    assert spec is not None and (spec.accepted_tokens, spec.drafted_tokens) == (0, 0)
+    (tmp_path / "vllm.log").write_text(line)
+    data = json.loads(run([str(tmp_path / "vllm.log"), "--json"]))
+    assert data["speculative"]["draft_acceptance_pct"] is None
 
 
 def test_speculative_decoding_in_json_and_text(tmp_path: Path) -> None:

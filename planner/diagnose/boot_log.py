@@ -24,6 +24,10 @@ from typing import Any
 
 from planner.units import GIB, MIB
 
+# The most DP ranks a log is read as having (a 256-node cluster of 16 GPUs at TP 1): a larger
+# data_parallel_size, or a prefix's larger rank, is a corrupt line, not a deployment.
+MAX_DP_RANKS = 4096
+
 # The BootLog fields that are one GPU rank's budget, and their names in RankFigures (JSON
 # ``ranks[]``, named as ``kvplan estimate --json`` names the same figures).
 RANK_FIELDS = {
@@ -255,8 +259,8 @@ def _spec_metrics(log: BootLog, m: re.Match[str], line: int) -> None:
     """``SpecDecoding metrics: Mean acceptance length: 2.37, ..., Accepted: 89 tokens,
     Drafted: 975 tokens, ...`` (the acceptance rate first before vLLM 0.11)."""
     length = _float(m.group(1))
-    accepted = re.search(r"Accepted: (\d+) tokens", m.string)
-    drafted = re.search(r"Drafted: (\d+) tokens", m.string)
+    accepted = re.search(r"Accepted: (\d{1,15}) tokens", m.string)  # a count, not 400 digits
+    drafted = re.search(r"Drafted: (\d{1,15}) tokens", m.string)
     spec = log.speculative = log.speculative or SpecDecodeLog()
     spec.mean_acceptance_length.append(length)
     if accepted and drafted:
@@ -268,7 +272,7 @@ def _spec_metrics(log: BootLog, m: re.Match[str], line: int) -> None:
 def _parallel(log: BootLog, args: dict[str, Any]) -> None:
     """``data_parallel_size`` and ``enable_expert_parallel`` as the log states them."""
     size, expert = args.get("data_parallel_size"), args.get("enable_expert_parallel")
-    if isinstance(size, int) and not isinstance(size, bool) and size >= 1:
+    if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_DP_RANKS:
         log.data_parallel_size = size
     if isinstance(expert, bool):
         log.expert_parallel = expert
@@ -622,10 +626,16 @@ def rank_of(line: str) -> int:
     for a line without one (a single engine's, the API server's, an unprefixed line).
 
     ``rank_of("(Worker_DP1_TP0_EP2 pid=2303) INFO ... Available KV cache memory: 49.58 GiB")``
-    is 1; ``(EngineCore pid=1)`` (vLLM 0.2x without DP) and ``(Worker_TP1 pid=2)`` are 0.
+    is 1; ``(EngineCore pid=1)`` (vLLM 0.2x without DP) and ``(Worker_TP1 pid=2)`` are 0, and
+    so is a rank of :data:`MAX_DP_RANKS` or more (a corrupt prefix).
     """
     m = _RANK.search(line)
-    return int(m.group(1) or m.group(2)) if m else 0
+    if not m:
+        return 0
+    digits = m.group(1) or m.group(2)
+    if len(digits) > len(str(MAX_DP_RANKS)) or int(digits) >= MAX_DP_RANKS:
+        return 0  # a corrupt prefix
+    return int(digits)
 
 
 def parse_log(text: str) -> BootLog:

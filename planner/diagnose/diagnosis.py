@@ -67,7 +67,9 @@ class Diagnosis:
     """``kvplan diagnose``: what the log says, the plan for the same settings, and findings.
 
     The JSON is this, field by field (``dataclasses.asdict``); it adds ``terms[].diff`` and
-    ``findings[].text`` and gives the runtime samples of ``log`` as a count and a peak.
+    ``findings[].text``, gives the runtime samples of ``log`` as a count and a peak, and the
+    log's speculative decoding (``log.speculative``), when it shows any, as a top-level
+    ``speculative`` summary (:func:`planner.render.diagnose.speculative_dict`).
 
     Attributes:
         file: the log's path as given.

@@ -148,11 +148,14 @@ def finding_text(f: Finding) -> str:
 def verdict_text(dg: Diagnosis) -> str:
     """The outcome in the words every view uses, with where it comes from ("" with none):
     "✓ Verdict (the plan for these settings): starts, queues at worst case: 45 of 256 requests
-    of 8,192 tokens run at once"."""
+    of 8,192 tokens run at once". Of a data-parallel log it is one rank's: "(the plan for these
+    settings, each of 3 DP ranks)"."""
     if dg.outcome is None:
         return ""
     words = outcome_words(dg.outcome, dg.worst_case_running, dg.max_num_seqs, dg.max_model_len)
     source = "the log" if dg.outcome_source == "log" else "the plan for these settings"
+    if dg.data_parallel is not None and dg.outcome_source != "log":
+        source += f", each of {dg.data_parallel.data_parallel_size} DP ranks"
     if dg.outcome == "wont_start":
         reason = f": {dg.outcome_reason}" if dg.outcome_reason else ""
         return f"✗ Verdict ({source}): {words}{reason}"
@@ -183,7 +186,7 @@ def _ranks_table(dp: DataParallel) -> Table:
 
 def cluster_text(dp: DataParallel) -> str:
     """The cluster in one sentence: "Cluster: 841,760 KV tokens, 52.60x requests of 16,000
-    tokens at once over 2 DP ranks." ("" parts left out when not logged)."""
+    tokens at once over 2 DP ranks." (the concurrency left out when not logged)."""
     c = dp.cluster
     if c.kv_cache_size_tokens is None:
         return f"Cluster: {c.ranks} DP ranks; none logged its KV cache size."
@@ -227,8 +230,8 @@ def speculative_dict(spec: SpecDecodeLog) -> dict[str, Any]:
 
 
 def speculative_text(spec: SpecDecodeLog) -> str:
-    """ "Speculative decoding: mtp, 3 tokens a step; 2 stat lines: 89 of 975 drafted tokens
-    accepted (9.1 %), mean acceptance length 2.37." (parts the log lacks left out)."""
+    """One line: "Speculative decoding: mtp, 3 tokens a step; 2 stat lines: 89 of 975 drafted
+    tokens accepted (9.1 %), mean acceptance length 2.37." (what the log lacks left out)."""
     d = speculative_dict(spec)
     head = "Speculative decoding: " + (d["method"] or "on")
     if d["num_speculative_tokens"] is not None:

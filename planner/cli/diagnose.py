@@ -84,12 +84,14 @@ def diagnose(
     """Read a vLLM boot log, compare it with the plan term by term, and say what to change.
 
     Settings the log states (model, max_model_len, TP, gpu_memory_utilization, GPU total) are
-    used unless given here.
+    used unless given here. A data-parallel log (one engine per DP rank) is read rank by rank,
+    with the cluster's totals.
 
     \b
     Examples:
       kvplan diagnose vllm-startup.log --model llama-3.1-8b --gpu rtx-3090
       kvplan diagnose server.log --gpu h100 --json
+      kvplan diagnose dp8-server.log --json    # --data-parallel-size 8: ranks, cluster
     """
     from planner.diagnose import diagnose_file
     from planner.model.specs import KVDtype

@@ -13,8 +13,10 @@ exact only to +-0.005 GiB; comparisons allow for that.
 The stages, one module each: :mod:`~planner.diagnose.boot_log` parses the log (:func:`parse_log`,
 its :data:`RULES`), :mod:`~planner.diagnose.settings` layers the plan's settings (the flags over
 the log over vLLM's defaults), :mod:`~planner.diagnose.diagnosis` plans and compares them
-(:func:`diagnose_file`, :class:`Diagnosis`), and :mod:`~planner.diagnose.findings` draws the
-conclusions (:class:`Finding`).
+(:func:`diagnose_file`, :class:`Diagnosis`), :mod:`~planner.diagnose.findings` draws the
+conclusions (:class:`Finding`), and :mod:`~planner.diagnose.ranks` reads a data-parallel log
+(one engine per DP rank, each line prefixed ``(EngineCore_DP1 pid=...)``) rank by rank and as
+one cluster.
 """
 
 from planner.diagnose.boot_log import _PREFILTER, RULES, BootLog, parse_log

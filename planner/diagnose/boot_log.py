@@ -3,6 +3,13 @@
 :func:`parse_log` runs each line through :data:`RULES` (a literal the line must contain, a
 pattern, and a handler that stores what it matched on a :class:`BootLog`); lines no rule knows
 are ignored. Every memory figure a log prints is GiB rounded to 0.01 (``format_gib``).
+
+With ``--data-parallel-size N`` vLLM runs one engine per DP rank, and each prefixes its lines
+``(EngineCore_DP1 pid=...)`` (before 0.10: ``(EngineCore_1 pid=...)``; a rank's TP workers
+``(Worker_DP1_TP0 pid=...)``), so every startup figure can come once per rank. A line's rank is
+read from that prefix (:func:`rank_of`; none is rank 0): a figure of one GPU's budget
+(:data:`RANK_FIELDS`) goes to that rank's :class:`RankFigures`, the rest (settings, errors,
+runtime) to the log as a whole.
 """
 
 from __future__ import annotations
@@ -17,6 +24,89 @@ from typing import Any
 
 from planner.units import GIB, MIB
 
+# The most DP ranks a log is read as having (a 256-node cluster of 16 GPUs at TP 1): a larger
+# data_parallel_size, or a prefix's larger rank, is a corrupt line, not a deployment.
+MAX_DP_RANKS = 4096
+
+# The BootLog fields that are one GPU rank's budget, and their names in RankFigures (JSON
+# ``ranks[]``, named as ``kvplan estimate --json`` names the same figures).
+RANK_FIELDS = {
+    "total_gpu_bytes": "total_gpu_bytes",
+    "requested_bytes": "requested_bytes",
+    "weights_bytes": "weights_bytes",
+    "activation_bytes": "activation_bytes",
+    "non_torch_bytes": "non_torch_bytes",
+    "consumed_bytes": "consumed_bytes",
+    "cuda_graph_bytes": "cuda_graph_bytes",
+    "cuda_graph_capture_bytes": "cuda_graph_capture_bytes",
+    "available_kv_bytes": "available_kv_bytes",
+    "kv_cache_tokens": "kv_cache_size_tokens",
+    "max_concurrency": "max_concurrency",
+    "concurrency_len": "max_model_len",
+}
+
+
+@dataclass
+class RankFigures:
+    """What one data-parallel rank's engine logged of its GPU budget (JSON ``ranks[]``); None
+    when that rank did not log it.
+
+    ``max_model_len`` is the request length ``max_concurrency`` is for ("Maximum concurrency
+    for 16,000 tokens per request: 26.30x"); ``lines`` maps each figure to its 1-based line.
+    The other fields mean what :class:`BootLog`'s fields of the same name mean
+    (``kv_cache_size_tokens`` is its ``kv_cache_tokens``).
+
+    Worked example (``vllm-v1-dp3-ep-qwen3-30b-a3b.log``, vLLM 0.33, DP 3 x TP 2): rank 1's
+    engine logs only "GPU KV cache size: 1,092,256 tokens, Maximum concurrency for 32,768
+    tokens per request: 33.33x" (line 20), so ``RankFigures(rank=1,
+    kv_cache_size_tokens=1092256, max_concurrency=33.33, max_model_len=32768)``; its workers
+    print nothing of their memory (vLLM logs those once per node).
+    """
+
+    rank: int
+    total_gpu_bytes: int | None = None
+    requested_bytes: int | None = None
+    weights_bytes: int | None = None
+    activation_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    consumed_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+    cuda_graph_capture_bytes: int | None = None
+    available_kv_bytes: int | None = None
+    kv_cache_size_tokens: int | None = None
+    max_concurrency: float | None = None
+    max_model_len: int | None = None
+    lines: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class SpecDecodeLog:
+    """Speculative decoding as the log states it (``--speculative-config``) and how its drafts
+    fared (the runtime "SpecDecoding metrics" lines).
+
+    Attributes:
+        method: vLLM's ``method`` ("mtp", "eagle", "eagle3", "ngram", "draft_model", ...).
+        num_speculative_tokens: draft tokens proposed per step.
+        draft_model: the drafter's checkpoint as logged (the target's own for MTP); None for
+            ngram and when not logged.
+        mean_acceptance_length: each stat line's "Mean acceptance length" (tokens a step
+            emits, the bonus token included).
+        accepted_tokens, drafted_tokens: the stat lines' "Accepted: N tokens" and "Drafted:
+            N tokens", summed.
+
+    Worked example: the config line of vLLM 0.20.1 with ``speculative_config=
+    SpeculativeConfig(method='mtp', model='~/.cache/huggingface/qwen3.6-27b-autoround-int4',
+    num_spec_tokens=3)`` is ``SpecDecodeLog(method="mtp", num_speculative_tokens=3,
+    draft_model="~/.cache/huggingface/qwen3.6-27b-autoround-int4")``.
+    """
+
+    method: str | None = None
+    num_speculative_tokens: int | None = None
+    draft_model: str | None = None
+    mean_acceptance_length: list[float] = field(default_factory=list)
+    accepted_tokens: int = 0
+    drafted_tokens: int = 0
+
 
 @dataclass
 class BootLog:
@@ -28,6 +118,12 @@ class BootLog:
     reader's job (:mod:`planner.diagnose.settings`). ``lines`` maps each fact to the 1-based
     line it came from (the last occurrence wins: a log with several boots describes the last
     one).
+
+    A data-parallel log (``data_parallel_size`` above 1, or lines of a rank above 0) also has
+    ``ranks``, each DP rank's own figures by rank; the budget figures here are then DP rank
+    0's, and a figure rank 0 did not log is the lowest rank's that did. ``data_parallel_size``
+    and ``expert_parallel`` are vLLM's ``data_parallel_size`` and ``enable_expert_parallel``
+    as the log states them (None: not stated). A log of one engine has no ``ranks``.
     """
 
     engine: str | None = None  # "V1" or "V0"
@@ -66,6 +162,15 @@ class BootLog:
     encoder_profile_modality: str | None = None
     lines: dict[str, int] = field(default_factory=dict)
     recognised: int = 0
+    data_parallel_size: int | None = None
+    expert_parallel: bool | None = None
+    ranks: dict[int, RankFigures] = field(default_factory=dict)
+    speculative: SpecDecodeLog | None = None
+
+    @property
+    def data_parallel(self) -> bool:
+        """Whether the log is of more than one DP engine (stated, or seen in its prefixes)."""
+        return (self.data_parallel_size or 1) > 1 or any(rank > 0 for rank in self.ranks)
 
 
 def _float(text: str) -> float:
@@ -116,7 +221,11 @@ def _config(log: BootLog, m: re.Match[str], line: int) -> None:
     """``Initializing a V1 LLM engine (v0.10.1) with config: model='...', max_seq_len=...``."""
     log.engine = "V0" if "an LLM engine" in m.group(0) else "V1"
     log.version = m.group(1)
-    pairs = dict(re.findall(r"(\w+)=('[^']*'|[^,]+)", m.string[m.end() :]))
+    pairs: dict[str, str] = {}
+    for key, value in re.findall(r"(\w+)=('[^']*'|[^,]+)", m.string[m.end() :]):
+        # the first is the engine's: speculative_config=SpeculativeConfig(method='eagle',
+        # model='<the draft>', ...) comes after the target's model='...'
+        pairs.setdefault(key, value)
     model = pairs.get("model", "").strip("'")
     if model:
         log.model = model
@@ -132,6 +241,46 @@ def _config(log: BootLog, m: re.Match[str], line: int) -> None:
         if key in pairs:
             log.settings[name] = _literal(pairs[key].strip())
             log.lines[name] = line
+    _parallel(log, {"data_parallel_size": _literal(pairs.get("data_parallel_size", "None"))})
+    spec = re.search(r"speculative_config=SpeculativeConfig\(([^)]*)\)", m.string)
+    if spec:
+        found = {k: _literal(v.strip()) for k, v in re.findall(r"(\w+)=('[^']*'|[^,]+)", spec[1])}
+        _speculative(log, found.get("method"), found.get("num_spec_tokens"), found.get("model"))
+
+
+def _speculative(log: BootLog, method: Any, tokens: Any, model: Any) -> None:
+    """``--speculative-config`` as the config line or the non-default args state it."""
+    if not isinstance(method, str) or not method:
+        return
+    spec = log.speculative = log.speculative or SpecDecodeLog()
+    spec.method = method
+    if isinstance(tokens, int) and not isinstance(tokens, bool):
+        spec.num_speculative_tokens = tokens
+    if isinstance(model, str) and model:
+        spec.draft_model = model
+
+
+def _spec_metrics(log: BootLog, m: re.Match[str], line: int) -> None:
+    """``SpecDecoding metrics: Mean acceptance length: 2.37, ..., Accepted: 89 tokens,
+    Drafted: 975 tokens, ...`` (the acceptance rate first before vLLM 0.11)."""
+    length = _float(m.group(1))
+    accepted = re.search(r"Accepted: (\d{1,15}) tokens", m.string)  # a count, not 400 digits
+    drafted = re.search(r"Drafted: (\d{1,15}) tokens", m.string)
+    spec = log.speculative = log.speculative or SpecDecodeLog()
+    spec.mean_acceptance_length.append(length)
+    if accepted and drafted:
+        spec.accepted_tokens += int(accepted.group(1))
+        spec.drafted_tokens += int(drafted.group(1))
+    log.lines.setdefault("spec_decode_first", line)
+
+
+def _parallel(log: BootLog, args: dict[str, Any]) -> None:
+    """``data_parallel_size`` and ``enable_expert_parallel`` as the log states them."""
+    size, expert = args.get("data_parallel_size"), args.get("enable_expert_parallel")
+    if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_DP_RANKS:
+        log.data_parallel_size = size
+    if isinstance(expert, bool):
+        log.expert_parallel = expert
 
 
 def _literal(text: str) -> Any:
@@ -142,12 +291,24 @@ def _literal(text: str) -> Any:
 
 
 def _non_default(log: BootLog, m: re.Match[str], line: int) -> None:
-    """``non-default args: {'model': ..., 'max_model_len': 16000, ...}`` (newer vLLM)."""
-    if len(m.group(1)) > 20_000:
+    """``non-default args: {'model': ..., 'max_model_len': 16000, ...}`` (newer vLLM).
+
+    vLLM 0.2x prints some values as objects (``'attention_config': AttentionConfig(...)``),
+    which are not Python literals: then the top-level ``'key': value`` pairs are read one by
+    one (:func:`_top_level_pairs`), and those that are literals kept.
+    """
+    text = m.group(1)
+    if len(text) > 20_000:
         return
-    args = _literal(m.group(1))
+    args = _literal(text[: text.rfind("}") + 1])
     if not isinstance(args, dict):
+        args = _top_level_pairs(text)
+    if not args:
         return
+    _parallel(log, args)
+    spec = args.get("speculative_config")
+    if isinstance(spec, dict):
+        _speculative(log, spec.get("method"), spec.get("num_speculative_tokens"), spec.get("model"))
     if isinstance(args.get("model"), str):
         log.model = args["model"]
         log.lines["model"] = line
@@ -158,6 +319,44 @@ def _non_default(log: BootLog, m: re.Match[str], line: int) -> None:
         if name in _SETTINGS and (scalar or (name in _MAPPINGS and isinstance(value, dict))):
             log.settings[name] = value
             log.lines[name] = line
+
+
+def _top_level_pairs(text: str) -> dict[str, Any]:
+    """The ``'key': value`` pairs at the top level of a printed dict whose values are Python
+    literals; a nested dict is one value, and the last pair of a line cut short is dropped.
+
+    ``{'model': 'Qwen/Qwen3-30B-A3B', 'attention_config': AttentionConfig(backend=None),
+    'data_parallel_size': 3}`` -> ``{'model': 'Qwen/Qwen3-30B-A3B', 'data_parallel_size': 3}``.
+    """
+    pieces: list[str] = []
+    depth, quote, start = 0, "", 1  # text[0] is the dict's "{"
+    for i, char in enumerate(text):
+        if quote:
+            if char == quote and text[i - 1] != "\\":
+                quote = ""
+            continue
+        if char in "'\"":
+            quote = char
+        elif char in "{[(":
+            depth += 1
+        elif char in "}])":
+            depth -= 1
+        if depth == 0 or (char == "," and depth == 1):
+            pieces.append(text[start:i])
+            start = i + 1
+        if depth == 0:
+            break
+    pairs: dict[str, Any] = {}
+    for piece in pieces:
+        key, colon, value = piece.partition(":")
+        key = key.strip()
+        if not (colon and len(key) > 2 and key[0] == key[-1] == "'"):
+            continue
+        try:
+            pairs[key[1:-1]] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue  # an object's repr: AttentionConfig(backend=None)
+    return pairs
 
 
 _SETTINGS = (
@@ -261,7 +460,7 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         re.compile(r"Initializing (?:a V1 LLM engine|an LLM engine) \(v([^)]+)\) with config:"),
         _config,
     ),
-    ("non-default args", re.compile(r"non-default args: (\{.*\})"), _non_default),
+    ("non-default args", re.compile(r"non-default args: (\{.*)"), _non_default),
     (
         "took",
         re.compile(rf"(?:Model loading|Loading model weights) took {_NUM} ?(GiB|GB)"),
@@ -428,6 +627,11 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         ),
     ),
     ("KV cache usage", re.compile(r"GPU KV cache usage: ([\d.]+)%"), _usage),
+    (
+        "SpecDecoding metrics",
+        re.compile(r"SpecDecoding metrics: .*?Mean acceptance length: ([\d.]+)"),
+        _spec_metrics,
+    ),
     ("is preempted by", re.compile(r"is preempted by PreemptionMode\.\w+"), _preempted),
     (
         "CUDA out of memory",
@@ -437,6 +641,25 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
 ]
 _PREFILTER = re.compile("|".join(re.escape(lit) for lit, _, _ in RULES))
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# "(EngineCore_DP1 pid=5302)", "(Worker_DP1_TP0_EP2 pid=2303)", vLLM 0.8/0.9 "(EngineCore_1 pid=9)"
+_RANK = re.compile(r"\((?:[A-Za-z]+_DP(\d+)(?:_[A-Z]+\d+)*|EngineCore_(\d+)) pid=\d+")
+
+
+def rank_of(line: str) -> int:
+    """The data-parallel rank whose process printed ``line``, from vLLM's process prefix; 0
+    for a line without one (a single engine's, the API server's, an unprefixed line).
+
+    ``rank_of("(Worker_DP1_TP0_EP2 pid=2303) INFO ... Available KV cache memory: 49.58 GiB")``
+    is 1; ``(EngineCore pid=1)`` (vLLM 0.2x without DP) and ``(Worker_TP1 pid=2)`` are 0, and
+    so is a rank of :data:`MAX_DP_RANKS` or more (a corrupt prefix).
+    """
+    m = _RANK.search(line)
+    if not m:
+        return 0
+    digits = m.group(1) or m.group(2)
+    if len(digits) > len(str(MAX_DP_RANKS)) or int(digits) >= MAX_DP_RANKS:
+        return 0  # a corrupt prefix
+    return int(digits)
 
 
 def parse_log(text: str) -> BootLog:
@@ -453,17 +676,25 @@ def parse_log(text: str) -> BootLog:
         if not _PREFILTER.search(raw):
             continue
         line = _ANSI.sub("", raw)
+        rank = rank_of(line)
         matched = False
         for literal, pattern, handler in RULES:
             if literal in line:
                 m = pattern.search(line)
                 if m:
+                    before = _budget(log) if rank else None
                     try:
                         handler(log, m, number)
                     except ValueError:  # a number that is not one: not a line kvplan knows
                         continue
+                    if before is not None:
+                        _move_to_rank(log, before, rank)
                     matched = True
         log.recognised += matched
+    if log.data_parallel:
+        _rank_zero(log)
+    else:
+        log.ranks.clear()
     if log.engine is None:
         if log.num_gpu_blocks is not None:
             log.engine = "V0"
@@ -476,3 +707,44 @@ def parse_log(text: str) -> BootLog:
         log.settings["max_model_len"] = log.error_max_model_len
         log.lines["max_model_len"] = log.lines["error_max_model_len"]
     return log
+
+
+def _budget(log: BootLog) -> list[tuple[Any, int | None]]:
+    """The log's :data:`RANK_FIELDS`, each value with its line."""
+    return [(getattr(log, name), log.lines.get(name)) for name in RANK_FIELDS]
+
+
+def _move_to_rank(log: BootLog, before: list[tuple[Any, int | None]], rank: int) -> None:
+    """What a line of DP rank ``rank`` set of the budget is that rank's: move it from the log
+    to ``log.ranks[rank]`` and put back what the log had."""
+    for (name, key), (value, line) in zip(RANK_FIELDS.items(), before, strict=True):
+        new_value, new_line = getattr(log, name), log.lines.get(name)
+        if new_value == value and new_line == line:
+            continue
+        figures = log.ranks.setdefault(rank, RankFigures(rank))
+        setattr(figures, key, new_value)
+        figures.lines[key] = new_line or 0
+        setattr(log, name, value)
+        if line is None:
+            log.lines.pop(name, None)
+        else:
+            log.lines[name] = line
+
+
+def _rank_zero(log: BootLog) -> None:
+    """In a data-parallel log, the budget the log kept is rank 0's (unprefixed lines count as
+    rank 0's); a figure rank 0 did not log becomes the lowest rank's that did."""
+    figures = RankFigures(0)
+    for name, key in RANK_FIELDS.items():
+        if getattr(log, name) is not None:
+            setattr(figures, key, getattr(log, name))
+            figures.lines[key] = log.lines.get(name, 0)
+    if figures.lines:
+        log.ranks[0] = figures
+    log.ranks = dict(sorted(log.ranks.items()))
+    for name, key in RANK_FIELDS.items():
+        if getattr(log, name) is None:
+            lowest = next((f for f in log.ranks.values() if getattr(f, key) is not None), None)
+            if lowest is not None:
+                setattr(log, name, getattr(lowest, key))
+                log.lines[name] = lowest.lines[key]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from planner.deployment import Deployment, Gpu
 from planner.diagnose.boot_log import BootLog, parse_log
 from planner.diagnose.findings import Finding, explain, troubleshoot
+from planner.diagnose.ranks import DataParallel, data_parallel, rank_findings
 from planner.diagnose.settings import COMMAND_LINE, PlanSettings, layer_settings
 from planner.errors import InputFileError, KvplanError
 from planner.files import read_text_file
@@ -70,7 +71,9 @@ class Diagnosis:
     """``kvplan diagnose``: what the log says, the plan for the same settings, and findings.
 
     The JSON is this, field by field (``dataclasses.asdict``); it adds ``terms[].diff`` and
-    ``findings[].text`` and gives the runtime samples of ``log`` as a count and a peak.
+    ``findings[].text``, gives the runtime samples of ``log`` as a count and a peak, and the
+    log's speculative decoding (``log.speculative``), when it shows any, as a top-level
+    ``speculative`` summary (:func:`planner.render.diagnose.speculative_dict`).
 
     Attributes:
         file: the log's path as given.
@@ -98,7 +101,13 @@ class Diagnosis:
         findings: the conclusions (:class:`~planner.diagnose.findings.Finding`): the budget
             and layout checks when there is a plan, then the troubleshooting rules.
         notes: what kvplan could not use and why: a log value vLLM could not have run with,
-            a model named by the log that cannot be loaded, no model or no GPU to plan for.
+            a model named by the log that cannot be loaded, no model or no GPU to plan for,
+            DP ranks that logged no KV cache size.
+        data_parallel: a data-parallel log rank by rank and as one cluster
+            (:class:`~planner.diagnose.ranks.DataParallel`); None for a log of one engine.
+            The JSON gives its fields at the top level (``data_parallel_size``,
+            ``expert_parallel``, ``ranks``, ``cluster``), only for a data-parallel log; the
+            log's own figures (``log``, ``terms``) are then DP rank 0's.
 
     Worked example: ``kvplan diagnose vllm-v0-qwen7b-a100.log --json``. settings: model
     Qwen/Qwen2.5-7B-Instruct, tp 1, pp 1, max_model_len 8192, gpu_memory_utilization 0.9,
@@ -123,6 +132,7 @@ class Diagnosis:
     terms: list[Term]
     findings: list[Finding]
     notes: list[str]
+    data_parallel: DataParallel | None = None
 
 
 def diagnose_file(
@@ -194,6 +204,9 @@ def diagnose_file(
     if the_plan is not None:
         findings += explain(log, the_plan)
     findings += troubleshoot(log, the_plan, settings.serve, gpu)
+    dp = data_parallel(log)
+    if dp is not None:
+        findings += rank_findings(dp, notes)
     stated, sources = dict(settings.stated), dict(settings.sources)
     if gpu is not None:
         where = "log" if gpu.source == "log" else COMMAND_LINE
@@ -215,6 +228,7 @@ def diagnose_file(
         terms,
         findings,
         notes,
+        dp,
     )
 
 

@@ -12,6 +12,8 @@ from planner.units import GIB, fmt_bytes
 
 if TYPE_CHECKING:
     from planner.diagnose import Diagnosis, Finding
+    from planner.diagnose.boot_log import SpecDecodeLog
+    from planner.diagnose.ranks import DataParallel
 
 
 def _size(n: float | None, unit: str) -> str:
@@ -120,6 +122,21 @@ def finding_text(f: Finding) -> str:
             "Prefix caching is off: requests that share a system prompt recompute it, which "
             "shows as high TTFT."
         )
+    if f.kind == "dp-ranks-differ":
+        return (
+            f"DP ranks differ: rank {d['min_rank']} holds {d['min_kv_cache_size_tokens']:,} KV "
+            f"tokens, rank {d['max_rank']} {d['max_kv_cache_size_tokens']:,} "
+            f"({d['spread_pct']:.2f} % fewer). The balancer gives every rank the same load, so "
+            f"rank {d['min_rank']} fills first: under an even load the {d['ranks']} ranks hold "
+            f"{d['ranks']} × {d['min_kv_cache_size_tokens']:,} = "
+            f"{d['even_load_kv_cache_size_tokens']:,} tokens"
+            + (
+                f" ({d['even_load_max_concurrency']:.2f}x)"
+                if d["even_load_max_concurrency"] is not None
+                else ""
+            )
+            + f", not {d['kv_cache_size_tokens']:,}."
+        )
     if f.kind == "prefix-low-hit":
         return (
             f"Prefix cache hit rate {d['mean_hit_pct']:.1f} % over {d['samples']} stat lines: "
@@ -150,21 +167,116 @@ def finding_text(f: Finding) -> str:
 def verdict_text(dg: Diagnosis) -> str:
     """The outcome in the words every view uses, with where it comes from ("" with none):
     "✓ Verdict (the plan for these settings): starts, queues at worst case: 45 of 256 requests
-    of 8,192 tokens run at once"."""
+    of 8,192 tokens run at once". Of a data-parallel log it is one rank's: "(the plan for these
+    settings, each of 3 DP ranks)"."""
     if dg.outcome is None:
         return ""
     words = outcome_words(dg.outcome, dg.worst_case_running, dg.max_num_seqs, dg.max_model_len)
     source = "the log" if dg.outcome_source == "log" else "the plan for these settings"
+    if dg.data_parallel is not None and dg.outcome_source != "log":
+        source += f", each of {dg.data_parallel.data_parallel_size} DP ranks"
     if dg.outcome == "wont_start":
         reason = f": {dg.outcome_reason}" if dg.outcome_reason else ""
         return f"✗ Verdict ({source}): {words}{reason}"
     return f"✓ Verdict ({source}): {words}"
 
 
+def _ranks_table(dp: DataParallel) -> Table:
+    """Each DP rank's logged figures, one row a rank, and the cluster's sums."""
+    expert = ", expert parallel" if dp.expert_parallel else ""
+    table = Table(
+        title=f"Per DP rank ({dp.data_parallel_size} ranks{expert})", title_justify="left"
+    )
+    table.add_column("rank")
+    for col in ("KV tokens", "concurrency", "available KV", "weights"):
+        table.add_column(col, justify="right")
+    for f in dp.ranks:
+        table.add_row(
+            str(f.rank),
+            _size(f.kv_cache_size_tokens, "tokens"),
+            _size(f.max_concurrency, "x"),
+            _size(f.available_kv_bytes, "bytes"),
+            _size(f.weights_bytes, "bytes"),
+        )
+    c = dp.cluster
+    table.add_row("all", _size(c.kv_cache_size_tokens, "tokens"), _size(c.max_concurrency, "x"))
+    return table
+
+
+def cluster_text(dp: DataParallel) -> str:
+    """The cluster in one sentence: "Cluster: 841,760 KV tokens, 52.60x requests of 16,000
+    tokens at once over 2 DP ranks." (the concurrency left out when not logged)."""
+    c = dp.cluster
+    if c.kv_cache_size_tokens is None:
+        return f"Cluster: {c.ranks} DP ranks; none logged its KV cache size."
+    length = next((f.max_model_len for f in dp.ranks if f.max_model_len), None)
+    concurrency = (
+        f", {c.max_concurrency:.2f}x requests of {length:,} tokens at once"
+        if c.max_concurrency is not None and length
+        else ""
+    )
+    rested = (
+        ""
+        if len(c.logged_ranks) == c.ranks
+        else f" (as logged by rank{'s' if len(c.logged_ranks) > 1 else ''} "
+        f"{', '.join(map(str, c.logged_ranks))})"
+    )
+    return (
+        f"Cluster: {c.kv_cache_size_tokens:,} KV tokens{concurrency} over {c.ranks} DP "
+        f"ranks{rested}."
+    )
+
+
+def speculative_dict(spec: SpecDecodeLog) -> dict[str, Any]:
+    """Speculative decoding as the log states it, its stat lines summarised (JSON
+    ``speculative``): ``draft_acceptance_pct`` is accepted over drafted tokens, summed over
+    the lines; ``mean_acceptance_length`` the mean of the lines' (each an interval's)."""
+    lengths = spec.mean_acceptance_length
+    return {
+        "method": spec.method,
+        "num_speculative_tokens": spec.num_speculative_tokens,
+        "draft_model": spec.draft_model,
+        "samples": len(lengths),
+        "mean_acceptance_length": round(sum(lengths) / len(lengths), 2) if lengths else None,
+        "accepted_tokens": spec.accepted_tokens,
+        "drafted_tokens": spec.drafted_tokens,
+        "draft_acceptance_pct": (
+            round(100 * spec.accepted_tokens / spec.drafted_tokens, 1)
+            if spec.drafted_tokens
+            else None
+        ),
+    }
+
+
+def speculative_text(spec: SpecDecodeLog) -> str:
+    """One line: "Speculative decoding: mtp, 3 tokens a step; 2 stat lines: 89 of 975 drafted
+    tokens accepted (9.1 %), mean acceptance length 2.37." (what the log lacks left out)."""
+    d = speculative_dict(spec)
+    head = "Speculative decoding: " + (d["method"] or "on")
+    if d["num_speculative_tokens"] is not None:
+        head += f", {d['num_speculative_tokens']} tokens a step"
+    if not d["samples"]:
+        return head + "."
+    lines = f"{d['samples']} stat line{'s' if d['samples'] > 1 else ''}"
+    accepted = (
+        f" {d['accepted_tokens']:,} of {d['drafted_tokens']:,} drafted tokens accepted "
+        f"({d['draft_acceptance_pct']:.1f} %),"
+        if d["draft_acceptance_pct"] is not None
+        else ""
+    )
+    return f"{head}; {lines}:{accepted} mean acceptance length {d['mean_acceptance_length']:.2f}."
+
+
 def diagnose_dict(dg: Diagnosis) -> dict[str, Any]:
     """JSON of ``kvplan diagnose``; runtime samples are summarised, not listed."""
     data = asdict(dg)
     log = data["log"]
+    for key in ("data_parallel_size", "expert_parallel", "ranks"):
+        del log[key]  # a data-parallel log has them at the top level
+    data.update(data.pop("data_parallel") or {})
+    del log["speculative"]  # summarised at the top level, when the log shows it
+    if dg.log.speculative is not None:
+        data["speculative"] = speculative_dict(dg.log.speculative)
     for key in ("kv_usage_pct", "prefix_hit_pct"):
         samples = log.pop(key)
         log[key.removesuffix("_pct") + "_samples"] = len(samples)
@@ -204,8 +316,12 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
     verdict = verdict_text(dg)
     if verdict:
         out.print(verdict, soft_wrap=True, markup=False)
+    dp = dg.data_parallel
     if dg.terms:
-        table = Table(title="Log vs plan, per GPU rank", title_justify="left")
+        title = "Log vs plan, per GPU rank"
+        if dp is not None and dp.ranks:
+            title += f" (the log's figures: DP rank {dp.ranks[0].rank})"
+        table = Table(title=title, title_justify="left")
         table.add_column("term")
         for col in ("log", "plan", "log − plan"):
             table.add_column(col, justify="right")
@@ -215,6 +331,11 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
                 t.name, _size(t.log, t.unit), _size(t.plan, t.unit), _signed(t.diff, t.unit), t.note
             )
         out.print(table)
+    if dp is not None:
+        out.print(_ranks_table(dp))
+        out.print(cluster_text(dp), soft_wrap=True, markup=False)
+    if log.speculative is not None:
+        out.print(speculative_text(log.speculative), soft_wrap=True, markup=False)
     for note in dg.notes:
         out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
     if dg.findings:

@@ -2,9 +2,9 @@
 
 Every reader refuses what it cannot use with one line naming the file (missing, a directory,
 binary, not UTF-8, over its size limit), and never holds more than it has to: text files are
-read up to a limit, traces line by line (:func:`iter_lines`), YAML with its aliases counted
-before they are expanded (:func:`load_yaml`). Outputs are written whole or not at all
-(:func:`write_atomic`).
+read up to a limit, traces 32 KiB of lines at a time (:func:`iter_lines`), YAML with its
+aliases counted before they are expanded (:func:`load_yaml`). Outputs are written whole or not
+at all (:func:`write_atomic`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 ErrorType = Callable[[str], KvplanError]
 MAX_YAML_NODES = 1_000_000  # after expanding aliases: refuses "billion laughs"
+CHUNK_BYTES = 1 << 15  # iter_lines reads plain text in chunks of this many bytes (32 KiB)
 
 
 def _open(path: Path, what: str, error: ErrorType) -> IO[bytes]:
@@ -67,10 +68,11 @@ def read_text_file(path: Path, *, limit: int, what: str, error: ErrorType = Inpu
 def iter_lines(
     path: Path, *, max_line_bytes: int, what: str, error: ErrorType = InputFileError
 ) -> Iterator[str]:
-    """The lines of a UTF-8 text file, read one at a time (memory stays one line, whatever the
-    file's size). A line longer than ``max_line_bytes`` is cut to ``max_line_bytes + 1``
-    characters, so the caller can report it, and the rest of it is skipped unread; NUL bytes or
-    a line that is not UTF-8 end the file with ``error``."""
+    """The lines of a UTF-8 text file, read a chunk of :data:`CHUNK_BYTES` at a time, or a line
+    (memory stays a chunk or a line, whatever the file's size). A line longer than
+    ``max_line_bytes`` is cut to ``max_line_bytes + 1`` characters, so the caller can report it,
+    and the rest of it is skipped unread; NUL bytes or a line that is not UTF-8 end the file
+    with ``error``."""
 
     def binary(number: int) -> KvplanError:
         return error(f"{path}: binary file (NUL bytes on line {number:,}), not a {what}")
@@ -78,6 +80,15 @@ def iter_lines(
     with _open(path, what, error) as f:
         number = 0
         try:
+            if f.seekable():
+                for lines in _whole_lines(f, max_line_bytes):
+                    if not number:
+                        lines[0] = lines[0].removeprefix("\ufeff")
+                    number += len(lines)
+                    yield from lines
+            # line by line: a file that is not seekable, or the rest of one from the first
+            # chunk _whole_lines leaves (a line to cut, NUL bytes, not UTF-8, a last line
+            # without a newline), the same lines and errors with the same line numbers
             while raw := f.readline(max_line_bytes + 1):
                 number += 1
                 cut = len(raw) > max_line_bytes and not raw.endswith(b"\n")
@@ -101,6 +112,32 @@ def iter_lines(
                     yield raw.decode("utf-8", "replace")  # cut inside a character
         except OSError as exc:
             raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _whole_lines(f: IO[bytes], max_line_bytes: int) -> Iterator[list[str]]:
+    """The lines of ``f`` from its position, :data:`CHUNK_BYTES` at a time: the lines
+    :func:`iter_lines` yields, in a list per chunk, while every line of a chunk ends with a
+    newline and is short, text and not ``\\r``-separated. At the first chunk that is not, ``f``
+    is put back at its start and nothing more comes: its caller goes on line by line. One read,
+    split and decode in C a chunk, where a line at a time costs a Python loop a line."""
+    pos = f.tell()
+    tail = b""
+    while chunk := f.read(CHUNK_BYTES):
+        data = tail + chunk
+        end = data.rfind(b"\n") + 1
+        if not end or b"\0" in data or b"\r" in data:
+            break
+        data, tail = data[:end], data[end:]
+        raw = data.splitlines(keepends=True)  # at b"\n" only: there is no b"\r"
+        if max(map(len, raw)) > max_line_bytes:
+            break
+        try:
+            lines = list(map(bytes.decode, raw))
+        except UnicodeDecodeError:
+            break
+        pos += end
+        yield lines
+    f.seek(pos)
 
 
 def write_atomic(path: str | Path, data: bytes | str, *, flag: str = "") -> None:

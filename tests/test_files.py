@@ -34,6 +34,31 @@ def test_iter_lines_cuts_a_long_line_and_skips_the_rest(tmp_path: Path) -> None:
     assert lines == ["short\n", "z" * 101, "after\n"]
 
 
+@pytest.mark.parametrize("chunk", [1, 4, 8, 64, 1 << 15])
+def test_iter_lines_reads_chunks_then_line_by_line_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    # whole chunks of short text lines first; from the chunk with a \r, a long line or an
+    # unfinished last line on, one line at a time: the same lines either way
+    monkeypatch.setattr(files, "CHUNK_BYTES", chunk)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\xef\xbb\xbfab\n\ncd\n\xc3\xa9\nef\r\ngh\n" + b"z" * 30 + b"\nij\nk")
+    assert list(files.iter_lines(path, max_line_bytes=10, what="trace")) == [
+        "ab\n",
+        "\n",
+        "cd\n",
+        "\xe9\n",
+        "ef\r\n",
+        "gh\n",
+        "z" * 11,
+        "ij\n",
+        "k",
+    ]
+    path.write_bytes(b"ok\nok\nok\n\xff\n")
+    with pytest.raises(InputFileError, match="line 4 is not UTF-8"):
+        list(files.iter_lines(path, max_line_bytes=10, what="trace"))
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

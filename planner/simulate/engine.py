@@ -62,6 +62,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import operator
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
@@ -83,6 +84,7 @@ PROGRESS: Callable[[int], None] | None = None
 TIMELINE_POINTS = 240
 SEQ_MASK = (1 << 40) - 1  # an event holds an admission number below 2**40
 SORT_RUN = 1 << 16  # Percentiles.of_array sorts latencies in runs of this many
+ARRIVAL_BATCH = 1024  # _Engine._arrivals makes requests without a shared prefix this many at once
 
 
 # --------------------------------------------------------------------------- inputs
@@ -1175,8 +1177,15 @@ class _Engine:
                 if full_isl and blocks(num) - fg * hits + touch > free:
                     break  # vLLM >= 0.19 reserves the whole prompt (module docstring)
                 waiting.popleft()
-                if not waiting and self.next_arrival <= now:
-                    self._pull()
+                if not waiting and self.next_arrival <= now:  # _pull(), inlined
+                    nxt = self.nxt
+                    assert nxt is not None
+                    waiting.append(nxt)
+                    self.nxt = nxt = next(self.incoming, None)
+                    self.next_arrival = math.inf if nxt is None else nxt.arrival
+                    self.pulled += 1
+                    if PROGRESS is not None and not self.pulled & 4095:
+                        PROGRESS(self.pulled)
                 if touch:
                     self.free, self.allocated = free, allocated
                     self._touch(r, shared, own, touch)
@@ -1295,6 +1304,24 @@ class _Engine:
             prompts, outputs, arrivals = reqs.prompt, reqs.output, reqs.arrival
             groups = reqs.prefix
             ids, tokens = reqs.prefix_ids, reqs.prefix_tokens
+            if groups is None or not caching:
+                # nothing to share: a batch at a time, made in C (map) where none is too long
+                n = len(prompts)
+                for lo in range(0, n, ARRIVAL_BATCH):
+                    hi = min(n, lo + ARRIVAL_BATCH)
+                    p, o = prompts[lo:hi], outputs[lo:hi]
+                    if max(map(operator.add, p, o)) <= limit:
+                        yield from list(
+                            map(_Req, range(lo, hi), arrivals[lo:hi], p, o, itertools.repeat(None))
+                        )
+                        continue
+                    for i in range(lo, hi):
+                        prompt, output = prompts[i], outputs[i]
+                        if prompt + output > limit:
+                            self.rejected += 1
+                        else:
+                            yield _Req(i, arrivals[i], prompt, output, None)
+                return
             for i in range(len(prompts)):
                 prompt, output = prompts[i], outputs[i]
                 if prompt + output > limit:

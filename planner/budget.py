@@ -436,6 +436,18 @@ def mm_profile(dep: Deployment, est: KVEstimate, weights: Weights) -> MMProfile 
     )
 
 
+def _talking_ranks(dep: Deployment) -> int:
+    """The GPUs one rank's collectives span: its TP group, or for a MoE model with DP (experts
+    sharded over dp x tp, all-to-all with EP) all dp x tp; a dense model's DP ranks are
+    independent engines."""
+    from planner.weights import _num_experts
+
+    s = dep.settings
+    if s.dp > 1 and (s.enable_expert_parallel or _num_experts(dep.spec.config, dep.spec.name)):
+        return s.tp * s.dp
+    return s.tp
+
+
 def vllm_budget(
     dep: Deployment,
     est: KVEstimate,
@@ -464,7 +476,7 @@ def vllm_budget(
         gpu_memory_utilization=s.gmu,
         kv_cache_memory_bytes=s.kv_cache_memory_bytes,
         cuda_graph_bytes=graph_bytes(dep, est),
-        non_torch=non_torch_bytes(s.tp * s.dp, s.pp),  # DP ranks share NCCL groups too
+        non_torch=non_torch_bytes(_talking_ranks(dep), s.pp),
         headroom_bytes=s.headroom_bytes,
         one_line_log=s.rules.one_line_capacity_log,
     )

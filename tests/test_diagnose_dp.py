@@ -98,6 +98,8 @@ def test_dp_and_ep_are_read_from_non_default_args_that_are_not_a_literal() -> No
     log = parse_log(real("vllm-51454-dp8-ep-args"))
     assert (log.data_parallel_size, log.expert_parallel) == (8, True)
     assert log.settings == {
+        "dp": 8,  # a DP size above 1 and EP on are settings the plan takes
+        "enable_expert_parallel": True,
         "block_size": 256,
         "gpu_memory_utilization": 0.95,
         "kv_cache_dtype": "fp8",

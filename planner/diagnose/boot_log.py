@@ -241,7 +241,7 @@ def _config(log: BootLog, m: re.Match[str], line: int) -> None:
         if key in pairs:
             log.settings[name] = _literal(pairs[key].strip())
             log.lines[name] = line
-    _parallel(log, {"data_parallel_size": _literal(pairs.get("data_parallel_size", "None"))})
+    _parallel(log, {"data_parallel_size": _literal(pairs.get("data_parallel_size", "None"))}, line)
     spec = re.search(r"speculative_config=SpeculativeConfig\(([^)]*)\)", m.string)
     if spec:
         found = {k: _literal(v.strip()) for k, v in re.findall(r"(\w+)=('[^']*'|[^,]+)", spec[1])}
@@ -274,13 +274,19 @@ def _spec_metrics(log: BootLog, m: re.Match[str], line: int) -> None:
     log.lines.setdefault("spec_decode_first", line)
 
 
-def _parallel(log: BootLog, args: dict[str, Any]) -> None:
-    """``data_parallel_size`` and ``enable_expert_parallel`` as the log states them."""
+def _parallel(log: BootLog, args: dict[str, Any], line: int) -> None:
+    """``data_parallel_size`` and ``enable_expert_parallel`` as the log states them; a DP size
+    above 1 and EP on are also settings the plan takes (``dp``, ``enable_expert_parallel``)."""
     size, expert = args.get("data_parallel_size"), args.get("enable_expert_parallel")
     if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_DP_RANKS:
         log.data_parallel_size = size
+        if size > 1:
+            log.settings["dp"], log.lines["dp"] = size, line
     if isinstance(expert, bool):
         log.expert_parallel = expert
+        if expert:
+            log.settings["enable_expert_parallel"] = True
+            log.lines["enable_expert_parallel"] = line
 
 
 def _literal(text: str) -> Any:
@@ -305,7 +311,7 @@ def _non_default(log: BootLog, m: re.Match[str], line: int) -> None:
         args = _top_level_pairs(text)
     if not args:
         return
-    _parallel(log, args)
+    _parallel(log, args, line)
     spec = args.get("speculative_config")
     if isinstance(spec, dict):
         _speculative(log, spec.get("method"), spec.get("num_speculative_tokens"), spec.get("model"))

@@ -33,6 +33,8 @@ COMMAND_LINE = "command line"
 ORDER = (
     "tp",
     "pp",
+    "dp",
+    "enable_expert_parallel",
     "max_model_len",
     "gpu_memory_utilization",
     "kv_cache_dtype",
@@ -54,6 +56,8 @@ ORDER = (
 PLAN_KEYS = (
     "tp",
     "pp",
+    "dp",
+    "enable_expert_parallel",
     "max_model_len",
     "kv_cache_dtype",
     "max_num_batched_tokens",

@@ -538,3 +538,45 @@ def test_simulate_sizes_the_pool_as_estimate_does_with_lora_and_a_vision_tower()
             ).stdout
         )
         assert sim["runs"][0]["num_gpu_blocks"] == est["num_gpu_blocks"], model
+
+
+def test_diagnose_plans_with_the_lora_and_speculative_settings_of_the_log(tmp_path: Path) -> None:
+    # the same boot log with LoRA slots and MTP-free n-gram drafting in its non-default args:
+    # the plan takes them (weights grow by the LoRA buffers, as estimate's do)
+    base = Path("tests/fixtures/logs/vllm-v1-llama8b-h100.log").read_text()
+    args = "'max_model_len': 16000, 'gpu_memory_utilization': 0.9}"
+    assert args in base
+    log = tmp_path / "lora.log"
+    log.write_text(
+        base.replace(
+            args,
+            "'max_model_len': 16000, 'gpu_memory_utilization': 0.9, 'enable_lora': True, "
+            "'max_loras': 4, 'max_lora_rank': 64, 'speculative_config': {'method': 'ngram', "
+            "'num_speculative_tokens': 3, 'prompt_lookup_max': 4}}",
+        )
+    )
+    result = run_cli("diagnose", str(log), "--gpu", "h100", "--json")
+    assert result.exit_code in (0, 1), result.stderr
+    data = json.loads(result.stdout)
+    assert data["settings"]["enable_lora"] is True and data["settings"]["max_loras"] == 4
+    assert data["settings"]["speculative"]["method"] == "ngram"
+    est = json.loads(
+        run_cli(
+            "estimate",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100",
+            "--max-model-len",
+            "16000",
+            "--gpu-memory-utilization",
+            "0.9",
+            "--enable-lora",
+            "--max-loras",
+            "4",
+            "--max-lora-rank",
+            "64",
+            "--json",
+        ).stdout
+    )
+    weights = next(t for t in data["terms"] if t["name"] == "weights")
+    assert weights["plan"] == est["weights_bytes"]  # LoRA buffers counted in both

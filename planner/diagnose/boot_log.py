@@ -318,7 +318,11 @@ def _non_default(log: BootLog, m: re.Match[str], line: int) -> None:
     if isinstance(args.get("model"), str):
         log.model = args["model"]
         log.lines["model"] = line
-    names = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp"}
+    names = {
+        "tensor_parallel_size": "tp",
+        "pipeline_parallel_size": "pp",
+        "speculative_config": "speculative",
+    }
     for key, value in args.items():
         name = names.get(key, key)
         scalar = isinstance(value, int | float | str | bool)
@@ -381,8 +385,18 @@ _SETTINGS = (
     "mm_encoder_tp_mode",
     "skip_mm_profiling",
     "mm_processor_kwargs",
+    "enable_lora",
+    "max_loras",
+    "max_lora_rank",
+    "fully_sharded_loras",
+    "max_cpu_loras",
+    "cpu_offload_gb",
+    "kv_offloading_size",
+    "kv_offloading_backend",
+    "speculative",
 )
-_MAPPINGS = ("limit_mm_per_prompt", "mm_processor_kwargs")  # logged as dicts
+# logged as dicts
+_MAPPINGS = ("limit_mm_per_prompt", "mm_processor_kwargs", "speculative")
 
 
 def _gmu(log: BootLog, m: re.Match[str], line: int, gmu: str, requested: str) -> None:

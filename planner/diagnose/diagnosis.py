@@ -336,7 +336,17 @@ def _plan_for(
             batch_sizes=(), grid_lens=[serve.max_model_len or loaded.spec.max_model_len]
         )
         try:
-            return plan(Deployment(model=loaded, gpu=gpu, settings=serve), options), settings
+            draft = None
+            if serve.speculative is not None:
+                from planner.model.load import load_draft
+
+                try:
+                    serve, draft = load_draft(serve, offline=offline)
+                except KvplanError as exc:  # a draft the log names but kvplan cannot read
+                    notes.append(f"planned without the drafter: cannot load it ({exc})")
+                    serve = serve.but(speculative=None)
+            dep = Deployment(model=loaded, gpu=gpu, settings=serve, draft=draft)
+            return plan(dep, options), settings
         except DoesNotFitError as exc:
             findings.append(Finding("plan-does-not-fit", "error", {"message": str(exc)}))
             return None, settings

@@ -48,6 +48,15 @@ ORDER = (
     "mm_encoder_tp_mode",
     "skip_mm_profiling",
     "mm_processor_kwargs",
+    "enable_lora",
+    "max_loras",
+    "max_lora_rank",
+    "fully_sharded_loras",
+    "max_cpu_loras",
+    "cpu_offload_gb",
+    "kv_offloading_size",
+    "kv_offloading_backend",
+    "speculative",
 )
 
 # The log's settings that shape the plan, in the order a note names them: when the plan refuses
@@ -70,6 +79,15 @@ PLAN_KEYS = (
     "mm_encoder_tp_mode",
     "skip_mm_profiling",
     "mm_processor_kwargs",
+    "enable_lora",
+    "max_loras",
+    "max_lora_rank",
+    "fully_sharded_loras",
+    "max_cpu_loras",
+    "cpu_offload_gb",
+    "kv_offloading_size",
+    "kv_offloading_backend",
+    "speculative",
 )
 
 

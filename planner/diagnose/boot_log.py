@@ -369,14 +369,18 @@ def _top_level_pairs(text: str) -> dict[str, Any]:
     return pairs
 
 
-_SETTINGS = (
-    "max_model_len",
+# The settings a log may state, in the order diagnose lists them (diagnose's flags first, then
+# what only a log states); dp and enable_expert_parallel come from _parallel.
+SETTING_KEYS = (
     "tp",
     "pp",
-    "kv_cache_dtype",
+    "dp",
+    "enable_expert_parallel",
+    "max_model_len",
     "gpu_memory_utilization",
-    "max_num_seqs",
+    "kv_cache_dtype",
     "max_num_batched_tokens",
+    "max_num_seqs",
     "enforce_eager",
     "enable_prefix_caching",
     "block_size",
@@ -395,6 +399,7 @@ _SETTINGS = (
     "kv_offloading_backend",
     "speculative",
 )
+_SETTINGS = SETTING_KEYS
 # logged as dicts
 _MAPPINGS = ("limit_mm_per_prompt", "mm_processor_kwargs", "speculative")
 

@@ -23,72 +23,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.deployment import SPELLINGS, VLLM_DEFAULT_GMU, ServeSettings
-from planner.diagnose.boot_log import BootLog
+from planner.diagnose.boot_log import SETTING_KEYS, BootLog
 from planner.errors import UsageError
 
 COMMAND_LINE = "command line"
 
 # The settings a log or diagnose's flags may state, in the order the JSON lists them (after
 # "model"): diagnose_file's keyword arguments, then what only a log states.
-ORDER = (
-    "tp",
-    "pp",
-    "dp",
-    "enable_expert_parallel",
-    "max_model_len",
-    "gpu_memory_utilization",
-    "kv_cache_dtype",
-    "max_num_batched_tokens",
-    "max_num_seqs",
-    "enforce_eager",
-    "enable_prefix_caching",
-    "block_size",
-    "limit_mm_per_prompt",
-    "language_model_only",
-    "mm_encoder_tp_mode",
-    "skip_mm_profiling",
-    "mm_processor_kwargs",
-    "enable_lora",
-    "max_loras",
-    "max_lora_rank",
-    "fully_sharded_loras",
-    "max_cpu_loras",
-    "cpu_offload_gb",
-    "kv_offloading_size",
-    "kv_offloading_backend",
-    "speculative",
-)
+ORDER = SETTING_KEYS
 
 # The log's settings that shape the plan, in the order a note names them: when the plan refuses
 # the log's combination they fall back to vLLM's defaults (gpu_memory_utilization, checked as it
 # is read, is kept).
-PLAN_KEYS = (
-    "tp",
-    "pp",
-    "dp",
-    "enable_expert_parallel",
-    "max_model_len",
-    "kv_cache_dtype",
-    "max_num_batched_tokens",
-    "max_num_seqs",
-    "block_size",
-    "enforce_eager",
-    "enable_prefix_caching",
-    "limit_mm_per_prompt",
-    "language_model_only",
-    "mm_encoder_tp_mode",
-    "skip_mm_profiling",
-    "mm_processor_kwargs",
-    "enable_lora",
-    "max_loras",
-    "max_lora_rank",
-    "fully_sharded_loras",
-    "max_cpu_loras",
-    "cpu_offload_gb",
-    "kv_offloading_size",
-    "kv_offloading_backend",
-    "speculative",
-)
+PLAN_KEYS = tuple(key for key in ORDER if key != "gpu_memory_utilization")
 
 
 def log_version(log: BootLog) -> str | None:

@@ -113,6 +113,39 @@ def cuda_graph_estimate_bytes(est: KVEstimate, decode_query_len: int = 1) -> int
     return layers * len(sizes) * GRAPH_LAYER_SIZE_BYTES
 
 
+# vLLM 0.33's --all2all-backend choices (vllm/config/parallel.py All2AllBackend; pplx and naive
+# are turned into allgather_reducescatter).
+ALL2ALL_BACKENDS = (
+    "allgather_reducescatter",
+    "naive",
+    "pplx",
+    "deepep_high_throughput",
+    "deepep_low_latency",
+    "deepep_v2",
+    "mori_high_throughput",
+    "mori_low_latency",
+    "moonep",
+    "nixl_ep",
+    "flashinfer_all2allv",
+    "flashinfer_nvlink_two_sided",
+    "flashinfer_nvlink_one_sided",
+)
+# DeepEP's NVLink buffer per GPU, VLLM_DEEPEP_BUFFER_SIZE_MB (default 1024) MiB
+# (vllm/distributed/device_communicators/all2all.py, _make_all2all_kwargs); across nodes the
+# high-throughput kernels add an RDMA buffer of the same size, the low-latency ones one sized by
+# DeepEP's get_low_latency_rdma_size_hint (not modelled).
+DEEPEP_BUFFER_BYTES = 1024 * MIB
+
+
+def all2all_buffer_bytes(backend: str, expert_parallel: bool) -> int:
+    """Memory an expert-parallel all-to-all backend reserves on each GPU outside torch's
+    allocator (so vLLM's profile counts it as non-torch): DeepEP's NVLink buffer, 1 GiB by
+    default; 0 for the default allgather_reducescatter, and without expert parallelism."""
+    if expert_parallel and backend.startswith("deepep"):
+        return DEEPEP_BUFFER_BYTES
+    return 0
+
+
 def non_torch_bytes(tp: int, pp: int = 1) -> int:
     """cuBLAS/NCCL memory outside torch: larger once ranks talk to each other."""
     return NON_TORCH_TP1_BYTES if tp * pp == 1 else NON_TORCH_TPN_BYTES
@@ -476,7 +509,8 @@ def vllm_budget(
         gpu_memory_utilization=s.gmu,
         kv_cache_memory_bytes=s.kv_cache_memory_bytes,
         cuda_graph_bytes=graph_bytes(dep, est),
-        non_torch=non_torch_bytes(_talking_ranks(dep), s.pp),
+        non_torch=non_torch_bytes(_talking_ranks(dep), s.pp)
+        + all2all_buffer_bytes(s.all2all_backend, s.enable_expert_parallel and s.gpus > 1),
         headroom_bytes=s.headroom_bytes,
         one_line_log=s.rules.one_line_capacity_log,
     )

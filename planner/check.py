@@ -191,6 +191,7 @@ SCHEMA: dict[str, str] = {
     "enable_expert_parallel": "vLLM expert parallelism (EP = dp x tp)",
     "num_redundant_experts": "EPLB redundant experts (needs enable_expert_parallel)",
     "dcp": "decode-context-parallel size (divides tp)",
+    "all2all_backend": "vLLM's MoE all-to-all backend (DeepEP reserves 1 GiB per GPU)",
     "speculative_config": "vLLM's --speculative-config as a mapping (method, "
     "num_speculative_tokens, model)",
     "enable_lora": "vLLM LoRA: max_loras x max_lora_rank buffers, counted as weights",
@@ -241,6 +242,7 @@ SETTINGS = (
     "enable_expert_parallel",
     "num_redundant_experts",
     "dcp",
+    "all2all_backend",
     "speculative_config",
     "enable_lora",
     "max_loras",

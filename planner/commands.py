@@ -247,6 +247,8 @@ def vllm_parallel_flags(settings: ServeSettings) -> list[str]:
         words += ["--enable-eplb", "--eplb-config", eplb.replace(" ", "")]
     if settings.dcp > 1:
         words += ["--decode-context-parallel-size", str(settings.dcp)]
+    if settings.all2all_backend != "allgather_reducescatter":
+        words += ["--all2all-backend", settings.all2all_backend]
     if settings.speculative is not None:
         words += ["--speculative-config", settings.speculative.as_json()]
     return words

@@ -141,6 +141,7 @@ SPELLINGS: dict[str, Names] = {
     # vLLM spells it --enable-eplb --eplb-config '{"num_redundant_experts": R}' (as_flags)
     "num_redundant_experts": Names("--num-redundant-experts", "num_redundant_experts", None),
     "dcp": Names("--decode-context-parallel-size", "dcp", "decode_context_parallel_size"),
+    "all2all_backend": Names("--all2all-backend", "all2all_backend", "all2all_backend"),
     "speculative": Names("--speculative-config", "speculative_config", "speculative_config"),
     "enable_lora": Names("--enable-lora", "enable_lora", "enable_lora"),
     "max_loras": Names("--max-loras", "max_loras", "max_loras"),
@@ -349,6 +350,8 @@ class ServeSettings:
             ``ceil((E + R) / ep)`` experts.
         dcp: decode-context-parallel size (divides tp): KV sharded over dcp TP ranks, so a
             block spans ``block_size x dcp`` tokens.
+        all2all_backend: vLLM's MoE all-to-all; DeepEP's reserve buffers outside torch
+            (:func:`planner.budget.all2all_buffer_bytes`).
         speculative: ``--speculative-config`` (:mod:`planner.speculative`).
         enable_lora, max_loras, max_lora_rank, lora_target_modules, fully_sharded_loras,
             max_cpu_loras: vLLM's LoRA flags (:mod:`planner.lora`); ``max_lora_rank`` None is
@@ -390,6 +393,7 @@ class ServeSettings:
     enable_expert_parallel: bool = False
     num_redundant_experts: int = 0
     dcp: int = 1
+    all2all_backend: str = "allgather_reducescatter"
     speculative: SpeculativeConfig | None = None
     enable_lora: bool = False
     max_loras: int = 1
@@ -448,6 +452,13 @@ class ServeSettings:
         if self.runner not in RUNNERS:
             raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}")
         self._check_parallel()
+        from planner.budget import ALL2ALL_BACKENDS
+
+        if self.all2all_backend not in ALL2ALL_BACKENDS:
+            raise UsageError(
+                f"--all2all-backend {self.all2all_backend!r}: vLLM 0.33 takes one of "
+                f"{', '.join(ALL2ALL_BACKENDS)}"
+            )
         self._check_lora()
         self._check_offload()
         from planner.multimodal import check_mode
@@ -845,6 +856,7 @@ def _check_type(name: str, value: Any) -> None:
         "runner",
         "lora_adapter",
         "kv_offloading_backend",
+        "all2all_backend",
         "mm_encoder_tp_mode",
     ) and not (isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())):
         rule, expected = "name", "a name"
@@ -876,7 +888,7 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
         from planner.lora import LoraAdapter, read_adapter
 
         return {name: value if isinstance(value, LoraAdapter) else read_adapter(str(value).strip())}
-    if name == "kv_offloading_backend":
+    if name in ("kv_offloading_backend", "all2all_backend"):
         return {name: str(value).strip().lower()}
     if name in ("cpu_offload_gb", "kv_offloading_size"):
         if isinstance(value, bool):

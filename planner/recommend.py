@@ -502,12 +502,18 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         else []
     )
     if s.enable_expert_parallel and s.gpus > 1:
-        notes.append(
-            "expert parallelism: all-to-all buffers are outside this budget (DeepEP's "
-            "high-throughput backend reserves VLLM_DEEPEP_BUFFER_SIZE_MB, 1 GiB by default, per "
-            "GPU, twice across nodes; the default allgather_reducescatter none): keep them free "
-            "with --headroom"
-        )
+        if s.all2all_backend.startswith("deepep"):
+            notes.append(
+                f"{s.all2all_backend}: 1 GiB of DeepEP NVLink buffer per GPU is counted in "
+                "non-torch memory (VLLM_DEEPEP_BUFFER_SIZE_MB); across nodes an RDMA buffer "
+                "comes on top: keep it free with --headroom"
+            )
+        else:
+            notes.append(
+                f"expert parallelism with --all2all-backend {s.all2all_backend}: no all-to-all "
+                "buffer counted; DeepEP backends reserve 1 GiB per GPU (--all2all-backend "
+                "deepep_high_throughput counts it)"
+            )
     figures = None
     if s.speculative is not None:
         plain = dep.with_settings(speculative=None)

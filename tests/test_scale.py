@@ -580,3 +580,20 @@ def test_diagnose_plans_with_the_lora_and_speculative_settings_of_the_log(tmp_pa
     )
     weights = next(t for t in data["terms"] if t["name"] == "weights")
     assert weights["plan"] == est["weights_bytes"]  # LoRA buffers counted in both
+
+
+def test_deepep_buffers_are_counted_where_vllm_reserves_them() -> None:
+    # DeepEP's NVLink buffer, VLLM_DEEPEP_BUFFER_SIZE_MB = 1,024 MiB per GPU outside torch
+    # (vllm/distributed/device_communicators/all2all.py): non-torch grows by 2^30 B, the KV
+    # pool shrinks by as much; the default allgather_reducescatter reserves none
+    common = ["deepseek-v3", "--gpu", "h200", "--dp", "8", "--enable-expert-parallel", "--json"]
+    plain = json.loads(run_cli("estimate", *common).stdout)
+    deepep = json.loads(
+        run_cli("estimate", *common, "--all2all-backend", "deepep_high_throughput").stdout
+    )
+    assert deepep["non_torch_bytes"] - plain["non_torch_bytes"] == 1 << 30
+    assert plain["available_kv_bytes"] - deepep["available_kv_bytes"] == 1 << 30
+    command = check_command(deepep["commands"]["vllm"])
+    assert command["--all2all-backend"] == "deepep_high_throughput"
+    bad = run_cli("estimate", "deepseek-v3", "--all2all-backend", "pigeon")
+    assert bad.exit_code == 2 and bad.stderr.startswith("Error: --all2all-backend 'pigeon'")

@@ -155,6 +155,13 @@ RedundantOpt = Annotated[
         "--enable-eplb --eplb-config '{\"num_redundant_experts\": R}'.",
     ),
 ]
+All2AllOpt = Annotated[
+    str,
+    typer.Option(
+        "--all2all-backend",
+        help="vLLM's MoE all-to-all backend; DeepEP ones reserve 1 GiB per GPU outside torch.",
+    ),
+]
 DcpOpt = Annotated[
     int,
     typer.Option(

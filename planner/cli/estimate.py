@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from planner.simulate.workload import Workload
 
 from planner.cli._options import (
+    All2AllOpt,
     BatchedTokensOpt,
     BatchOpt,
     BlockOpt,
@@ -168,6 +169,7 @@ def estimate(
     enable_expert_parallel: EpOpt = False,
     num_redundant_experts: RedundantOpt = 0,
     dcp: DcpOpt = 1,
+    all2all_backend: All2AllOpt = "allgather_reducescatter",
     speculative_config: SpeculativeOpt = None,
     enable_lora: EnableLoraOpt = False,
     max_loras: MaxLorasOpt = None,
@@ -269,6 +271,7 @@ def estimate(
             enable_expert_parallel=enable_expert_parallel or None,
             num_redundant_experts=num_redundant_experts or None,
             dcp=dcp,
+            all2all_backend=all2all_backend,
             speculative=speculative_config,
             enable_lora=enable_lora or None,
             max_loras=max_loras,

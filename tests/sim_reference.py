@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from planner.simulate.engine import SimConfig
 from planner.simulate.workload import Workload
 
 
@@ -304,4 +305,23 @@ def run_reference(
         recomputed_tokens=recomputed,
         ttft=ttft,
         cpu_hit_tokens=cpu_hits,
+    )
+
+
+def reference_for(workload: Workload, config: SimConfig) -> RefResult:
+    """:func:`run_reference` with the settings of the fast engine's ``config``, so a test
+    compares the two on exactly the same pool, limits and rules."""
+    return run_reference(
+        workload,
+        num_gpu_blocks=config.num_gpu_blocks,
+        block_size=config.layout.block_size,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=config.max_model_len,
+        prefix_caching=config.prefix_caching,
+        reserve_full_isl=config.reserve_full_isl,
+        prepend_uncached_free=config.prepend_uncached_free,
+        async_scheduling=config.async_scheduling,
+        num_lookahead_tokens=config.num_lookahead_tokens,
+        cpu_blocks=config.cpu_blocks,
     )

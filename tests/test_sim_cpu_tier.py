@@ -14,7 +14,7 @@ import pytest
 from planner.simulate.engine import BlockLayout, SimConfig, simulate
 from planner.simulate.roofline import Roofline
 from planner.simulate.workload import Request, Workload
-from tests.sim_reference import run_reference
+from tests.sim_reference import reference_for
 
 
 def config(cpu_blocks: int, **overrides: object) -> SimConfig:
@@ -30,19 +30,6 @@ def config(cpu_blocks: int, **overrides: object) -> SimConfig:
     )
     values.update(overrides)
     return SimConfig(**values)  # type: ignore[arg-type]
-
-
-def reference(w: Workload, cfg: SimConfig):  # type: ignore[no-untyped-def]
-    return run_reference(
-        w,
-        num_gpu_blocks=cfg.num_gpu_blocks,
-        block_size=cfg.layout.block_size,
-        max_num_seqs=cfg.max_num_seqs,
-        max_num_batched_tokens=cfg.max_num_batched_tokens,
-        max_model_len=cfg.max_model_len,
-        prefix_caching=cfg.prefix_caching,
-        cpu_blocks=cfg.cpu_blocks,
-    )
 
 
 def trace(b_prompt: int) -> Workload:
@@ -76,7 +63,7 @@ def test_prefix_evicted_from_the_gpu_is_loaded_from_the_cpu_tier(
     assert r.cpu_hit_rate == cpu_hit_tokens / 47
     assert r.gpu_hit_rate == 0.0
     assert r.cpu_blocks == cpu_blocks
-    ref = reference(w, cfg)
+    ref = reference_for(w, cfg)
     assert (ref.cpu_hit_tokens, ref.hit_tokens) == (cpu_hit_tokens, cpu_hit_tokens)
 
 
@@ -90,7 +77,7 @@ def test_gpu_hit_then_cpu_hit() -> None:
     r = simulate(w, cfg)
     assert (r.prefix_hit_tokens, r.cpu_hit_tokens, r.prefix_blocks_saved) == (8, 4, 1)
     assert (r.gpu_hit_rate, r.cpu_hit_rate) == (4 / 43, 4 / 43)
-    ref = reference(w, cfg)
+    ref = reference_for(w, cfg)
     assert (ref.hit_tokens, ref.cpu_hit_tokens, ref.blocks_saved) == (8, 4, 1)
 
 

@@ -15,7 +15,7 @@ import pytest
 from planner.simulate.engine import BlockLayout, SimConfig, simulate
 from planner.simulate.roofline import Roofline
 from planner.simulate.workload import Request, Workload
-from tests.sim_reference import run_reference
+from tests.sim_reference import reference_for
 
 
 def workload(*requests: Request) -> Workload:
@@ -37,26 +37,13 @@ def config(usable: int, lookahead: int, **overrides: object) -> SimConfig:
     return SimConfig(**values)  # type: ignore[arg-type]
 
 
-def reference(w: Workload, cfg: SimConfig):  # type: ignore[no-untyped-def]
-    return run_reference(
-        w,
-        num_gpu_blocks=cfg.num_gpu_blocks,
-        block_size=cfg.layout.block_size,
-        max_num_seqs=cfg.max_num_seqs,
-        max_num_batched_tokens=cfg.max_num_batched_tokens,
-        max_model_len=cfg.max_model_len,
-        prefix_caching=cfg.prefix_caching,
-        num_lookahead_tokens=cfg.num_lookahead_tokens,
-    )
-
-
 @pytest.mark.parametrize(("lookahead", "blocks"), [(0, 1), (2, 2)])
 def test_a_prefill_reserves_its_lookahead_slots(lookahead: int, blocks: int) -> None:
     # a 15-token prompt: 15 slots fit one 16-token block; with k = 2 it holds 15 + 2 = 17
     # slots, cdiv(17, 16) = 2 blocks
     w = workload(Request(15, 1))
     r = simulate(w, config(10, lookahead))
-    assert r.peak_blocks == reference(w, config(10, lookahead)).peak_blocks == blocks
+    assert r.peak_blocks == reference_for(w, config(10, lookahead)).peak_blocks == blocks
 
 
 @pytest.mark.parametrize(
@@ -84,7 +71,7 @@ def test_lookahead_brings_the_block_boundary_k_tokens_earlier(
     r = simulate(w, cfg)
     assert list(r.finish_steps) == finish
     assert (r.steps, r.preemptions, r.recomputed_tokens) == (steps, 1, recomputed)
-    ref = reference(w, cfg)
+    ref = reference_for(w, cfg)
     assert (ref.finish_steps, ref.steps, ref.recomputed_tokens) == (finish, steps, recomputed)
 
 
@@ -95,4 +82,4 @@ def test_lookahead_slots_stop_at_max_model_len(max_model_len: int, blocks: int) 
     # L = 64, 35 slots = 3 blocks
     w = workload(Request(30, 2))
     cfg = config(10, 4, max_model_len=max_model_len)
-    assert simulate(w, cfg).peak_blocks == reference(w, cfg).peak_blocks == blocks
+    assert simulate(w, cfg).peak_blocks == reference_for(w, cfg).peak_blocks == blocks

@@ -28,7 +28,7 @@ from planner.simulate import (
 from planner.simulate.engine import Percentiles, _unused_slots
 from planner.simulate.workload import Request, Workload
 from tests.helpers import deployment, plan_for
-from tests.sim_reference import run_reference
+from tests.sim_reference import reference_for
 
 
 def workload(*requests: Request) -> Workload:
@@ -225,20 +225,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Workload, SimConfig]:
 def test_event_driven_scheduler_matches_the_literal_model(case: tuple[Workload, SimConfig]) -> None:
     w, cfg = case
     got = simulate(w, cfg)
-    ref = run_reference(
-        w,
-        num_gpu_blocks=cfg.num_gpu_blocks,
-        block_size=cfg.layout.block_size,
-        max_num_seqs=cfg.max_num_seqs,
-        max_num_batched_tokens=cfg.max_num_batched_tokens,
-        max_model_len=cfg.max_model_len,
-        prefix_caching=cfg.prefix_caching,
-        reserve_full_isl=cfg.reserve_full_isl,
-        prepend_uncached_free=cfg.prepend_uncached_free,
-        async_scheduling=cfg.async_scheduling,
-        num_lookahead_tokens=cfg.num_lookahead_tokens,
-        cpu_blocks=cfg.cpu_blocks,
-    )
+    ref = reference_for(w, cfg)
     assert list(got.finish_steps) == ref.finish_steps
     assert got.preemptions == ref.preemptions
     assert got.peak_blocks == ref.peak_blocks

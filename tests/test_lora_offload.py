@@ -419,7 +419,7 @@ def test_every_plan_has_a_host_ram_line() -> None:
 def test_host_ram_adds_its_parts() -> None:
     # --kv-offloading-size 32 (one engine) + 2 GPUs x 2 GiB offloaded + LoRA: 4 CPU slots of
     # a rank-16 adapter of every module, whole (92,356,608 B), on each of the 2 workers
-    data = estimate_json(
+    args = (
         "llama-3.1-8b",
         "--gpu",
         "h100",
@@ -433,26 +433,13 @@ def test_host_ram_adds_its_parts() -> None:
         "--max-cpu-loras",
         "4",
     )
+    data = estimate_json(*args)
     ram = data["host_ram_bytes"]
     assert ram["kv_offload"] == 32 * GIB
     assert ram["pinned_weights"] == 2 * 2 * GIB
     assert ram["lora_cpu_cache"] == 4 * 92_356_608 * 2
     assert ram["total"] == 32 * GIB + 4 * GIB + 4 * 92_356_608 * 2
-    result = run_cli(
-        "estimate",
-        "llama-3.1-8b",
-        "--gpu",
-        "h100",
-        "--tp",
-        "2",
-        "--kv-offloading-size",
-        "32",
-        "--cpu-offload-gb",
-        "2",
-        "--enable-lora",
-        "--max-cpu-loras",
-        "4",
-    )
+    result = run_cli("estimate", *args)
     lines = result.output.splitlines()
     at = next(i for i, x in enumerate(lines) if x.startswith("Host RAM"))
     shown = " ".join(lines[at : at + 2])  # the parts go on a second line past 80 columns

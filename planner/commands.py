@@ -17,7 +17,6 @@ fraction then goes into the file too, not on the command line.
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -237,14 +236,15 @@ def vllm_parallel_flags(settings: ServeSettings) -> list[str]:
     """``vllm serve`` flags for data, expert and decode-context parallelism and speculative
     decoding, as vLLM 0.33 spells them (``--enable-eplb --eplb-config`` for redundant
     experts; the speculative config as one JSON word)."""
+    from planner.deployment import eplb_flags
+
     words: list[str] = []
     if settings.dp > 1:
         words += ["--data-parallel-size", str(settings.dp)]
     if settings.enable_expert_parallel:
         words += ["--enable-expert-parallel"]
     if settings.num_redundant_experts:
-        eplb = json.dumps({"num_redundant_experts": settings.num_redundant_experts})
-        words += ["--enable-eplb", "--eplb-config", eplb.replace(" ", "")]
+        words += eplb_flags(settings.num_redundant_experts)
     if settings.dcp > 1:
         words += ["--decode-context-parallel-size", str(settings.dcp)]
     if settings.all2all_backend != "allgather_reducescatter":

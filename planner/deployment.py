@@ -20,7 +20,9 @@ settings=ServeSettings())``; vLLM's batch defaults for it are 2,048 tokens / 256
 
 from __future__ import annotations
 
+import json
 import math
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -217,6 +219,13 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def eplb_flags(redundant_experts: int) -> list[str]:
+    """vLLM's spelling of EPLB's redundant experts: ``--enable-eplb --eplb-config
+    {"num_redundant_experts":R}`` (one JSON word)."""
+    config = json.dumps({"num_redundant_experts": redundant_experts}, separators=(",", ":"))
+    return ["--enable-eplb", "--eplb-config", config]
+
+
 def as_flags(changes: Mapping[str, Any]) -> str:
     """``{"tp": 2, "kv_cache_dtype": "fp8"}`` -> ``--tensor-parallel-size 2 --kv-cache-dtype
     fp8`` (a boolean is its flag, or ``--no-`` flag)."""
@@ -225,7 +234,7 @@ def as_flags(changes: Mapping[str, Any]) -> str:
         flag = SPELLINGS[key].cli
         if key == "num_redundant_experts":
             if value:
-                words.append(f"--enable-eplb --eplb-config '{{\"num_redundant_experts\":{value}}}'")
+                words.append(shlex.join(eplb_flags(value)))
             continue
         if isinstance(value, bool):
             words.append(flag if value else "--no-" + flag.removeprefix("--"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.deployment import Gpu, ServeSettings, positive_count
 from planner.errors import UsageError
@@ -25,6 +25,9 @@ from planner.model.specs import (
     StateSpec,
     cdiv,
 )
+
+if TYPE_CHECKING:
+    from planner.speculative import SpeculativeConfig
 
 # SGLang frees out-of-window KV only for the models of `is_hybrid_swa_model` (0.5.23);
 # Gemma 2/3 and Mistral keep every layer full length there.
@@ -273,7 +276,9 @@ def estimate(
     run_dtype_bytes = 2 if spec.dtype == "float32" and engine is not Engine.HF else spec.dtype_bytes
     rank_layers = _rank_layers(spec, tp, dtype.bytes, engine, run_dtype_bytes)
     sc = settings.speculative
-    if sc is not None and engine is Engine.VLLM:  # any method: vllm_config.num_speculative_tokens
+    draft: list[LayerSpec] = []
+    if sc is not None and engine is Engine.VLLM:
+        # state pages per draft token, whatever the method (vllm_config.num_speculative_tokens)
         k = sc.num_speculative_tokens
         rank_layers = [
             replace(s, conv_state_extra=s.conv_state_extra + k, speculative_blocks=k)
@@ -281,13 +286,10 @@ def estimate(
             else s
             for s in rank_layers
         ]
-    draft = _draft_layers(spec, settings, dtype.bytes)
-    if draft:
-        rank_layers = [*rank_layers, *draft]  # the drafter's layers sit on the last stage
-        notes.append(
-            f"{settings.speculative.method if settings.speculative else ''} drafter: "
-            f"{len(draft)} KV layer(s) join the target's pool"
-        )
+        draft = _draft_layers(spec, sc, settings.tp, dtype.bytes)
+        if draft:
+            rank_layers = [*rank_layers, *draft]  # the drafter's layers sit on the last stage
+            notes.append(f"{sc.method} drafter: {len(draft)} KV layer(s) join the target's pool")
     if settings.dcp > 1 and any(
         s is not None and (s.window or isinstance(s, StateSpec)) for s in rank_layers
     ):
@@ -415,24 +417,25 @@ def _rank_layers(
     return layers
 
 
-def _draft_layers(spec: ModelSpec, settings: ServeSettings, kv_dtype_bytes: int) -> list[LayerSpec]:
+def _draft_layers(
+    spec: ModelSpec, sc: SpeculativeConfig, tp: int, kv_dtype_bytes: int
+) -> list[LayerSpec]:
     """The drafter's KV layers on one rank (:mod:`planner.speculative`): ``mtp`` reuses the
     target's last attention layer ``num_nextn_predict_layers`` times (vLLM builds the MTP
     layer like a decoder layer); eagle, eagle3, dflash and draft models bring their own
     checkpoint's layers, sharded by the drafter's TP; n-gram and suffix have none."""
     from planner.speculative import mtp_layers
 
-    sc = settings.speculative
-    if sc is None or not sc.has_drafter or settings.engine is not Engine.VLLM:
+    if not sc.has_drafter:
         return []
     if sc.method == "mtp":
         attention = [s for s in spec.layers if s is not None and s.bytes_per_token]
         if not attention:
             return []
         last = attention[-1].for_rank(
-            tp=settings.tp,
+            tp=tp,
             kv_dtype_bytes=kv_dtype_bytes,
-            engine=settings.engine,
+            engine=Engine.VLLM,
             model_dtype_bytes=spec.dtype_bytes,
         )
         return [last] * mtp_layers(spec.config, spec.model_type)
@@ -442,12 +445,12 @@ def _draft_layers(spec: ModelSpec, settings: ServeSettings, kv_dtype_bytes: int)
             "loaded (planner.model.load.load_draft)"
         )
     draft = sc.draft_spec
-    tp = sc.draft_tp(settings.tp)
+    draft_tp = sc.draft_tp(tp)
     return [
         s.for_rank(
-            tp=tp,
+            tp=draft_tp,
             kv_dtype_bytes=kv_dtype_bytes,
-            engine=settings.engine,
+            engine=Engine.VLLM,
             model_dtype_bytes=draft.dtype_bytes,
         )
         for s in draft.layers

@@ -86,6 +86,11 @@ class Gpu:
     compute_capability: str | None = None
     aliases: tuple[str, ...] = ()
     source: str = ""
+    # How the GPUs of one node talk ("nvlink", "xgmi" or "pcie") and how many one node holds;
+    # None where unknown. Filled per catalog entry (issue 28); read by the budget's non-torch
+    # term (issue 23) and the layout checks (issue 22).
+    interconnect: Literal["nvlink", "xgmi", "pcie"] | None = None
+    node_gpus: int | None = None
 
     @property
     def is_a100(self) -> bool:

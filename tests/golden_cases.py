@@ -325,7 +325,7 @@ CASES: list[tuple[str, list[str], int]] = [
     # dp3-ep log with that arg added and its available KV 1 GiB lower
     (
         "diagnose-dp3-ep-deepep",
-        ["diagnose", f"{LOGS}/vllm-v1-dp3-ep-deepep-qwen3-30b-a3b.log", "--json"],
+        ["diagnose", f"{LOGS}/vllm-v1-dp3-ep-deepep-qwen3-30b-a3b.log", "--gpu", "h100", "--json"],
         0,
     ),
     # diagnose: every fixture log

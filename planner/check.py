@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from planner import files
+from planner.config import fields as config_fields
 from planner.deployment import MAX_COUNT, ServeSettings, SettingError, as_yaml, render_changes
 from planner.errors import InputFileError, KvplanError, UsageError, WorkloadError
 from planner.files import MarkedMap as _Map
@@ -178,48 +179,15 @@ class Entry:
     workload: Workload | None = None
 
 
-# The keys of a deployment, in the order their values are checked, and what each is.
-SCHEMA: dict[str, str] = {
+# The keys a plans file reads itself, with what each is; the serve settings between them are
+# the declarations' (planner.config.fields), so a plans file takes every setting the CLI does.
+_HEAD: dict[str, str] = {
     "name": "unique name of the deployment",
     "model": "catalog name, hub id or ./path/to/model",
-    "engine": "vllm, sglang or trtllm",
     "gpu": "catalog GPU (kvplan gpus)",
     "gpu_memory": "total memory of a GPU not in the catalog",
-    "tp": "tensor-parallel size",
-    "pp": "pipeline-parallel size",
-    "dp": "data-parallel size (each rank its own KV pool; figures are per rank)",
-    "enable_expert_parallel": "vLLM expert parallelism (EP = dp x tp)",
-    "num_redundant_experts": "EPLB redundant experts (needs enable_expert_parallel)",
-    "dcp": "decode-context-parallel size (divides tp)",
-    "all2all_backend": "vLLM's MoE all-to-all backend (DeepEP reserves 1 GiB per GPU)",
-    "speculative_config": "vLLM's --speculative-config as a mapping (method, "
-    "num_speculative_tokens, model)",
-    "enable_lora": "vLLM LoRA: max_loras x max_lora_rank buffers, counted as weights",
-    "max_loras": "LoRA slots on each GPU",
-    "max_lora_rank": "1, 8, 16, 32, 64, 128, 256, 320 or 512",
-    "lora_target_modules": "list of modules with LoRA buffers (qkv_proj, o_proj, ...)",
-    "fully_sharded_loras": "shard the LoRA rank over TP too",
-    "max_cpu_loras": "adapters each worker keeps in host RAM",
-    "lora_adapter": "PEFT adapter folder (adapter_config.json), relative to the plans file",
-    "cpu_offload_gb": "GiB of weights per GPU in pinned host RAM",
-    "kv_offloading_size": "GiB of CPU KV tier for the engine",
-    "kv_offloading_backend": "native or lmcache",
-    "limit_mm_per_prompt": "vLLM's items per prompt by modality as a mapping "
-    "({image: 2, video: 0})",
-    "language_model_only": "vLLM text only: no vision tower, no encoder cache",
-    "mm_encoder_tp_mode": "weights (vision tower TP-sharded) or data (a copy per TP rank)",
-    "skip_mm_profiling": "vLLM leaves the encoder out of its profile run",
-    "mm_processor_kwargs": "vLLM's processor overrides as a mapping ({max_pixels: 1003520})",
-    "mm_tokens_per_item": "tokens of the largest image/video item, when not derivable",
-    "mm_encoder_activation": "vision tower activation in the profile run: bytes or 6GiB",
-    "max_model_len": "context length per request",
-    "max_num_seqs": "concurrent sequences",
-    "max_num_batched_tokens": "vLLM tokens per step",
-    "gpu_memory_utilization": "engine memory fraction",
-    "kv_cache_dtype": "auto, fp16, bf16, fp8, ...",
-    "block_size": "tokens per block",
-    "enable_prefix_caching": "vLLM prefix caching",
-    "enforce_eager": "vLLM without CUDA graphs",
+}
+_TAIL: dict[str, str] = {
     "min_concurrency": "required requests at max_model_len",
     "min_kv_tokens": "required KV cache tokens (per DP rank)",
     "min_cluster_kv_tokens": "required KV cache tokens of all dp ranks together",
@@ -232,44 +200,17 @@ SCHEMA: dict[str, str] = {
     "min_output_tokens_per_s": "least output tokens/s replaying the workload",
 }
 # The serve settings among them: ServeSettings.from_mapping reads them (each key is the
-# setting's yaml spelling in planner.deployment.SPELLINGS). headroom is one too, but a plans
-# file may give it as a percentage of the GPU's memory, so it is read here.
-SETTINGS = (
-    "engine",
-    "tp",
-    "pp",
-    "dp",
-    "enable_expert_parallel",
-    "num_redundant_experts",
-    "dcp",
-    "all2all_backend",
-    "speculative_config",
-    "enable_lora",
-    "max_loras",
-    "max_lora_rank",
-    "lora_target_modules",
-    "fully_sharded_loras",
-    "max_cpu_loras",
-    "lora_adapter",
-    "cpu_offload_gb",
-    "kv_offloading_size",
-    "kv_offloading_backend",
-    "limit_mm_per_prompt",
-    "language_model_only",
-    "mm_encoder_tp_mode",
-    "skip_mm_profiling",
-    "mm_processor_kwargs",
-    "mm_tokens_per_item",
-    "mm_encoder_activation",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "gpu_memory_utilization",
-    "kv_cache_dtype",
-    "block_size",
-    "enable_prefix_caching",
-    "enforce_eager",
+# setting's yaml spelling). headroom is one too, but a plans file may give it as a percentage
+# of the GPU's memory, so it is read here.
+SETTINGS: tuple[str, ...] = tuple(
+    s.yaml for s in config_fields.SETTINGS if s.name != "headroom_bytes"
 )
+# The keys of a deployment, in the order their values are checked, and what each is.
+SCHEMA: dict[str, str] = {
+    **_HEAD,
+    **{s.yaml: s.help for s in config_fields.SETTINGS if s.name != "headroom_bytes"},
+    **_TAIL,
+}
 # Keys vLLM no longer has, refused with the reason instead of "unknown key".
 REFUSED = {
     "swap_space": "vLLM 0.33 has no swap space: the V1 engine preempts by recomputing, never by "

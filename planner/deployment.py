@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from planner.config import fields as fields_
 from planner.errors import UsageError
 from planner.model.specs import Engine, KVDtype, ModelSpec
 from planner.units import GIB
@@ -135,75 +136,11 @@ class Names:
     log: str | None
 
 
-# Field -> spellings. The CLI spelling is vLLM's own flag, which kvplan also accepts, so a
-# suggestion pastes into either command line.
+# Field -> spellings: a view of the declarations (planner.config.fields). The CLI spelling is
+# vLLM's own flag, which kvplan also accepts, so a suggestion pastes into either command line.
 SPELLINGS: dict[str, Names] = {
-    "engine": Names("--engine", "engine", None),
-    "tp": Names("--tensor-parallel-size", "tp", "tensor_parallel_size"),
-    "pp": Names("--pipeline-parallel-size", "pp", "pipeline_parallel_size"),
-    "dp": Names("--data-parallel-size", "dp", "data_parallel_size"),
-    "enable_expert_parallel": Names(
-        "--enable-expert-parallel", "enable_expert_parallel", "enable_expert_parallel"
-    ),
-    # vLLM spells it --enable-eplb --eplb-config '{"num_redundant_experts": R}' (as_flags)
-    "num_redundant_experts": Names("--num-redundant-experts", "num_redundant_experts", None),
-    "dcp": Names("--decode-context-parallel-size", "dcp", "decode_context_parallel_size"),
-    "all2all_backend": Names("--all2all-backend", "all2all_backend", "all2all_backend"),
-    "speculative": Names("--speculative-config", "speculative_config", "speculative_config"),
-    "enable_lora": Names("--enable-lora", "enable_lora", "enable_lora"),
-    "max_loras": Names("--max-loras", "max_loras", "max_loras"),
-    "max_lora_rank": Names("--max-lora-rank", "max_lora_rank", "max_lora_rank"),
-    "lora_target_modules": Names(
-        "--lora-target-modules", "lora_target_modules", "lora_target_modules"
-    ),
-    "fully_sharded_loras": Names(
-        "--fully-sharded-loras", "fully_sharded_loras", "fully_sharded_loras"
-    ),
-    "max_cpu_loras": Names("--max-cpu-loras", "max_cpu_loras", "max_cpu_loras"),
-    # kvplan's own: the adapter_config.json to take rank and targets from; the command
-    # serves it as vLLM's --lora-modules NAME=PATH (planner.commands)
-    "lora_adapter": Names("--lora-adapter", "lora_adapter", None),
-    "cpu_offload_gb": Names("--cpu-offload-gb", "cpu_offload_gb", "cpu_offload_gb"),
-    "kv_offloading_size": Names("--kv-offloading-size", "kv_offloading_size", "kv_offloading_size"),
-    "kv_offloading_backend": Names(
-        "--kv-offloading-backend", "kv_offloading_backend", "kv_offloading_backend"
-    ),
-    "limit_mm_per_prompt": Names(
-        "--limit-mm-per-prompt", "limit_mm_per_prompt", "limit_mm_per_prompt"
-    ),
-    "language_model_only": Names(
-        "--language-model-only", "language_model_only", "language_model_only"
-    ),
-    "mm_encoder_tp_mode": Names("--mm-encoder-tp-mode", "mm_encoder_tp_mode", "mm_encoder_tp_mode"),
-    "skip_mm_profiling": Names("--skip-mm-profiling", "skip_mm_profiling", "skip_mm_profiling"),
-    "mm_processor_kwargs": Names(
-        "--mm-processor-kwargs", "mm_processor_kwargs", "mm_processor_kwargs"
-    ),
-    # kvplan's: the largest item's tokens where it cannot derive them, and the tower's
-    # activation during the profile run instead of its estimate
-    "mm_tokens_per_item": Names("--mm-tokens-per-item", "mm_tokens_per_item", None),
-    "mm_encoder_activation_bytes": Names("--mm-encoder-activation", "mm_encoder_activation", None),
-    "kv_cache_dtype": Names("--kv-cache-dtype", "kv_cache_dtype", "kv_cache_dtype"),
-    "block_size": Names("--block-size", "block_size", "block_size"),
-    "max_model_len": Names("--max-model-len", "max_model_len", "max_model_len"),
-    "max_num_batched_tokens": Names(
-        "--max-num-batched-tokens", "max_num_batched_tokens", "max_num_batched_tokens"
-    ),
-    "max_num_seqs": Names("--max-num-seqs", "max_num_seqs", "max_num_seqs"),
-    "enable_prefix_caching": Names(
-        "--enable-prefix-caching", "enable_prefix_caching", "enable_prefix_caching"
-    ),
-    "gpu_memory_utilization": Names(
-        "--gpu-memory-utilization", "gpu_memory_utilization", "gpu_memory_utilization"
-    ),
-    "kv_cache_memory_bytes": Names("--kv-cache-memory", "kv_cache_memory", "kv_cache_memory_bytes"),
-    "cuda_graph_bytes": Names("--cuda-graph-memory", "cuda_graph_memory", None),
-    "enforce_eager": Names("--enforce-eager", "enforce_eager", "enforce_eager"),
-    "headroom_bytes": Names("--headroom", "headroom", None),
-    "vllm_version": Names("--vllm-version", "vllm_version", None),
-    "entrypoint": Names("--entrypoint", "entrypoint", None),
-    "runner": Names("--runner", "runner", "runner"),
-    # not serve settings, but changes a suggestion may name
+    **{s.name: Names(s.cli, s.yaml, s.log) for s in fields_.SETTINGS},
+    # not a serve setting, but a change a suggestion may name
     "gpu": Names("--gpu", "gpu", None),
 }
 
@@ -719,31 +656,16 @@ class ServeSettings:
             return start, problems
 
 
-_FLAG_NAMES = {
-    "tp": "--tp",
-    "pp": "--pp",
-    "dp": "--dp",
-}  # kvplan's short flags, as its messages name them
-
-
 def _flag(name: str) -> str:
     """The flag a message about setting ``name`` names (kvplan's --tp / --pp, else vLLM's)."""
-    return _FLAG_NAMES.get(name, SPELLINGS[name].cli)
+    return fields_.setting(name).message_flag
 
 
-_COUNT_FIELDS = (
-    "tp",
-    "pp",
-    "dp",
-    "dcp",
-    "max_loras",
-    "max_lora_rank",
-    "max_cpu_loras",
-    "block_size",
-    "max_model_len",
-    "max_num_batched_tokens",
-    "max_num_seqs",
-)
+_COUNT_FIELDS = fields_.names_of("count") + fields_.names_of("length")
+_BOOL_FIELDS = fields_.names_of("bool")
+_NAME_FIELDS = fields_.names_of("choice") + fields_.names_of("version") + fields_.names_of("path")
+_GIB_FIELDS = fields_.names_of("gib")
+_SIZE_FIELDS = fields_.names_of("size")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 
@@ -846,33 +768,15 @@ def _check_type(name: str, value: Any) -> None:
         isinstance(value, bool) or not isinstance(value, int)
     ):
         rule, expected = "whole", "a whole number"
-    elif name in (
-        "enable_prefix_caching",
-        "enforce_eager",
-        "enable_expert_parallel",
-        "enable_lora",
-        "fully_sharded_loras",
-        "language_model_only",
-        "skip_mm_profiling",
-    ) and not isinstance(value, bool):
+    elif name in (*_BOOL_FIELDS, "enforce_eager") and not isinstance(value, bool):
         rule, expected = "bool", "true or false"
-    elif name in ("cpu_offload_gb", "kv_offloading_size") and (
+    elif name in _GIB_FIELDS and (
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or (isinstance(value, float) and not math.isfinite(value))
     ):
         rule, expected = "number", "a number"
-    elif name in (
-        "engine",
-        "kv_cache_dtype",
-        "vllm_version",
-        "entrypoint",
-        "runner",
-        "lora_adapter",
-        "kv_offloading_backend",
-        "all2all_backend",
-        "mm_encoder_tp_mode",
-    ) and not (isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())):
+    elif name in _NAME_FIELDS and not (isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())):
         rule, expected = "name", "a name"
     if rule is not None:
         raise SettingError(f"expected {expected}, got {value!r}", rule=rule, value=value)
@@ -887,14 +791,7 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
     if name == "kv_cache_dtype":
         dtype = value if isinstance(value, KVDtype) else KVDtype.parse(str(value).strip())
         return {"kv_cache_dtype": dtype}
-    if name in (
-        "enable_prefix_caching",
-        "enable_expert_parallel",
-        "enable_lora",
-        "fully_sharded_loras",
-        "language_model_only",
-        "skip_mm_profiling",
-    ):
+    if name in _BOOL_FIELDS:
         return {name: parse_bool(value)}
     if name == "lora_target_modules":
         return {name: _module_names(value)}
@@ -904,7 +801,7 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
         return {name: value if isinstance(value, LoraAdapter) else read_adapter(str(value).strip())}
     if name in ("kv_offloading_backend", "all2all_backend"):
         return {name: str(value).strip().lower()}
-    if name in ("cpu_offload_gb", "kv_offloading_size"):
+    if name in _GIB_FIELDS:
         if isinstance(value, bool):
             raise SettingError(f"expected a number, got {value!r}", rule="number", value=value)
         try:
@@ -957,12 +854,7 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
             ) from None
         check_gmu(number)  # refuses 90 as 90, not 90.0
         return {name: float(number)}
-    if name in (
-        "kv_cache_memory_bytes",
-        "cuda_graph_bytes",
-        "headroom_bytes",
-        "mm_encoder_activation_bytes",
-    ):
+    if name in _SIZE_FIELDS:
         if isinstance(value, int) and not isinstance(value, bool):
             return {name: value}
         return {name: parse_size(str(value), flag=SPELLINGS[name].cli)}

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.config import fields as config_fields
 from planner.units import GIB, MIB
 
 # The most DP ranks a log is read as having (a 256-node cluster of 16 GPUs at TP 1): a larger
@@ -318,15 +319,12 @@ def _non_default(log: BootLog, m: re.Match[str], line: int) -> None:
     if isinstance(args.get("model"), str):
         log.model = args["model"]
         log.lines["model"] = line
-    names = {
-        "tensor_parallel_size": "tp",
-        "pipeline_parallel_size": "pp",
-        "speculative_config": "speculative",
-    }
     for key, value in args.items():
-        name = names.get(key, key)
+        name = _LOG_NAMES.get(str(key))
         scalar = isinstance(value, int | float | str | bool)
-        if name in _SETTINGS and (scalar or (name in _MAPPINGS and isinstance(value, dict))):
+        mapping = name in _MAPPINGS and isinstance(value, dict)
+        listed = name in _LISTS and isinstance(value, list | tuple)
+        if name in _SETTINGS and (scalar or mapping or listed):
             log.settings[name] = value
             log.lines[name] = line
 
@@ -369,39 +367,15 @@ def _top_level_pairs(text: str) -> dict[str, Any]:
     return pairs
 
 
-# The settings a log may state, in the order diagnose lists them (diagnose's flags first, then
-# what only a log states); dp and enable_expert_parallel come from _parallel.
-SETTING_KEYS = (
-    "tp",
-    "pp",
-    "dp",
-    "enable_expert_parallel",
-    "max_model_len",
-    "gpu_memory_utilization",
-    "kv_cache_dtype",
-    "max_num_batched_tokens",
-    "max_num_seqs",
-    "enforce_eager",
-    "enable_prefix_caching",
-    "block_size",
-    "limit_mm_per_prompt",
-    "language_model_only",
-    "mm_encoder_tp_mode",
-    "skip_mm_profiling",
-    "mm_processor_kwargs",
-    "enable_lora",
-    "max_loras",
-    "max_lora_rank",
-    "fully_sharded_loras",
-    "max_cpu_loras",
-    "cpu_offload_gb",
-    "kv_offloading_size",
-    "kv_offloading_backend",
-    "speculative",
-)
+# The settings a log may state, in the order diagnose lists them: every declared setting with a
+# log spelling (planner.config.fields), so diagnose reads what estimate takes.
+SETTING_KEYS: tuple[str, ...] = config_fields.log_keys()
 _SETTINGS = SETTING_KEYS
-# logged as dicts
-_MAPPINGS = ("limit_mm_per_prompt", "mm_processor_kwargs", "speculative")
+# logged as dicts (JSON settings) or lists (module names)
+_MAPPINGS = config_fields.names_of("json")
+_LISTS = config_fields.names_of("modules")
+# the log's key -> the setting
+_LOG_NAMES = {s.log: s.name for s in config_fields.SETTINGS if s.log}
 
 
 def _gmu(log: BootLog, m: re.Match[str], line: int, gmu: str, requested: str) -> None:

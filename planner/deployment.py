@@ -776,7 +776,9 @@ def _check_type(name: str, value: Any) -> None:
         or (isinstance(value, float) and not math.isfinite(value))
     ):
         rule, expected = "number", "a number"
-    elif name in _NAME_FIELDS and not (isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())):
+    elif name in _NAME_FIELDS and not (
+        isinstance(value, Engine | KVDtype) or (isinstance(value, str) and value.strip())
+    ):
         rule, expected = "name", "a name"
     if rule is not None:
         raise SettingError(f"expected {expected}, got {value!r}", rule=rule, value=value)

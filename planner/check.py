@@ -1451,3 +1451,73 @@ def engine_capacity(dep: Deployment, est: KVEstimate, weights: Weights) -> Engin
         ),
         free_gpu_memory_fraction=s.gpu_memory_utilization or 0.9,
     )
+
+
+# --------------------------------------------------------------------------- JSON Schema
+
+_OWN_SCHEMA: dict[str, dict[str, Any]] = {
+    "name": {"type": "string", "minLength": 1},
+    "model": {"type": "string", "minLength": 1},
+    "gpu": {"type": "string", "minLength": 1},
+    "gpu_memory": config_fields.settings_json_schema()["kv_cache_memory"] | {},
+    "min_concurrency": {"type": "number", "exclusiveMinimum": 0},
+    "min_kv_tokens": {"type": "integer", "minimum": 1},
+    "min_cluster_kv_tokens": {"type": "integer", "minimum": 1},
+    "max_kv_usage": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    "headroom": {
+        "oneOf": [
+            {"type": "integer", "minimum": 0},
+            {"type": "string", "pattern": r"^\s*[0-9.]+\s*(%|[KMGTPE]i?B|[kKMGTPE]B?)\s*$"},
+        ]
+    },
+    "workload": {"type": "string", "minLength": 1},
+    "max_preemptions": {"type": "integer", "minimum": 0},
+    "max_kv_usage_p90": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    "max_ttft_p90_s": {"type": "number", "exclusiveMinimum": 0},
+    "min_output_tokens_per_s": {"type": "number", "exclusiveMinimum": 0},
+}
+
+
+def plans_json_schema() -> dict[str, Any]:
+    """The plans file's JSON Schema (draft 2020-12), generated from the setting declarations
+    and the keys a plans file reads itself: what ``kvplan schema plans`` prints, so editors
+    (the YAML language server's ``# yaml-language-server: $schema=...``) validate a plans
+    file as ``kvplan check`` reads it. Checks across keys (vLLM-only keys with another
+    engine, a workload requirement without a workload) stay ``check``'s."""
+    settings = config_fields.settings_json_schema()
+    properties: dict[str, Any] = {}
+    for key, description in SCHEMA.items():
+        schema = dict(_OWN_SCHEMA.get(key) or settings[key])
+        schema["description"] = schema.get("description") or description
+        properties[key] = schema
+    for alias, key in ALIASES.items():
+        properties[alias] = {"$ref": f"#/$defs/deployment/properties/{key}"} | {
+            "description": f"same as {key}"
+        }
+    deployment = {
+        "type": "object",
+        "required": ["name", "model"],
+        "additionalProperties": False,
+        "properties": properties,
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "kvplan plans file",
+        "description": "Deployments for `kvplan check`: each names a model, a GPU and serve "
+        "settings, and the requirements it must meet.",
+        "type": "object",
+        "required": ["deployments"],
+        "additionalProperties": False,
+        "properties": {
+            "deployments": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"$ref": "#/$defs/deployment"},
+            },
+            "workload": {
+                "type": "string",
+                "description": "trace or spec every vLLM deployment replays, relative to the file",
+            },
+        },
+        "$defs": {"deployment": deployment},
+    }

@@ -4,12 +4,16 @@ KvplanError as one ``Error:`` line) and small flag parsers."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from planner.config.fields import Command, Setting, for_command, setting
 from planner.errors import KvplanError, UsageError, one_line
 
 if TYPE_CHECKING:
@@ -465,6 +469,114 @@ def _serve_settings(
         **counts,
     }
     raw = {SPELLINGS[name].cli: value for name, value in given.items()}
+    settings, problems = ServeSettings.from_mapping(raw, spelling="cli")
+    if problems:
+        raise UsageError(problems[0][1])
+    refuse_fp32_kv(settings.kv_cache_dtype, settings.engine)
+    return settings
+
+
+# --------------------------------------------------------------------------- generated options
+
+
+def _option_type(s: Setting) -> tuple[Any, Any]:
+    """The typer annotation type and default of one declared setting's option; every default
+    means "not given" (the settings' own default then applies)."""
+    if s.kind in ("count", "count0", "length"):
+        return int | None, None
+    if s.kind == "bool" and s.negatable:
+        return bool | None, None
+    if s.kind in ("bool", "eager"):
+        return bool, False
+    if s.kind in ("fraction", "gib"):
+        return float | None, None
+    if s.kind == "modules":
+        return list[str] | None, None
+    return str | None, None
+
+
+def _option(s: Setting) -> Any:
+    """``Annotated[type, typer.Option(...)]`` for one declared setting."""
+    kind, _ = _option_type(s)
+    flags = (f"{s.cli}/--no-{s.cli.removeprefix('--')}",) if s.negatable else s.flags
+    text = s.help + (f" [default: {s.default}]" if s.default else "")
+    return Annotated[kind, typer.Option(*flags, help=text, show_default=False)]
+
+
+def serve_options(command: Command) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the options of every setting declared for it
+    (:func:`planner.config.fields.for_command`), after its own parameters.
+
+    The command function takes ``serve: ServeArgs`` instead of one parameter per setting;
+    ``serve.settings()`` parses them (inside the command's ``user_errors()``), as vLLM's
+    ``EngineArgs.add_cli_args`` builds its flags from the config fields.
+    """
+    declared = for_command(command)
+
+    def decorate(func: Callable[..., None]) -> Callable[..., None]:
+        own = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inspect.signature(func, eval_str=True).parameters.values()
+            if p.name != "serve"
+        ]
+        taken = {p.name for p in own}
+        generated = [
+            inspect.Parameter(
+                s.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=_option_type(s)[1],
+                annotation=_option(s),
+            )
+            for s in declared
+            if s.name not in taken
+        ]
+        names = [p.name for p in generated]
+
+        @functools.wraps(func)
+        def wrapper(**kwargs: Any) -> None:
+            given = {name: kwargs.pop(name) for name in names}
+            func(serve=ServeArgs(given), **kwargs)
+
+        params = own + generated
+        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class ServeArgs:
+    """The declared settings' options as a command received them (None / False: not given)."""
+
+    values: Mapping[str, Any]
+
+    def given(self) -> dict[str, Any]:
+        """The options the user gave, by setting name (a list option as one comma word)."""
+        out: dict[str, Any] = {}
+        for name, value in self.values.items():
+            flag_off = value is False and not setting(name).negatable  # a plain flag not given
+            if value is None or flag_off:
+                continue
+            out[name] = lora_targets(value) if isinstance(value, list) else value
+        return out
+
+    def settings(self, **overrides: Any) -> ServeSettings:
+        """The options as :class:`ServeSettings`, over ``overrides`` (a command's own
+        defaults, by setting name), by the parser plans files and boot logs go through; the
+        first problem is the error."""
+        return settings_from(self.given(), defaults=overrides)
+
+
+def settings_from(given: Mapping[str, Any], *, defaults: Mapping[str, Any] = {}) -> ServeSettings:
+    """Settings from values by setting name as a user typed them (``{"tp": 2,
+    "kv_cache_memory_bytes": "20GiB"}``), read in the CLI spelling: ``--enforce-eager`` after
+    ``--cuda-graph-memory`` (eager wins), ``--max-model-len -1`` vLLM's auto-fit."""
+    from planner.deployment import ServeSettings, refuse_fp32_kv
+
+    values = {**defaults, **given}
+    ordered = sorted(values.items(), key=lambda kv: kv[0] == "enforce_eager")
+    raw = {setting(name).cli: value for name, value in ordered}
     settings, problems = ServeSettings.from_mapping(raw, spelling="cli")
     if problems:
         raise UsageError(problems[0][1])

@@ -19,6 +19,7 @@ from planner.cli.catalog import gpus, models
 from planner.cli.check import check
 from planner.cli.diagnose import diagnose
 from planner.cli.estimate import estimate
+from planner.cli.schema import schema
 from planner.cli.simulate import simulate
 from planner.cli.verify import verify
 from planner.errors import KvplanError, one_line
@@ -80,6 +81,7 @@ app.command()(check)
 app.command()(diagnose)
 app.command()(simulate)
 app.command()(verify)
+app.command()(schema)
 
 
 def _redacted_excepthook(

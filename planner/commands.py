@@ -119,10 +119,11 @@ def engine_commands(
             activation peak at it, so its command passes it as ``--max_num_tokens`` (with
             ``--enable_chunked_prefill`` when it is shorter than the context, as vLLM chunks).
         sglang, trtllm: those engines' capacities (None without a GPU). They set SGLang's
-            ``--mem-fraction-static`` and ``--max-running-requests`` (the requests of full
-            length its pool holds, when fewer than SGLang's own default), TRT-LLM's
-            ``--max_batch_size`` (the same count) and its free-memory fraction. Without one,
-            the engine's own defaults stay.
+            ``--mem-fraction-static`` and TRT-LLM's free-memory fraction. Every engine's batch
+            limit (``--max-num-seqs``, ``--max-running-requests``, ``--max_batch_size``) is
+            the user's ``max_num_seqs``, else a workload's advice, else the engine's own
+            default; with ``--worst-case`` (``rec.basis`` ``worst_case``) the full-length
+            requests that engine's pool holds.
 
     Returns:
         The :class:`EngineCommands`.
@@ -187,13 +188,24 @@ def engine_commands(
             "no draft layers"
         )
     sgl += ["--context-length", str(length)]
+    # Every engine admits as vLLM's plan does: the user's max_num_seqs, else the traffic
+    # advice of a workload, else that engine's own default; the full-length worst case only
+    # with --worst-case (basis worst_case), as that engine's pool holds it.
+    users_seqs = settings is not None and settings.max_num_seqs is not None
+    admits = rec.max_num_seqs if users_seqs or rec.basis == "workload" else None
+    worst_case = rec.basis == "worst_case" and not users_seqs
     if sglang is not None:
         if sglang.fraction is not None:
             sgl += ["--mem-fraction-static", str(sglang.fraction)]
-        # SGLang admits by tokens, so its pool holds tokens // length full-length requests
-        fit = _at_full_length("SGLang", sglang.max_total_tokens // length, sglang, length, notes)
-        if fit and fit < sglang.max_running_requests:  # else SGLang's default is no higher
-            sgl += ["--max-running-requests", str(fit)]
+        if admits is not None:
+            sgl += ["--max-running-requests", str(admits)]
+        elif worst_case:
+            # SGLang admits by tokens, so its pool holds tokens // length full-length requests
+            fit = _at_full_length(
+                "SGLang", sglang.max_total_tokens // length, sglang, length, notes
+            )
+            if fit and fit < sglang.max_running_requests:  # else SGLang's default is lower
+                sgl += ["--max-running-requests", str(fit)]
     kv = _kv_value("SGLang", _SGLANG_KV, kv_cache_dtype, auto_kv_dtype, notes)
     if kv is not None:
         sgl += ["--kv-cache-dtype", kv]
@@ -210,11 +222,14 @@ def engine_commands(
     kv = _kv_value("TRT-LLM", _TRTLLM_KV, kv_cache_dtype, auto_kv_dtype, notes)
     if kv is not None:
         kv_config["dtype"] = kv
-    if trtllm is not None:
+    if admits is not None:
+        trt += ["--max_batch_size", str(admits)]
+    elif worst_case and trtllm is not None:
         # trtllm_capacity counts whole blocks per request already
         fit = _at_full_length("TRT-LLM", trtllm.max_running_requests, trtllm, length, notes)
         if fit:
             trt += ["--max_batch_size", str(fit)]
+    if trtllm is not None:
         if trtllm.fraction is not None:
             if kv_config:  # the file's kv_cache_config replaces the command line's
                 kv_config["free_gpu_memory_fraction"] = str(trtllm.fraction)

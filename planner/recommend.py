@@ -81,13 +81,15 @@ def worst_case(cap: VllmCapacity) -> tuple[str, int, str | None]:
     return outcome, running, None
 
 
-def engine_outcome(cap: EngineCapacity, max_model_len: int) -> str:
-    """SGLang / TRT-LLM / transformers in the same words: won't start when no KV memory is
-    left or one ``max_model_len`` request does not fit its pool, else whether its own running
-    limit fits at worst case."""
+def engine_outcome(cap: EngineCapacity, max_model_len: int, max_num_seqs: int | None = None) -> str:
+    """SGLang / TRT-LLM / transformers in the same words (``check`` judges them so too): won't
+    start when no KV memory is left or one ``max_model_len`` request does not fit its pool,
+    else whether the running limit — the user's ``max_num_seqs``, else the engine's own —
+    fits at worst case."""
     if cap.available_kv_bytes <= 0 or cap.max_total_tokens < max_model_len:
         return WONT_START
-    if int(cap.max_concurrency) >= cap.max_running_requests:
+    limit = max_num_seqs or cap.max_running_requests
+    if min(limit, int(cap.max_concurrency)) >= limit:
         return FITS_AT_WORST_CASE
     return QUEUES_AT_WORST_CASE
 
@@ -419,14 +421,20 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         []
         if not gpu.memory_bytes
         else [
+            # the user's fraction is each engine's (SGLang's mem_fraction_static, TRT-LLM's
+            # free-memory fraction), as check plans them; headroom is never KV
             sglang_capacity(
-                other(Engine.SGLANG), gpu_memory_bytes=gpu.memory_bytes, weights_bytes=w_bytes
+                other(Engine.SGLANG),
+                gpu_memory_bytes=gpu.memory_bytes,
+                weights_bytes=w_bytes + s.headroom_bytes,
+                mem_fraction_static=s.gpu_memory_utilization,
             ),
             trtllm_capacity(
                 other(Engine.TRTLLM),
                 gpu_memory_bytes=gpu.memory_bytes,
-                weights_bytes=w_bytes,
+                weights_bytes=w_bytes + s.headroom_bytes,
                 activation_bytes=act,
+                free_gpu_memory_fraction=s.gpu_memory_utilization or 0.9,
             ),
             hf_capacity(
                 other(Engine.HF),
@@ -969,6 +977,8 @@ class Report:
     gpu_table: list[GpuRow]
     engine: EngineCapacity | None = None  # --engine sglang|trtllm|hf with a GPU: its plan
     engine_outcome: str | None = None  # that engine's outcome (vocabulary of worst_case)
+    # that engine's running limit: the user's max_num_seqs, else its own
+    engine_running_limit: int | None = None
 
 
 def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool = True) -> Report:
@@ -991,7 +1001,9 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
         # that engine on that GPU, next to vLLM's plan of the same deployment
         vllm_plan = plan(dep.with_settings(engine=Engine.VLLM, block_size=None), options)
         mine = next(e for e in vllm_plan.engines if e.engine == s.engine.value)
-        return Report(base, vllm_plan, [], mine, engine_outcome(mine, base.max_model_len))
+        outcome = engine_outcome(mine, base.max_model_len, s.max_num_seqs)
+        limit = s.max_num_seqs or mine.max_running_requests
+        return Report(base, vllm_plan, [], mine, outcome, limit)
     if dep.gpu is not None or s.kv_cache_memory_bytes is not None:
         the_plan = plan(dep, options)
         return Report(the_plan.estimate, the_plan, [])

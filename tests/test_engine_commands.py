@@ -65,6 +65,10 @@ VARIANTS: list[list[str]] = [
     ["--max-model-len", "8192"],
     ["--gpu-memory", "96GiB"],  # a custom size instead of the catalog GPU
     ["--kv-cache-memory", "6GiB", "--max-model-len", "32768"],  # a KV pool, no GPU
+    # the user's batch limit and fraction are every engine's (issue 21, item 4)
+    ["--max-num-seqs", "64", "--gpu-memory-utilization", "0.9"],
+    # the full-length worst case, as each engine's own pool holds it, only when asked for
+    ["--worst-case", "--max-model-len", "16384"],
 ]
 
 
@@ -132,15 +136,23 @@ def test_every_command_parses_and_means_the_plan(model: str, gpu: str, variant: 
     assert sglang.get("--pp-size", 1) == pp
     assert sglang["--context-length"] == length
     assert sglang.get("--kv-cache-dtype") == KV[dtype]["sglang"]
+    # every engine admits as vLLM's plan does: the user's max_num_seqs, else the engine's own
+    # default; the full-length worst case of that engine's pool only with --worst-case
+    users_seqs = _flag(variant, "--max-num-seqs")
+    admits = int(users_seqs) if users_seqs else None
+    worst_case = "--worst-case" in variant
+    if users_seqs and "--gpu-memory-utilization" in variant:
+        gmu = float(_flag(variant, "--gpu-memory-utilization") or 0)
+        assert engines["sglang"]["fraction"] == gmu == engines["trtllm"]["fraction"]
     if "sglang" in engines:
         own = engines["sglang"]
         assert sglang["--mem-fraction-static"] == own["fraction"]
         fit = own["max_total_tokens"] // length  # requests of full length its pool holds
-        expected = fit if 0 < fit < own["max_running_requests"] else None
+        expected = fit if worst_case and 0 < fit < own["max_running_requests"] else admits
         assert sglang.get("--max-running-requests") == expected
     else:  # no GPU: nothing derived, SGLang's own defaults stay
         assert "--mem-fraction-static" not in sglang
-        assert "--max-running-requests" not in sglang
+        assert sglang.get("--max-running-requests") == admits
 
     # TRT-LLM: the token budget its figures assumed, its own batch limit, the dtype in the file
     assert trt["model"] == data["model"]
@@ -149,11 +161,11 @@ def test_every_command_parses_and_means_the_plan(model: str, gpu: str, variant: 
     assert trt["--max_seq_len"] == length
     assert trt["--max_num_tokens"] == budget
     assert trt.get("--enable_chunked_prefill", False) is (budget < length)
-    if "trtllm" in engines:
+    if "trtllm" in engines and worst_case:
         own = engines["trtllm"]
         assert trt.get("--max_batch_size") == (own["max_running_requests"] or None)
-    else:
-        assert "--max_batch_size" not in trt
+    else:  # TRT-LLM's own default stays unless the user gave one
+        assert trt.get("--max_batch_size") == admits
     wanted = KV[dtype]["trtllm"]
     if wanted is None:
         assert files == {} and "--config" not in trt
@@ -215,9 +227,10 @@ def test_int8_kv_stays_for_trtllm() -> None:
 
 
 def _commands_for(dtype: str, auto: str = "bf16") -> Any:
-    """engine_commands for a small hand-made plan: 8,192 tokens, 4 sequences, and pools of
-    100,000 tokens (SGLang, its default 2,048 requests) and 3,125 x 32 tokens (TRT-LLM)."""
-    rec = Recommended(8192, 4, 0.92, 16, dtype, 0.5, "")
+    """engine_commands for a small hand-made plan: 8,192 tokens, 4 sequences at worst case
+    (--worst-case), and pools of 100,000 tokens (SGLang, its default 2,048 requests) and
+    3,125 x 32 tokens (TRT-LLM)."""
+    rec = Recommended(8192, 4, 0.92, 16, dtype, 0.5, "", basis="worst_case")
     sglang = EngineCapacity("sglang", "", 0.83, 0, 100_000, 2048, 12.2, "")
     trtllm = EngineCapacity("trtllm", "", 0.9, 0, 100_000, 12, 12.2, "")
     return engine_commands(
@@ -244,7 +257,8 @@ def test_int8_is_left_out_with_a_note_not_dropped() -> None:
     assert set(by_engine) == {"vLLM", "SGLang", "TRT-LLM"}
     assert "INT8-KV checkpoint" in by_engine["TRT-LLM"]
     assert "SGLang has no int8 KV cache" in by_engine["SGLang"]
-    # 100,000 // 8,192 = 12 requests of full length, fewer than SGLang's default 2,048
+    # --worst-case: 100,000 // 8,192 = 12 requests of full length, fewer than SGLang's
+    # default 2,048; TRT-LLM's pool holds 12 too
     assert sglang["--max-running-requests"] == 12
     assert trt["--max_batch_size"] == 12
     # 8,192 tokens a step is the whole context: no chunked prefill needed
@@ -259,7 +273,7 @@ def test_fp16_is_no_loss_where_auto_is_fp16() -> None:
 
 
 def test_a_pool_that_holds_no_full_request_keeps_the_engine_default_and_says_so() -> None:
-    rec = Recommended(8192, 1, 0.92, 16, "bf16", 0.9, "")
+    rec = Recommended(8192, 1, 0.92, 16, "bf16", 0.9, "", basis="worst_case")
     tiny = EngineCapacity("sglang", "", 0.83, 0, 4096, 2048, 0.5, "")
     out = engine_commands(
         "org/model", rec, tp=1, pp=1, kv_cache_dtype="auto", sglang=tiny, token_budget=2048
@@ -349,3 +363,17 @@ def test_the_tables_name_their_sources() -> None:
     for engine in ("vllm", "sglang", "trtllm"):
         head = json.loads((ENGINE_OPTIONS / f"{engine}.json").read_text())
         assert head["engine"] == engine and head["version"] and head["source"]
+
+
+def test_without_worst_case_or_traffic_every_engine_keeps_its_own_default_limit() -> None:
+    # the plan keeps vLLM's default max_num_seqs (basis engine_default): SGLang derives its own
+    # max_running_requests and TRT-LLM keeps its max_batch_size, as vllm serve keeps its own
+    rec = Recommended(8192, 1024, 0.92, 16, "bf16", 0.5, "")
+    sglang = EngineCapacity("sglang", "", 0.83, 0, 100_000, 2048, 12.2, "")
+    trtllm = EngineCapacity("trtllm", "", 0.9, 0, 100_000, 12, 12.2, "")
+    out = engine_commands(
+        "org/model", rec, tp=1, pp=1, kv_cache_dtype="auto", sglang=sglang, trtllm=trtllm
+    )
+    assert "--max-running-requests" not in check_command(out.commands["sglang"], SGLANG)
+    assert "--max_batch_size" not in check_command(out.commands["trtllm"], TRTLLM)
+    assert "--max-num-seqs" in out.commands["vllm"]  # no default given to compare with

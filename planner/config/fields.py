@@ -257,7 +257,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         name="max_model_len",
         kind="length",
-        help="Context length per request; -1 is vLLM's auto-fit: the longest that fits the KV "
+        help="The context length of a request; -1 is vLLM's auto-fit: the longest that fits the KV "
         "pool.",
         default="the model's",
         cli="--max-model-len",

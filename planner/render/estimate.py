@@ -183,6 +183,10 @@ def report_dict(rep: Report) -> dict[str, Any]:
         data["engine_plan"] = {
             **asdict(rep.engine),
             "outcome": rep.engine_outcome,
+            "running_limit": rep.engine_running_limit,
+            "worst_case_running": min(
+                rep.engine_running_limit or 0, int(rep.engine.max_concurrency)
+            ),
             "command": p.commands.get(rep.engine.engine),
         }
     cap = p.vllm
@@ -374,10 +378,11 @@ def _engine_plan(rep: Report) -> None:
         f"TP {est.tensor_parallel_size}, KV {est.kv_cache_dtype}"
     )
     mark = "✗" if rep.engine_outcome == "wont_start" else "✓"
+    limit = rep.engine_running_limit or e.max_running_requests
     phrase = OUTCOME_PHRASES[rep.engine_outcome or "wont_start"]
     words = phrase[0].upper() + phrase[1:]
     out.print(
-        f"{mark} {words}: {int(e.max_concurrency):,} of {e.max_running_requests:,} running "
+        f"{mark} {words}: {min(limit, int(e.max_concurrency)):,} of {limit:,} running "
         f"requests fit at {est.max_model_len:,} tokens each",
         markup=False,
     )

@@ -194,6 +194,14 @@ def engine_commands(
     users_seqs = settings is not None and settings.max_num_seqs is not None
     admits = rec.max_num_seqs if users_seqs or rec.basis == "workload" else None
     worst_case = rec.basis == "worst_case" and not users_seqs
+    users_gmu = settings.gpu_memory_utilization if settings is not None else None
+    if sglang is None and users_gmu is not None:  # no GPU to size by: the user's fraction
+        sgl += ["--mem-fraction-static", str(users_gmu)]
+    if settings is not None and settings.max_num_batched_tokens is not None:
+        # SGLang's per-step prefill budget is the same knob as vLLM's token budget
+        sgl += ["--chunked-prefill-size", str(settings.max_num_batched_tokens)]
+    if sglang is None and admits is not None:
+        sgl += ["--max-running-requests", str(admits)]
     if sglang is not None:
         if sglang.fraction is not None:
             sgl += ["--mem-fraction-static", str(sglang.fraction)]
@@ -235,6 +243,11 @@ def engine_commands(
                 kv_config["free_gpu_memory_fraction"] = str(trtllm.fraction)
             else:
                 trt += ["--kv_cache_free_gpu_memory_fraction", str(trtllm.fraction)]
+    if trtllm is None and users_gmu is not None:  # no GPU to size by: the user's fraction
+        if kv_config:
+            kv_config["free_gpu_memory_fraction"] = str(users_gmu)
+        else:
+            trt += ["--kv_cache_free_gpu_memory_fraction", str(users_gmu)]
     if kv_config:
         files[TRTLLM_FILE] = "kv_cache_config:\n" + "".join(
             f"  {key}: {value}\n" for key, value in kv_config.items()

@@ -208,7 +208,7 @@ SETTINGS: tuple[Setting, ...] = (
         yaml="tp",
         log="tensor_parallel_size",
         concern="parallel",
-        engines=_engines("--tensor-parallel-size", "--tp-size", "--tp_size"),
+        engines=_engines("--tensor-parallel-size", "--tp-size", "--tensor_parallel_size"),
         example=2,
     ),
     Setting(
@@ -221,7 +221,7 @@ SETTINGS: tuple[Setting, ...] = (
         yaml="pp",
         log="pipeline_parallel_size",
         concern="parallel",
-        engines=_engines("--pipeline-parallel-size", "--pp-size", "--pp_size"),
+        engines=_engines("--pipeline-parallel-size", "--pp-size", "--pipeline_parallel_size"),
         commands=frozenset({"estimate", "verify", "diagnose"}),
         example=2,
     ),
@@ -265,7 +265,7 @@ SETTINGS: tuple[Setting, ...] = (
         log="max_model_len",
         concern="scheduler",
         engines=_engines("--max-model-len", "--context-length", "--max_seq_len"),
-        example=8192,
+        example=16384,
     ),
     Setting(
         name="gpu_memory_utilization",
@@ -293,7 +293,7 @@ SETTINGS: tuple[Setting, ...] = (
         log="kv_cache_dtype",
         concern="cache",
         # TRT-LLM takes the dtype only in its options file (kv_cache_config.dtype)
-        engines=_engines("--kv-cache-dtype", "--kv-cache-dtype", "--extra_llm_api_options"),
+        engines=_engines("--kv-cache-dtype", "--kv-cache-dtype", "--config"),
         axis="kv-cache-dtype",
         example="fp8",
     ),
@@ -331,8 +331,13 @@ SETTINGS: tuple[Setting, ...] = (
         yaml="enforce_eager",
         log="enforce_eager",
         concern="cache",
-        engines=_engines("--enforce-eager", "--disable-cuda-graph", None),
-        no_flag={"trtllm": "kvplan sizes TRT-LLM's graphs at its defaults"},
+        engines=_engines("--enforce-eager", None, None),
+        no_flag={
+            "sglang": "SGLang 0.5.23 deprecates --disable-cuda-graph (server_args.py:411) for "
+            "--cuda-graph-backend-{decode,prefill}=disabled; kvplan sizes SGLang's graphs "
+            "inside its mem_fraction_static reserve and writes no graph flag",
+            "trtllm": "kvplan sizes TRT-LLM's graphs at its defaults",
+        },
         commands=frozenset({"estimate", "verify", "diagnose"}),
         example=True,
     ),
@@ -346,7 +351,7 @@ SETTINGS: tuple[Setting, ...] = (
         yaml="enable_prefix_caching",
         log="enable_prefix_caching",
         concern="cache",
-        engines=_engines("--no-enable-prefix-caching", None, None),
+        engines=_engines("--enable-prefix-caching", None, None),
         no_flag={
             "sglang": "SGLang's radix cache holds no extra pages kvplan sizes",
             "trtllm": "TRT-LLM's block reuse holds no extra pages kvplan sizes",
@@ -581,8 +586,13 @@ SETTINGS: tuple[Setting, ...] = (
         yaml="runner",
         log="runner",
         concern="release",
-        engines=_engines("--runner", None, None),
-        no_flag={"sglang": "sized for vLLM's runners only", "trtllm": "sized for vLLM only"},
+        engines=_engines(None, None, None),
+        no_flag={
+            "vllm": "vLLM's --runner auto picks pooling for the embedding and reward "
+            "architectures kvplan plans as pooling",
+            "sglang": "sized for vLLM's runners only",
+            "trtllm": "sized for vLLM only",
+        },
         commands=frozenset({"estimate", "verify"}),
         example="pooling",
     ),

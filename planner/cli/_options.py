@@ -561,6 +561,22 @@ class ServeArgs:
             out[name] = lora_targets(value) if isinstance(value, list) else value
         return out
 
+    def typed(self) -> dict[str, Any]:
+        """The options the user gave, each typed as :class:`ServeSettings` holds it, by setting
+        name (``--kv-cache-dtype fp8`` is ``KVDtype.FP8``, ``--kv-cache-memory 20GiB`` bytes;
+        ``--enforce-eager`` True, ``--max-model-len -1`` as given): the overrides diagnose
+        layers over a log's settings."""
+        out: dict[str, Any] = {}
+        for name, value in self.given().items():
+            s = setting(name)
+            if s.kind in ("eager", "length"):
+                out[name] = value
+                if s.kind == "length" and value != -1:
+                    settings_from({name: value})  # refuses 0 as vLLM would
+                continue
+            out[name] = getattr(settings_from({name: value}), name)
+        return out
+
     def settings(self, **overrides: Any) -> ServeSettings:
         """The options as :class:`ServeSettings`, over ``overrides`` (a command's own
         defaults, by setting name), by the parser plans files and boot logs go through; the

@@ -7,15 +7,13 @@ from typing import Annotated
 import typer
 
 from planner.cli._options import (
-    BatchedTokensOpt,
-    EagerOpt,
     GpuMemoryOpt,
     GpuOpt,
     JsonOpt,
-    MaxLenOpt,
-    MaxSeqsOpt,
     OfflineOpt,
+    ServeArgs,
     _gpu_arg,
+    serve_options,
     user_errors,
 )
 
@@ -29,55 +27,15 @@ LogModelOpt = Annotated[
         "--model", help="Model to plan [default: the one the log names].", show_default=False
     ),
 ]
-LogTpOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--tp",
-        "--tensor-parallel-size",
-        help="Tensor-parallel size [default: the log's, else 1].",
-        show_default=False,
-    ),
-]
-LogPpOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--pp",
-        "--pipeline-parallel-size",
-        help="Pipeline-parallel size [default: the log's, else 1].",
-        show_default=False,
-    ),
-]
-LogGmuOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--gpu-memory-utilization",
-        help="vLLM's fraction of GPU memory [default: the log's, else vLLM's].",
-        show_default=False,
-    ),
-]
-LogKVDtypeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--kv-cache-dtype",
-        help="KV cache dtype [default: the log's, else auto].",
-        show_default=False,
-    ),
-]
 
 
+@serve_options("diagnose")
 def diagnose(
     log: LogArg,
+    serve: ServeArgs,
     model: LogModelOpt = None,
     gpu: GpuOpt = None,
     gpu_memory: GpuMemoryOpt = None,
-    tp: LogTpOpt = None,
-    pp: LogPpOpt = None,
-    max_model_len: MaxLenOpt = None,
-    gpu_memory_utilization: LogGmuOpt = None,
-    kv_cache_dtype: LogKVDtypeOpt = None,
-    max_num_batched_tokens: BatchedTokensOpt = None,
-    max_num_seqs: MaxSeqsOpt = None,
-    enforce_eager: EagerOpt = False,
     offline: OfflineOpt = False,
     json_: JsonOpt = False,
 ) -> None:
@@ -94,7 +52,6 @@ def diagnose(
       kvplan diagnose dp8-server.log --json    # --data-parallel-size 8: ranks, cluster
     """
     from planner.diagnose import diagnose_file
-    from planner.model.specs import KVDtype
     from planner.render import diagnose as render
 
     with user_errors():
@@ -105,14 +62,7 @@ def diagnose(
             log,
             model=model,
             gpu=_gpu_arg(gpu, gpu_memory),
-            tp=tp,
-            pp=pp,
-            max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_dtype=KVDtype.parse(kv_cache_dtype) if kv_cache_dtype else None,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            enforce_eager=True if enforce_eager else None,
             offline=offline or None,
+            **serve.typed(),
         )
         render.diagnose(result, as_json=json_)

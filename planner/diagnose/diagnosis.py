@@ -149,6 +149,7 @@ def diagnose_file(
     max_num_seqs: int | None = None,
     enforce_eager: bool | None = None,
     offline: bool | None = None,
+    **settings_given: Any,
 ) -> Diagnosis:
     """Parse the log at ``path`` and compare it with the plan for the same model and settings.
 
@@ -161,6 +162,8 @@ def diagnose_file(
         gpu: the GPU (default: the total the log reports, if it does).
         tp, pp, max_model_len, gpu_memory_utilization, kv_cache_dtype, max_num_batched_tokens,
             max_num_seqs, enforce_eager: as ``vllm serve`` takes them.
+        settings_given: any other declared setting (:mod:`planner.config.fields`) by its
+            name, typed as :class:`ServeSettings` holds it (``kv_cache_memory_bytes=...``).
         offline: only the catalog and the local HF cache for the model.
 
     Returns:
@@ -187,6 +190,7 @@ def diagnose_file(
         "max_num_batched_tokens": max_num_batched_tokens,
         "max_num_seqs": max_num_seqs,
         "enforce_eager": enforce_eager,
+        **settings_given,
     }
     notes: list[str] = []
     settings = layer_settings(log, given, notes)

@@ -201,7 +201,7 @@ def fetch_url(
             while True:
                 if time.monotonic() > deadline:
                     raise MetricsFileError(f"{url}: no complete response within {timeout_s:g} s")
-                chunk = response.read(1 << 16)
+                chunk = response.read1(1 << 16)  # what has come, not a full 64 KiB
                 if not chunk:
                     break
                 size += len(chunk)
@@ -210,6 +210,9 @@ def fetch_url(
                         f"{url}: the response is larger than the {limit:,}-byte limit"
                     )
                 chunks.append(chunk)
+            length = response.headers.get("Content-Length", "")
+            if length.isdigit() and size < int(length):
+                raise MetricsFileError(f"{url}: the response was cut short")
     except urllib.error.HTTPError as exc:
         where = f" to {exc.headers.get('Location')}" if 300 <= exc.code < 400 else ""
         raise MetricsFileError(f"{url}: HTTP {exc.code} {exc.reason}{where}") from None
@@ -295,7 +298,7 @@ def _parser() -> Callable[[str], Iterable[Any]]:
             "reading Prometheus text needs prometheus-client: pip install 'kvplan[metrics]' "
             "(or pip install prometheus-client)"
         ) from None
-    return text_string_to_metric_families  # type: ignore[no-any-return]
+    return text_string_to_metric_families
 
 
 def _parse_chunk(lines: list[str], where: str, first: int, when: float | None) -> list[Scrape]:
@@ -721,11 +724,8 @@ def _cluster_series(
         for name in KV_USAGE:
             merged.values.pop(name, None)
         if known:
-            weights = [blocks.get(e) for e, _ in known]
-            if all(weights):
-                value = sum(u * w for (_, u), w in zip(known, weights, strict=True)) / sum(
-                    w for w in weights if w
-                )
+            if all(e in blocks for e, _ in known):
+                value = sum(u * blocks[e] for e, u in known) / sum(blocks[e] for e, _ in known)
             else:
                 value = sum(u for _, u in known) / len(known)
             merged.values[KV_USAGE[0]] = value
@@ -1248,6 +1248,11 @@ def _next_125(bound: float) -> float:
     return bound * 2
 
 
+def _weight(count: float) -> float | int:
+    """A bucket's count as a spec weight: whole counts stay whole."""
+    return int(count) if count == int(count) else round(count, 6)
+
+
 def histogram_rows(buckets: Mapping[float, float], max_len: int | None = None) -> list[list[Any]]:
     """A length histogram as workload spec rows ``[lo, hi, weight]``: the bucket ``(a, b]`` is
     the whole numbers ``a + 1 .. b`` (1 .. b for the first), weighted by its count. The
@@ -1261,12 +1266,12 @@ def histogram_rows(buckets: Mapping[float, float], max_len: int | None = None) -
         count = buckets[b] - below
         hi = math.floor(b)
         if count > 0 and hi >= max(lower + 1, 1):
-            rows.append([max(lower + 1, 1), hi, round(count, 6)])
+            rows.append([max(lower + 1, 1), hi, _weight(count)])
         below, lower = buckets[b], max(hi, lower)
     rest = buckets.get(math.inf, below) - below
     if rest > 0:
         top = max_len if max_len and max_len > lower else int(_next_125(lower or 1)) - 1
-        rows.append([lower + 1, max(top, lower + 1), round(rest, 6)])
+        rows.append([lower + 1, max(top, lower + 1), _weight(rest)])
     return rows
 
 
@@ -1322,7 +1327,7 @@ def watch(
     interval_s: float = 5.0,
     keep: int = 120,
     polls: int | None = None,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] | None = None,
     **plan: Any,
 ) -> Iterator[MetricsDiagnosis]:
     """Scrape ``url`` every ``interval_s`` and yield the diagnosis of the last ``keep``
@@ -1332,7 +1337,7 @@ def watch(
     n = 0
     while polls is None or n < polls:
         if n:
-            sleep(interval_s)
+            (sleep or time.sleep)(interval_s)
         text = fetch_url(url)
         series += parse_text(text, url, default_time=time.time())
         series = series[-keep:]

@@ -238,6 +238,7 @@ def v1_085() -> str:
         "num_gpu_blocks_override": "None",
         "prefix_caching_hash_algo": "builtin",
         "sliding_window": "None",
+        "swap_space": "4",
         "swap_space_bytes": "4294967296",
     }
     parts = [
@@ -361,6 +362,7 @@ def v1_0110(step: int) -> str:
         "prefix_caching_hash_algo": "sha256",
         "sliding_window": "None",
         "swap_space": "4",
+        "swap_space_bytes": "4294967296",
     }
     parts = [
         gauge(

@@ -203,17 +203,17 @@ def test_v0_scrape_from_the_server(server: str) -> None:
 
 def test_v085_names_and_starved_by_max_num_seqs(server: str) -> None:
     """vLLM 0.8.5 (V1, gpu_cache_usage_perc, gpu_prefix_cache_* counters): 64 running at
-    --max-num-seqs 64 with 20 waiting and KV at 42 %: starved by max_num_seqs, not the pool."""
+    --max-num-seqs 64 with 20 waiting and KV at 21 %: starved by max_num_seqs, not the pool."""
     data = run_json("--metrics", f"{server}/v085/metrics", "--max-num-seqs", "64")
     assert data["names"] == "gpu_cache_usage_perc"
     c = data["cluster"]
-    assert c["kv_usage_max_pct"] == 42.0
+    assert c["kv_usage_max_pct"] == 21.0
     assert c["prefix_hit_pct"] == 100 * 2000 / 100_000
     assert c["max_num_seqs"] == 64 and c["max_num_seqs_source"] == "command line"
     starved = finding(c["findings"], "starved-max-num-seqs")
-    # KV grows about in step with running requests: 64 x 90 / 42 = 137.1 -> 137
-    assert starved["data"]["suggested_max_num_seqs"] == math.floor(64 * 90 / 42)
-    assert "max_num_seqs 137" in starved["fix"][0]
+    # KV grows about in step with running requests: 64 x 90 / 21 = 274.3 -> 274
+    assert starved["data"]["suggested_max_num_seqs"] == math.floor(64 * 90 / 21)
+    assert "max_num_seqs 274" in starved["fix"][0]
     assert "kv-pinned" not in kinds(c["findings"])
     assert finding(c["findings"], "prefix-low-hit")["data"]["mean_hit_pct"] == 2.0
     # queue p50 (1.75 s) is all of TTFT p50 (1.75 s): TTFT is queueing
@@ -222,7 +222,7 @@ def test_v085_names_and_starved_by_max_num_seqs(server: str) -> None:
 
 def test_v085_without_max_num_seqs_blames_the_token_budget() -> None:
     """With no limit known (no flag, no GPU for vLLM's default) and one scrape, the waiting
-    requests with KV at 42 % point at the per-step token budget, as information only."""
+    requests with KV at 21 % point at the per-step token budget, as information only."""
     dg = m.diagnose_metrics(str(V085))
     starved = next(f for f in dg.cluster.findings if f.kind == "starved-token-budget")
     assert starved.severity == "info" and starved.data["max_num_seqs"] is None
@@ -230,10 +230,10 @@ def test_v085_without_max_num_seqs_blames_the_token_budget() -> None:
 
 def test_newer_name_wins_when_both_are_exported() -> None:
     """vLLM 0.10.1 exports gpu_cache_usage_perc (deprecated) beside kv_cache_usage_perc
-    (v1/metrics/loggers.py lines 212 and 245); the file has 0.42 and 0.99: 0.42 is read."""
+    (v1/metrics/loggers.py lines 212 and 245); the file has 0.21 and 0.99: 0.21 is read."""
     dg = m.diagnose_metrics(str(DATA / "vllm-0.10.1-both-names.prom"))
     assert dg.names == "kv_cache_usage_perc"
-    assert dg.cluster.kv_usage_max_pct == 42.0
+    assert dg.cluster.kv_usage_max_pct == 21.0
 
 
 def _check_dp2_series(data: dict[str, Any], *, counters: bool = True) -> None:
@@ -522,7 +522,7 @@ def test_partial_histogram_is_left_out() -> None:
     """A scrape cut inside the TTFT histogram (no +Inf bucket, no _count) still reads: the
     figures before it are kept, that histogram is not used."""
     dg = m.diagnose_metrics(str(DATA / "partial-histogram.prom"))
-    assert dg.cluster.kv_usage_max_pct == 42.0 and dg.cluster.waiting_max == 20
+    assert dg.cluster.kv_usage_max_pct == 21.0 and dg.cluster.waiting_max == 20
     assert dg.cluster.ttft is None and dg.cluster.prompt is not None
 
 

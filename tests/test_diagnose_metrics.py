@@ -593,6 +593,42 @@ def test_flag_combinations(args: list[str], expected: str) -> None:
     _one_error(runner.invoke(app, ["diagnose", *args]), 2, expected)
 
 
+def test_mutated_scrapes_fail_only_as_kvplan_errors() -> None:
+    """Recorded scrapes with values swapped for NaN, infinities, huge or negative numbers,
+    lines dropped or repeated, bucket bounds broken: a diagnosis, its JSON, text and workload,
+    or one KvplanError, never another exception."""
+    import random
+
+    from planner.errors import KvplanError
+    from planner.render._output import to_json
+    from planner.render.metrics import lines, metrics_dict
+
+    texts = [p.read_text() for p in (V0, V085, SERIES)]
+    values = ["0", "-1", "1e308", "1e309", "NaN", "+Inf", "-Inf", "1e-300", "-1e308"]
+    rng = random.Random(5)
+    for _ in range(150):
+        t = rng.choice(texts).splitlines()
+        for _ in range(rng.randint(1, 8)):
+            j = rng.randrange(len(t))
+            op = rng.random()
+            if op < 0.5 and not t[j].startswith("#") and " " in t[j]:
+                t[j] = t[j].rsplit(" ", 1)[0] + " " + rng.choice(values)
+            elif op < 0.7:
+                del t[j]
+            elif op < 0.85:
+                t[j] = t[j].replace('le="', rng.choice(['le="x', 'le="9']), 1)
+            else:
+                t.insert(j, t[rng.randrange(len(t))])
+        try:
+            scrapes = m.parse_text("\n".join(t) + "\n", "mutated", default_time=None)
+            dg = m.diagnose_metrics("mutated", scrapes=scrapes, max_num_seqs=rng.choice([None, 64]))
+            to_json(metrics_dict(dg))
+            lines(dg)
+            m.workload_yaml(dg)
+        except KvplanError:
+            pass
+
+
 # --------------------------------------------------------------------------- as users see it
 
 

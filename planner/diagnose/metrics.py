@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 MAX_METRICS_BYTES = 50 << 20  # one file, one response, or a directory's files together
 MAX_SCRAPES = 10_000
 MAX_DIR_FILES = 10_000
+MAX_VALUE = 1e18  # a sample beyond this (or NaN) is no figure: sums and x100 stay finite
 HTTP_TIMEOUT_S = 5.0  # connect, and the whole response
 TARGET_LOW_PCT, TARGET_HIGH_PCT = 80.0, 90.0  # the field guide's KV usage target
 LOW_HIT_PCT = 10.0  # prefix-cache hit rate below which requests share little
@@ -408,7 +409,7 @@ def _views(scrape: Scrape) -> tuple[dict[str, _View], dict[str, dict[str, str]],
             continue
         if "model_name" in labels:
             models.add(labels["model_name"])
-        if not math.isfinite(value) and not name.endswith("_bucket"):
+        if not abs(value) <= MAX_VALUE:  # NaN, infinite or absurd: not a figure
             continue
         view = views.setdefault(engine or "0", _View())
         if name.endswith("_bucket") and "le" in labels:
@@ -1130,7 +1131,8 @@ def diagnose_metrics(
 
         findings += explain(log, the_plan)
         cap = the_plan.vllm
-        block = int(cache.get("block_size") or the_plan.estimate.block_size)
+        label = cache.get("block_size", "")
+        block = int(label) if label.isdigit() else the_plan.estimate.block_size
         server_blocks = blocks.get("0") or (min(blocks.values()) if blocks else None)
         terms = [
             Term("GPU blocks", "blocks", server_blocks, cap.num_gpu_blocks),

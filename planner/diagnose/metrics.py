@@ -1058,6 +1058,15 @@ def diagnose_metrics(
     served = sorted(models)[0] if models else None
     if len(models) > 1:
         notes.append(f"several model_name labels ({', '.join(sorted(models))}); read together")
+    instances = sorted(
+        {labels["instance"] for s in scrapes for _, labels, _ in s.samples if "instance" in labels}
+    )
+    if len(instances) > 1:
+        notes.append(
+            f"several instances ({', '.join(instances[:4])}"
+            f"{', ...' if len(instances) > 4 else ''}) read as one server; export one "
+            'server\'s metrics (a query with {instance="..."}) to diagnose it alone'
+        )
 
     log = _as_log(cache, served, names, blocks)
     given = {
@@ -1080,6 +1089,12 @@ def diagnose_metrics(
         from planner.diagnose.diagnosis import _plan_for
 
         the_plan, settings = _plan_for(log, settings, given, gpu, offline, findings, notes, True)
+        notes[:] = [  # the log diagnosis' words, for a scrape
+            n.replace("named in the log", "named by the model_name label").replace(
+                "the settings the log states", "the settings cache_config_info states"
+            )
+            for n in notes
+        ]
     elif gpu is None:
         notes.append(
             "no GPU: pass --gpu (and --model if model_name is an alias) to check the plan's "

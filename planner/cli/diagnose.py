@@ -18,8 +18,39 @@ from planner.cli._options import (
 )
 
 LogArg = Annotated[
-    str,
-    typer.Argument(help="vLLM log (startup and runtime lines).", show_default=False, metavar="LOG"),
+    str | None,
+    typer.Argument(
+        help="vLLM log (startup and runtime lines); or --metrics instead.",
+        show_default=False,
+        metavar="[LOG]",
+    ),
+]
+MetricsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics",
+        help="A running server's Prometheus metrics: a /metrics URL, a scrape file, a directory "
+        "or file of scrapes, or a Prometheus range-query JSON export.",
+        show_default=False,
+        metavar="FILE|URL",
+    ),
+]
+SaveWorkloadOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--save-workload",
+        help="With --metrics: write the observed prompt/output lengths as a workload spec "
+        "(YAML) for estimate -w and simulate -w.",
+        show_default=False,
+        metavar="FILE",
+    ),
+]
+WatchOpt = Annotated[
+    bool,
+    typer.Option("--watch", help="With a --metrics URL: poll it and redraw until Ctrl-C."),
+]
+IntervalOpt = Annotated[
+    float, typer.Option("--interval", help="Seconds between --watch polls.", min=1.0, max=3600.0)
 ]
 LogModelOpt = Annotated[
     str | None,
@@ -31,13 +62,17 @@ LogModelOpt = Annotated[
 
 @serve_options("diagnose")
 def diagnose(
-    log: LogArg,
     serve: ServeArgs,
+    log: LogArg = None,
     model: LogModelOpt = None,
     gpu: GpuOpt = None,
     gpu_memory: GpuMemoryOpt = None,
     offline: OfflineOpt = False,
     json_: JsonOpt = False,
+    metrics: MetricsOpt = None,
+    save_workload: SaveWorkloadOpt = None,
+    watch: WatchOpt = False,
+    interval: IntervalOpt = 5.0,
 ) -> None:
     """Read a vLLM boot log, compare it with the plan term by term, and say what to change.
 
@@ -50,7 +85,25 @@ def diagnose(
       kvplan diagnose vllm-startup.log --model llama-3.1-8b --gpu rtx-3090
       kvplan diagnose server.log --gpu h100 --json
       kvplan diagnose dp8-server.log --json    # --data-parallel-size 8: ranks, cluster
+      kvplan diagnose --metrics http://localhost:8000/metrics --gpu h100 --watch
     """
+    if metrics is not None or log is None or save_workload is not None or watch:
+        from planner.cli._metrics import diagnose_metrics
+
+        diagnose_metrics(
+            log,
+            metrics,
+            save_workload=save_workload,
+            watch=watch,
+            interval=interval,
+            json_=json_,
+            model=model,
+            gpu=gpu,
+            gpu_memory=gpu_memory,
+            offline=offline,
+            serve=serve,
+        )
+        return
     from planner.diagnose import diagnose_file
     from planner.render import diagnose as render
 

@@ -53,8 +53,11 @@ arrives at an idle queue) all decoding requests advance together, and the blocks
 counted from how many of them cross a block boundary at each step (their position modulo
 ``block_size``), so cost grows with requests and events, not with tokens.
 
-How long each step takes is :mod:`planner.simulate.roofline`'s model; what is replayed comes
-from :mod:`planner.simulate.workload`.
+How long each step takes is :mod:`planner.simulate.clock`'s model (or a measured table); what
+is replayed comes from :mod:`planner.simulate.workload`, sent as ``vllm bench serve`` sends it
+(open loop at the requests' arrival times, or a closed loop of ``Workload.max_concurrency``),
+each reaching the scheduler ``SimConfig.request_latency_s`` (+ ``stream_latency_s`` per other
+request in flight) after it is sent.
 """
 
 from __future__ import annotations
@@ -357,12 +360,12 @@ class BenchFigures:
 
 @dataclass(frozen=True)
 class SimResult:
-    """What one replay measured. Times come from the roofline model; usage is the fraction of
+    """What one replay measured. Times come from the step-time model; usage is the fraction of
     the pool's usable blocks held by running requests (cached free blocks count as free).
 
     Part of ``kvplan simulate --json`` (``runs[i].result``; ``finish_steps`` is left out). The
     numbers below are ``tests/golden/simulate-llama-3.1-8b-kvmem.json``: Llama-3.1-8B, 200
-    requests of ``examples/workloads/chat.yaml``, ``--kv-cache-memory 20GiB``, H100 roofline.
+    requests of ``examples/workloads/chat.yaml``, ``--kv-cache-memory 20GiB``, H100 step-time model.
 
     Attributes:
         num_gpu_blocks: blocks in the pool, vLLM's null block included (20 GiB / 2,097,152 B
@@ -378,27 +381,28 @@ class SimResult:
         recomputed_tokens: tokens whose KV is computed again after a preemption: of every
             chunk prefilled after a readmission, the tokens the request had computed before
             it was preempted; prefix-cache hits are not computed, so not counted.
-        steps: scheduler steps run (11,255).
-        duration_s: simulated seconds from 0 to the last finish, idle gaps included (56.37).
-        peak_blocks: most blocks held at the end of a step (494).
+        steps: scheduler steps run (7,982).
+        duration_s: simulated seconds from 0 to the last finish, idle gaps included (60.91).
+        peak_blocks: most blocks held at the end of a step (668).
         usage_p50: time-weighted median of usage, in 1/1,000 bins and reported as the bin's
-            upper edge: 0.017 means usage was below 1.7 % of the usable blocks half of the time.
-        usage_p90: the same at 90 % of the time (0.03).
-        usage_max: ``peak_blocks / usable_blocks``, exact (494 / 10,239 = 0.0482).
+            upper edge: 0.022 means usage was below 2.2 % of the usable blocks half of the time.
+        usage_p90: the same at 90 % of the time (0.038).
+        usage_max: ``peak_blocks / usable_blocks``, exact (668 / 10,239 = 0.0652).
         mean_concurrency: running requests (prefilling or decoding) averaged over
-            ``duration_s`` (4.15).
-        max_concurrency: most requests running in one step (12).
+            ``duration_s`` (5.90).
+        max_concurrency: most requests running in one step (16).
         prompt_tokens: prompt tokens of the completed requests (162,643).
         output_tokens: output tokens of the completed requests (46,332).
-        output_tokens_per_s: ``output_tokens / duration_s`` (46,332 / 56.37 s = 821.9).
-        total_tokens_per_s: ``(prompt_tokens + output_tokens) / duration_s`` (3,707.0).
-        ttft_s: arrival to the end of the step that completes the prefill (p50 8.4 ms); a
+        output_tokens_per_s: ``output_tokens / duration_s`` (46,332 / 60.91 s = 760.7).
+        total_tokens_per_s: ``(prompt_tokens + output_tokens) / duration_s`` (3,431.1).
+        ttft_s: send to the end of the step that completes the prefill (p50 52.7 ms, 20 ms of
+            it the API server's latency, SimConfig.request_latency_s); a
             preempted request keeps its first first token.
         tpot_s: ``(finish - first token) / (output_tokens - 1)`` of each request with more
-            than one output token (p50 5.03 ms: about one memory-bound decode step).
-        e2e_s: arrival to finish (p50 0.90 s).
+            than one output token (p50 7.73 ms: about one decode step).
+        e2e_s: send to finish (p50 1.42 s).
         fragmentation: the share of allocated token slots left empty in requests' last,
-            partly filled blocks, summed over steps; shared prefix blocks count once (0.0108).
+            partly filled blocks, summed over steps; shared prefix blocks count once (0.0117).
         prefix_query_tokens: tokens looked up in the prefix cache, one lookup per admission
             (readmissions after a preemption included) (162,643).
         prefix_hit_tokens: of those, tokens found cached: whole blocks only (104,000).
@@ -411,11 +415,11 @@ class SimResult:
             that did not (rejected). An ``array('q')`` (8 bytes a request, not a list of
             ints); compare it as ``list(r.finish_steps)``. Not in the JSON.
         allocated_blocks: blocks taken from the free pool, new ones and cached ones reused
-            (7,150).
+            (6,750).
         freed_blocks: blocks given back to it; equal to ``allocated_blocks`` once every
-            request has finished (7,150).
+            request has finished (6,750).
         max_used_blocks_seen: most blocks held at any recorded point, idle points included
-            (494).
+            (668).
         ranks: with ``data_parallel_size`` > 1, each rank's own result (its pool, its
             requests; their ``finish_steps`` empty: the cluster's holds every request's), and
             the fields above are the cluster's (:func:`planner.simulate.cluster.simulate_ranks`

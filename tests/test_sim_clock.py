@@ -362,3 +362,22 @@ def test_memory_efficiency_by_gpu_class() -> None:
         assert memory_efficiency_of(get_gpu(name)) == 0.90, name
     for name in ("l4", "l40s", "a10", "a10g", "t4", "rtx-4090", "a6000"):
         assert memory_efficiency_of(get_gpu(name)) == 0.85, name
+
+
+def test_a_closed_loop_with_data_parallel_ranks_is_refused() -> None:
+    w = Workload("t", "t", (Request(10, 3),), max_concurrency=1)
+    with pytest.raises(UsageError, match="not simulated with --dp > 1"):
+        simulate(w, const(data_parallel_size=2))
+
+
+def test_the_release_and_eager_set_the_overhead_terms() -> None:
+    args = ("llama-3.1-8b", "--gpu", "h100", "--avg-prompt-tokens", "100",
+            "--avg-output-tokens", "10", "--num-requests", "5", "--json")  # fmt: skip
+    new = json.loads(run(*args)[1])["roofline"]
+    old = json.loads(run(*args, "--vllm-version", "0.10.0")[1])["roofline"]
+    eager = json.loads(run(*args, "--enforce-eager")[1])["roofline"]
+    # async scheduling (0.14+) hides most of a step's CPU time: 0.2 ms vs 0.6 ms; eager
+    # launches 32 layers x 150 us of small kernels instead of 32 x 50 us
+    assert new["overhead_s"] == pytest.approx(0.0002) and old["overhead_s"] == pytest.approx(0.0006)
+    assert new["layer_floor_s"] == pytest.approx(32 * 50e-6)
+    assert eager["layer_floor_s"] == pytest.approx(32 * 150e-6)

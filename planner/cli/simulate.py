@@ -47,7 +47,8 @@ WorkloadOpt = Annotated[
 ]
 
 
-def _opt(name: str, help: str, kind: type = int) -> Any:
+def _opt(name: str, help: str) -> Any:
+    """An option without a default shown."""
     return typer.Option(name, help=help, show_default=False)
 
 
@@ -396,11 +397,13 @@ def simulate(
         fitted = None
         if result is not None:
             from planner.simulate.calibrate import fit, workload_of
+            from planner.simulate.clock import StepModel
 
             own = workload_of(result, limit)
             with status(f"Fitting the step-time terms to {calibrate}"):
                 first = simulate_model(dep, own, num_gpu_blocks=num_gpu_blocks)
-                defaults = first.roofline.terms() if hasattr(first.roofline, "terms") else {}
+                assert isinstance(first.roofline, StepModel)
+                defaults = first.roofline.terms()
 
                 def replay(terms: dict[str, float]) -> Any:
                     one = simulate_model(

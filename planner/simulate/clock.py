@@ -68,12 +68,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from planner.deployment import Gpu
-from planner.errors import InputFileError, UsageError
+from planner.errors import InputFileError
 from planner.kv_layout import KVEstimate
 from planner.model.specs import ModelSpec
 from planner.simulate.roofline import ModelParams, Roofline, roofline_for

@@ -680,6 +680,8 @@ def bench_workload(
     if shared_prefix:
         shape += f" after a shared {shared_prefix:,}"
     rate = "all at once" if math.isinf(request_rate) else f"{request_rate:g}/s"
+    if not math.isinf(request_rate) and burstiness != 1.0:
+        rate += f" (gamma, burstiness {burstiness:g})"
     if max_concurrency:
         rate += f", at most {max_concurrency:,} in flight"
     spec = WorkloadSpec(

@@ -172,7 +172,7 @@ def test_cli_reports_the_timing_model(tmp_path: Path) -> None:
 
     code, out, err = _run(tmp_path, "--json")
     assert code == 0, err
-    assert json.loads(out)["timing"] == "roofline model"
+    assert json.loads(out)["timing"] == "step-time model"
 
 
 @pytest.mark.parametrize(
@@ -187,3 +187,43 @@ def test_cli_bad_table_is_one_line(tmp_path: Path, text: str | None, message: st
     assert code == 2
     assert err.startswith("Error: ") and message in err and err.count("\n") == 1
     assert "Traceback" not in err and out == ""
+
+
+CONTEXT_CSV = "context,tokens,seconds\n0,1,0.010\n0,101,0.020\n1000,1,0.030\n1000,101,0.040\n"
+
+
+def test_context_axis_interpolates_between_contexts_by_hand() -> None:
+    # rows at context 0: (1, 10 ms), (101, 20 ms); at context 1,000: (1, 30 ms), (101, 40 ms)
+    t = parse_step_times(CONTEXT_CSV, "c.csv", as_json=False)
+    assert [c for c, _ in t.by_context] == [0, 1000]
+    # 51 tokens of 51 sequences at 500 context tokens each: halfway both ways, 25 ms
+    assert t.step_s(51, kv_tokens=51 * 500, pairs=0, seqs=51) == pytest.approx(0.025)
+    # past the last context: extrapolated from the last two (20 ms per 1,000 tokens), 2,000
+    # tokens of context at 1 token: 30 + 20 = 50 ms; below the first: the first
+    assert t.step_s(1, kv_tokens=2000, pairs=0, seqs=1) == pytest.approx(0.050)
+    assert t.at(1, context=-5) == pytest.approx(0.010)
+    # 10 decode steps of 1 request from context 995: contexts 995..1004, i.e. 5 steps between
+    # the rows (29.9, 29.92, ... 29.98 ms) and 5 past the last (30.0 ... 30.08 ms)
+    by_step = sum(t.step_s(1, 995 + k, 0, 1) for k in range(10))
+    assert t.decode_s(1, 995, 10) == pytest.approx(by_step)
+    assert by_step == pytest.approx(sum(0.010 + 0.00002 * (995 + k) for k in range(10)))
+
+
+def test_context_axis_in_json_and_its_errors() -> None:
+    text = json.dumps(
+        [
+            {"context": 0, "tokens": 1, "seconds": 0.01},
+            {"context": 64, "tokens": 1, "seconds": 0.02},
+        ]
+    )
+    t = parse_step_times(text, "c.json", as_json=True)
+    assert t.step_s(1, 32, 0) == pytest.approx(0.015)
+    mixed = json.dumps([{"context": 0, "tokens": 1, "seconds": 0.01}, {"tokens": 2, "seconds": 1}])
+    with pytest.raises(InputFileError, match="give a context for every row or for none"):
+        parse_step_times(mixed, "c.json", as_json=True)
+    with pytest.raises(InputFileError, match="context must be a number, got ''"):
+        parse_step_times("context,tokens,seconds\n0,1,0.01\n,2,0.02\n", "c.csv", as_json=False)
+    with pytest.raises(InputFileError, match="tokens 1 is given twice at context 0"):
+        parse_step_times("context,tokens,seconds\n0,1,0.01\n0,1,0.02\n", "c.csv", as_json=False)
+    with pytest.raises(InputFileError, match="context must be a whole number >= 0"):
+        parse_step_times("context,tokens,seconds\n-1,1,0.01\n", "c.csv", as_json=False)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from planner.cli._options import (
     CpuOffloadOpt,
     DpOpt,
+    EagerOpt,
     EnableLoraOpt,
     EpOpt,
     JsonOpt,
@@ -27,6 +28,7 @@ from planner.cli._options import (
     RevisionOpt,
     SpeculativeOpt,
     TpOpt,
+    VllmVersionOpt,
     _serve_settings,
     _values,
     user_errors,
@@ -34,20 +36,25 @@ from planner.cli._options import (
 from planner.errors import UsageError
 
 WorkloadOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--workload",
         "-w",
         help="JSONL trace (prompt_tokens, output_tokens, arrival_s, prefix_id, prefix_tokens) or "
-        "YAML spec (examples/workloads/).",
+        "YAML spec (examples/workloads/); or --avg-prompt-tokens/--avg-output-tokens.",
         show_default=False,
     ),
 ]
 
 
+def _opt(name: str, help: str) -> Any:
+    """An option without a default shown."""
+    return typer.Option(name, help=help, show_default=False)
+
+
 def simulate(
     model: ModelArg,
-    workload: WorkloadOpt,
+    workload: WorkloadOpt = None,
     gpu: Annotated[
         str | None,
         typer.Option(
@@ -135,11 +142,77 @@ def simulate(
         str | None,
         typer.Option(
             "--step-times",
-            help="Measured step times (CSV tokens,seconds or JSON; see planner/simulate/"
-            "steptimes.py) instead of the roofline model for TTFT/TPOT.",
+            help="Measured step times (CSV [context,]tokens,seconds or JSON; see planner/"
+            "simulate/steptimes.py) instead of the step-time model for TTFT/TPOT.",
             show_default=False,
         ),
     ] = None,
+    avg_prompt_tokens: Annotated[
+        int | None,
+        _opt(
+            "--avg-prompt-tokens",
+            "Average prompt length: with --avg-output-tokens, a "
+            "vllm bench serve-shaped workload instead of -w (see --dataset).",
+        ),
+    ] = None,
+    avg_output_tokens: Annotated[
+        int | None, _opt("--avg-output-tokens", "Average output length.")
+    ] = None,
+    dataset: Annotated[
+        str,
+        typer.Option(
+            "--dataset",
+            help="Lengths around the averages: lognormal (as estimate), random (vllm bench's: "
+            "uniform +-range ratio, fixed at 0) or sharegpt (ShareGPT-like).",
+        ),
+    ] = "lognormal",
+    range_ratio: Annotated[
+        float,
+        typer.Option(
+            "--range-ratio", help="--dataset random's spread (vllm's --random-range-ratio)."
+        ),
+    ] = 0.0,
+    request_rate: Annotated[
+        float,
+        typer.Option(
+            "--request-rate", help="Requests per second (inf: all at once, as vllm bench)."
+        ),
+    ] = float("inf"),
+    burstiness: Annotated[
+        float,
+        typer.Option("--burstiness", help="Gamma shape of the arrival gaps (1: Poisson)."),
+    ] = 1.0,
+    max_concurrency: Annotated[
+        int | None,
+        _opt(
+            "--max-concurrency",
+            "At most this many requests in flight (a closed loop, as "
+            "vllm bench serve --max-concurrency); also over -w.",
+        ),
+    ] = None,
+    shared_prefix: Annotated[
+        int | None,
+        _opt(
+            "--shared-prefix",
+            "Tokens of a system prompt every request starts with (with --avg-prompt-tokens).",
+        ),
+    ] = None,
+    calibrate: Annotated[
+        str | None,
+        _opt(
+            "--calibrate",
+            "A `vllm bench serve --save-result` file: fit the step-time terms "
+            "to it, then replay -w (or that run) with them.",
+        ),
+    ] = None,
+    save_profile: Annotated[
+        str | None, _opt("--save-profile", "Write the --calibrate fit to this file.")
+    ] = None,
+    profile_path: Annotated[
+        str | None, _opt("--profile", "Step-time terms saved by --calibrate --save-profile.")
+    ] = None,
+    vllm_version: VllmVersionOpt = None,
+    enforce_eager: EagerOpt = False,
     goal: Annotated[
         str,
         typer.Option("--goal", help="What 'best' means: throughput, ttft, tpot or preemptions."),
@@ -191,7 +264,12 @@ def simulate(
     """Replay a workload over vLLM's paged KV cache: usage, preemptions, concurrency, latency.
 
     Example: kvplan simulate qwen2.5-7b --gpu l40s -w examples/workloads/chat.yaml --block-size 8,16
+
+    Benchmark-shaped: kvplan simulate llama-3.1-8b --gpu h100 --dataset random
+    --avg-prompt-tokens 1024 --avg-output-tokens 128 --max-concurrency 16
     """
+    from dataclasses import replace
+
     from planner.deployment import Deployment
     from planner.files import write_all_atomic
     from planner.gpus import get_gpu
@@ -237,37 +315,130 @@ def simulate(
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory=kv_cache_memory,
+            vllm_version=vllm_version,
+            enforce_eager=enforce_eager,
         )
         variants, varied = build_settings({k: v for k, v in axes.items() if v}, base)
         gpu_ = get_gpu(gpu) if gpu else None
         from planner.status import quiet, status
 
         quiet(json_)
-        with status(f"Reading the workload {workload}"):
-            load = load_workload(
-                workload, seed=seed, num_requests=num_requests, skip_bad_lines=skip_bad_lines
+        shorthand = avg_prompt_tokens is not None or avg_output_tokens is not None
+        shorthand = shorthand or dataset != "lognormal"
+        if workload is not None and shorthand:
+            raise UsageError("give -w FILE or --avg-prompt-tokens/--avg-output-tokens, not both")
+        if workload is None and not shorthand and calibrate is None:
+            raise UsageError(
+                "give a workload: -w FILE, --avg-prompt-tokens N --avg-output-tokens N, or "
+                "--calibrate RESULT.json (to replay that run)"
             )
+        if workload is not None and (request_rate != float("inf") or shared_prefix):
+            raise UsageError(
+                "--request-rate and --shared-prefix shape an --avg-prompt-tokens workload; a "
+                "-w file has its own arrivals and prefixes"
+            )
+        if step_times is not None and (calibrate or profile_path):
+            raise UsageError("--step-times replaces the step-time model: no --calibrate/--profile")
+        if calibrate and profile_path:
+            raise UsageError("give --calibrate (fit now) or --profile (a saved fit), not both")
+        if save_profile and not calibrate:
+            raise UsageError(
+                "--save-profile writes a --calibrate fit: give --calibrate RESULT.json"
+            )
+        load = None
+        if workload is not None:
+            with status(f"Reading the workload {workload}"):
+                load = load_workload(
+                    workload, seed=seed, num_requests=num_requests, skip_bad_lines=skip_bad_lines
+                )
+            if max_concurrency is not None:
+                if max_concurrency < 1:
+                    raise UsageError(f"--max-concurrency must be at least 1, got {max_concurrency}")
+                load = replace(load, max_concurrency=max_concurrency)
         table = None
         if step_times is not None:
             from planner.simulate.steptimes import load_step_times
 
             table = load_step_times(step_times)
+        result = None
+        profile_terms: dict[str, float] | None = None
+        profile_source = ""
+        if calibrate is not None:
+            from planner.simulate.calibrate import load_result
+
+            result = load_result(calibrate)
+        if profile_path is not None:
+            from planner.simulate.clock import load_profile
+
+            profile_terms = load_profile(profile_path).terms
+            profile_source = profile_path
         loaded = load_model(model, revision=revision, offline=offline or None)
         base, draft = load_draft(base, offline=offline or None)
         variants = [v.but(speculative=base.speculative) for v in variants] if variants else variants
+        dep = Deployment(model=loaded, gpu=gpu_, settings=base, draft=draft)
+        limit = base.max_model_len if base.max_model_len and base.max_model_len > 0 else None
+        limit = limit or loaded.spec.max_model_len
+        if load is None and shorthand:
+            from planner.simulate.workload import bench_workload
+
+            load = bench_workload(
+                prompt_tokens=avg_prompt_tokens,
+                output_tokens=avg_output_tokens,
+                dataset=dataset,
+                range_ratio=range_ratio,
+                num_requests=num_requests or 1000,
+                request_rate=request_rate,
+                burstiness=burstiness,
+                max_concurrency=max_concurrency,
+                shared_prefix=shared_prefix or 0,
+                max_model_len=limit,
+                seed=seed or 0,
+            )
+        fitted = None
+        if result is not None:
+            from planner.simulate.calibrate import fit, workload_of
+            from planner.simulate.clock import StepModel
+
+            own = workload_of(result, limit)
+            with status(f"Fitting the step-time terms to {calibrate}"):
+                first = simulate_model(dep, own, num_gpu_blocks=num_gpu_blocks)
+                assert isinstance(first.roofline, StepModel)
+                defaults = first.roofline.terms()
+
+                def replay(terms: dict[str, float]) -> Any:
+                    one = simulate_model(
+                        dep,
+                        own,
+                        num_gpu_blocks=num_gpu_blocks,
+                        profile=terms,
+                        profile_source=str(calibrate),
+                    )
+                    return one.runs[0].result.bench
+
+                fitted = fit(result, defaults, replay)
+            profile_terms, profile_source = fitted.terms, str(calibrate)
+            if load is None:
+                load = own
+        assert load is not None
         runs = len(variants) if variants else 1
         with replay_progress(len(load.requests), runs):
             report = simulate_model(
-                Deployment(model=loaded, gpu=gpu_, settings=base, draft=draft),
+                dep,
                 load,
                 variants=variants,
                 axes=varied,
                 num_gpu_blocks=num_gpu_blocks,
                 goal=goal,
                 step_times=table,
+                profile=profile_terms,
+                profile_source=profile_source,
             )
+        if fitted is not None:
+            report = replace(report, calibration=render.calibration_dict(fitted))
         # every output is rendered before any is written: an error leaves no file behind
         outputs: list[tuple[str, str, bytes | str]] = []
+        if save_profile and fitted is not None:
+            outputs.append(("--save-profile", save_profile, fitted.to_json() + "\n"))
         if save_trace:
             outputs.append(("--save-trace", save_trace, "\n".join(trace_lines(load)) + "\n"))
         if output:

@@ -41,6 +41,11 @@ def _ms(seconds: float) -> str:
     return f"{seconds:,.2f} s" if seconds < 10 else f"{seconds:,.0f} s"
 
 
+def calibration_dict(profile: Any) -> dict[str, Any]:
+    """A fitted :class:`planner.simulate.clock.Profile` as the report's ``calibration``."""
+    return asdict(profile)
+
+
 def simulate_dict(report: SimReport) -> dict[str, Any]:
     """The report as JSON-ready data (integer bytes; per-request finish steps left out)."""
     data = asdict(report)
@@ -81,19 +86,50 @@ def simulate(report: SimReport, *, as_json: bool = False) -> None:
     )
     out.print(f"KV pool: {_user(report.pool)}", soft_wrap=True)
     roof = report.roofline
-    if report.timing == "roofline model":
+    if report.timing.startswith("step-time model"):
+        eff = getattr(roof, "memory_efficiency", 1.0)
+        comp = getattr(roof, "compute_efficiency", 1.0)
+        terms = (
+            f"{eff:.0%} of {roof.bandwidth_bytes_per_s / 1e9:,.0f} GB/s, "
+            f"{comp:.0%} of {roof.flops_per_s / 1e12:,.0f} TFLOPS bf16, "
+            f"{getattr(roof, 'overhead_s', 0.0) * 1e3:.2f} ms a step + "
+            f"{getattr(roof, 'seq_overhead_s', 0.0) * 1e6:.0f} us a sequence, "
+            f"+ {getattr(roof, 'layer_floor_s', 0.0) * 1e3:.2f} ms of small kernels"
+        )
+        if getattr(roof, "interconnect", ""):
+            terms += f", TP all-reduces over {roof.interconnect}"  # type: ignore[attr-defined]
+        if getattr(roof, "experts", 0):
+            terms += ", routed experts read as tokens pick them"
+        where = "fitted" if report.timing != "step-time model" else "defaults"
         out.print(
-            f"Times are a roofline model, not a measurement: {report.gpu} "
-            f"{roof.bandwidth_bytes_per_s / 1e9:,.0f} GB/s, "
-            f"{roof.flops_per_s / 1e12:,.0f} TFLOPS bf16; "
-            f"{fmt_bytes(roof.weight_bytes)} of weights read per step "
+            f"Times are a step-time model ({where}), not a measurement: {report.gpu} {terms}; "
+            f"{fmt_bytes(roof.weight_bytes)} of weights per rank "
             f"(~{report.params.active / 1e9:.1f} B active params).",
             soft_wrap=True,
         )
+        if report.expected_error:
+            e = report.expected_error
+            out.print(
+                f"Expected error against real vLLM runs: output tok/s and TPOT "
+                f"±{e.get('output_throughput', 0):.0%}, TTFT ±{e.get('ttft', 0):.0%} "
+                "(held-out public benchmarks; fit yours with --calibrate RESULT.json).",
+                soft_wrap=True,
+            )
     else:
         out.print(
             f"Times are {_user(report.timing)} by tokens per step: interpolated linearly "
             "between rows, extrapolated from the last two.",
+            soft_wrap=True,
+        )
+    cal = report.calibration
+    if cal:
+        fit = cal.get("fit", {})
+        shown = " · ".join(f"{k} {v:.2f}" for k, v in fit.items())
+        on = cal.get("fitted_on", {})
+        out.print(
+            f"Calibrated on {_user(str(on.get('result', '')))}: decode x"
+            f"{on.get('decode_multiplier', 1):.2f}, prefill x{on.get('prefill_multiplier', 1):.2f}"
+            f" of the defaults; predicted / measured after the fit: {shown}.",
             soft_wrap=True,
         )
     if len(report.runs) == 1:
@@ -146,12 +182,21 @@ def _simulate_one(out: Console, run: SettingRun) -> None:
         f"throughput    {r.output_tokens_per_s:,.0f} output tok/s · {r.total_tokens_per_s:,.0f} "
         f"total tok/s over {r.duration_s:,.1f} s ({r.steps:,} steps)"
     )
-    out.print(
-        f"TTFT          p50 {_ms(r.ttft_s.p50)} · p90 {_ms(r.ttft_s.p90)} · p99 {_ms(r.ttft_s.p99)}"
-    )
-    out.print(
-        f"TPOT          p50 {_ms(r.tpot_s.p50)} · p90 {_ms(r.tpot_s.p90)} · p99 {_ms(r.tpot_s.p99)}"
-    )
+    b = r.bench
+    if b is not None:
+        out.print(
+            f"requests/s    {b.request_throughput:,.2f} · output {b.output_throughput:,.0f} "
+            f"tok/s · total {b.total_token_throughput:,.0f} tok/s (vllm bench serve's)",
+            soft_wrap=True,
+        )
+        for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E", "e2el")):
+            mean, median, p99 = (
+                getattr(b, f"{q}_{key}_ms") / 1000 for q in ("mean", "median", "p99")
+            )
+            out.print(f"{name:<13} mean {_ms(mean)} · median {_ms(median)} · p99 {_ms(p99)}")
+    else:  # a result built by hand
+        for name, p in (("TTFT", r.ttft_s), ("TPOT", r.tpot_s)):
+            out.print(f"{name:<13} p50 {_ms(p.p50)} · p90 {_ms(p.p90)} · p99 {_ms(p.p99)}")
     out.print(f"fragmentation {r.fragmentation:.1%} of allocated token slots unused")
     if run.prefix_caching:
         out.print(
@@ -215,7 +260,7 @@ def _simulate_table(out: Console, report: SimReport) -> None:
 
 
 def _timing_short(report: SimReport) -> str:
-    return "roofline model" if report.timing == "roofline model" else "measured step times"
+    return "step-time model" if report.timing.startswith("step-time") else "measured step times"
 
 
 def simulate_plot(report: SimReport, path: str) -> bytes:

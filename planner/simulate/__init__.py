@@ -5,7 +5,11 @@
   (:func:`simulate`, one :class:`SimConfig` -> one :class:`SimResult`);
 - :mod:`~planner.simulate.cluster`: data-parallel ranks, each an engine, and vLLM's load
   balancer dispatching requests to them (``SimConfig.data_parallel_size``);
-- :mod:`~planner.simulate.roofline`: how long each scheduler step takes (:class:`Roofline`);
+- :mod:`~planner.simulate.roofline`: the bare roofline bound of a step (:class:`Roofline`);
+- :mod:`~planner.simulate.clock`: how long each scheduler step takes, the roofline plus the
+  terms real engines pay (:class:`~planner.simulate.clock.StepModel`), and fitted profiles;
+- :mod:`~planner.simulate.calibrate`: ``--calibrate``, fitting those terms to a
+  ``vllm bench serve --save-result`` file;
 - :mod:`~planner.simulate.compare`: the model-level driver, one replay per variant of the serve
   settings, side by side, and the best for a goal (:func:`simulate_model` -> :class:`SimReport`).
 

@@ -44,6 +44,7 @@ from dataclasses import replace
 
 from planner.simulate.engine import (
     TIMELINE_POINTS,
+    BenchFigures,
     Percentiles,
     SimConfig,
     SimResult,
@@ -107,7 +108,8 @@ def simulate_ranks(workload: Workload, config: SimConfig) -> SimResult:
         if q.prompt_tokens + q.output_tokens > limit:
             rejected += 1  # the API server refuses it: it never reaches a rank
             continue
-        t = q.arrival_s
+        late = config.request_latency_s  # send to scheduler (no per-stream term across ranks)
+        t = q.arrival_s + late
         for e in engines:
             e.advance(t)
         loads = [
@@ -122,7 +124,9 @@ def simulate_ranks(workload: Workload, config: SimConfig) -> SimResult:
             chain = e.chains.get(q.prefix_id)
             if chain is None:
                 chain = e.chains[q.prefix_id] = _Chain(q.prefix_tokens // B)
-        e.feed(_Req(i, t, q.prompt_tokens, q.output_tokens, chain))
+        r = _Req(i, t, q.prompt_tokens, q.output_tokens, chain)
+        r.late = late
+        e.feed(r)
         dispatched[k] += 1
     for e in engines:
         e.drain()
@@ -142,6 +146,12 @@ def _combine(
         ttft.extend(e.ttft)
         tpot.extend(e.tpot)
         e2e.extend(e.e2e)
+    itl_hist: dict[int, list[float]] = {}
+    for e in engines:
+        for b, (w, sec) in e.itl_hist.items():
+            cell = itl_hist.setdefault(b, [0.0, 0.0])
+            cell[0] += w
+            cell[1] += sec
     usage_time = [sum(col) for col in zip(*(e.usage_time for e in engines), strict=True)]
     duration = max(e.now for e in engines)
     capacity = engines[0].capacity
@@ -195,6 +205,16 @@ def _combine(
         ranks=ranks,
         cpu_blocks=ranks[0].cpu_blocks,
         cpu_hit_tokens=sum(r.cpu_hit_tokens for r in ranks),
+        bench=BenchFigures.of(
+            duration=duration,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            ttft=ttft,
+            tpot=tpot,
+            e2e=e2e,
+            itl_hist=itl_hist,
+            itl_sum=sum(e.itl_sum for e in engines),
+        ),
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner.budget import vllm_budget
@@ -21,10 +21,12 @@ from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype
 from planner.offload import cpu_tier_tokens
 from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
+from planner.simulate.clock import EXPECTED_ERROR, step_model_for
 from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
-from planner.simulate.roofline import ModelParams, Roofline, estimate_params, roofline_for
+from planner.simulate.roofline import ModelParams, Roofline, estimate_params
 from planner.simulate.steptimes import StepTable
 from planner.simulate.workload import Workload
+from planner.vllm_rules import NEWEST_VERSION, parse_version
 from planner.weights import Weights, for_deployment
 
 GOALS = ("throughput", "ttft", "tpot", "preemptions")
@@ -132,8 +134,8 @@ class SimReport:
     ``kvplan simulate --json`` is this, plus ``best_label`` (the label of ``runs[best]``, or
     null). Worked example, deepseek-v2-lite on an H100 with ``--kv-cache-dtype auto,fp8``
     (``tests/golden/simulate-deepseek-v2-lite-h100-fp8.json``): two runs, ``best`` 1, and
-    ``best_reason`` says no clear best for throughput: fp8's 721 output tok/s and auto's 720
-    are within 1 %.
+    ``best_reason`` says no clear best for throughput: fp8's and auto's 813 output tok/s are
+    within 1 %.
 
     Attributes:
         model: the model's name (``deepseek-ai/DeepSeek-V2-Lite``).
@@ -147,11 +149,19 @@ class SimReport:
             the GPU budget's formula).
         tensor_parallel_size: TP size (1).
         params: the model's parameters.
-        roofline: the last run's step-time model (runs that differ in KV dtype differ in
+        roofline: the last run's step-time model, a
+            :class:`planner.simulate.clock.StepModel` (runs that differ in KV dtype differ in
             ``kv_bytes_per_token``: here fp8's 15,552, half of auto's); reported, but not what
             times the steps when ``timing`` names measured step times.
-        timing: what times the steps: ``roofline model``, or ``measured step times (FILE)``
-            with ``--step-times FILE`` (:mod:`planner.simulate.steptimes`).
+        timing: what times the steps: ``step-time model`` (the defaults of
+            :mod:`planner.simulate.clock`), ``step-time model (profile FILE)`` with fitted
+            terms, or ``measured step times (FILE)`` with ``--step-times FILE``
+            (:mod:`planner.simulate.steptimes`).
+        expected_error: how far each figure may be off with the default terms, as a share
+            (``output_throughput`` 0.2: within +-20 % of a real run), from the held-out public
+            benchmarks of ``tests/data/vllm_serving_benchmarks.json``
+            (:data:`planner.simulate.clock.EXPECTED_ERROR`); empty when the times come from a
+            profile or a table (their error is the fit's, ``fit`` in the profile).
         goal: what ``best`` optimises: throughput, ttft, tpot or preemptions.
         axes: the compared settings with more than one value (``["kv-cache-dtype"]``).
         runs: one per setting, in :func:`build_settings`' order.
@@ -180,6 +190,9 @@ class SimReport:
     best_reason: str
     notes: list[str]
     warnings: list[str]
+    expected_error: dict[str, float] = field(default_factory=dict)
+    # --calibrate: the fitted profile (terms, what it was fitted on, ratios after the fit)
+    calibration: dict[str, Any] | None = None
 
 
 def pool_for_gpu(dep: Deployment, est: KVEstimate, weights: Weights) -> tuple[int, int]:
@@ -257,6 +270,8 @@ def simulate_model(
     num_gpu_blocks: int | None = None,
     goal: str = "throughput",
     step_times: StepTable | None = None,
+    profile: dict[str, float] | None = None,
+    profile_source: str = "",
 ) -> SimReport:
     """Replay ``workload`` on ``dep`` served by vLLM once per variant of its settings, and
     compare.
@@ -273,7 +288,9 @@ def simulate_model(
         num_gpu_blocks: explicit pool in blocks of the first variant; the others get the
             same bytes.
         goal: what "best" means: throughput, ttft, tpot or preemptions.
-        step_times: measured step times; they time every step instead of the roofline.
+        step_times: measured step times; they time every step instead of the model.
+        profile: fitted step-time terms (:class:`planner.simulate.clock.Profile`'s ``terms``)
+            over the defaults; ``profile_source`` names where they came from.
 
     Returns:
         The :class:`SimReport`.
@@ -305,7 +322,7 @@ def simulate_model(
     warnings: list[str] = []
     roof_gpu = gpu or get_gpu("h100")
     if gpu is None and step_times is None:
-        notes.append("no --gpu: step times use the H100 roofline")
+        notes.append("no --gpu: step times use the H100 step-time model")
     explicit_pool = num_gpu_blocks is not None or kv_cache_memory_bytes is not None
     if explicit_pool and base.gpu_memory_utilization is not None:
         warnings.append("--gpu-memory-utilization is ignored with an explicit KV pool")
@@ -408,7 +425,17 @@ def simulate_model(
                     )
                 shortened.append((label, length, layout.blocks(length), usable, fit))
                 length = fit
-            roofline = roofline_for(spec, est, roof_gpu, params)
+            roofline = step_model_for(
+                spec,
+                est,
+                roof_gpu,
+                params,
+                release=parse_version(serve.vllm_version or NEWEST_VERSION),
+                async_scheduling=serve.rules.async_scheduling,
+                enforce_eager=serve.enforce_eager,
+                profile=profile,
+                source=profile_source or "defaults",
+            )
             config = SimConfig(
                 num_gpu_blocks=blocks,
                 layout=layout,
@@ -426,6 +453,9 @@ def simulate_model(
                 data_parallel_size=serve.dp,
                 # --kv-offloading-size (native): each DP rank's engine has its own CPU tier
                 cpu_blocks=(cpu_tier_tokens(est, serve) or 0) // layout.block_size,
+                # the API server's per-request latency (none with measured step times)
+                request_latency_s=0.0 if step_times else roofline.request_latency_s,
+                stream_latency_s=0.0 if step_times else roofline.stream_latency_s,
             )
             outcome, running = worst_case_of_pool(layout, blocks, length, config.max_num_seqs)
             if outcome == WONT_START:
@@ -496,7 +526,10 @@ def simulate_model(
         tensor_parallel_size=tp,
         params=params,
         roofline=roofline,
-        timing=step_times.timing if step_times is not None else "roofline model",
+        timing=step_times.timing
+        if step_times is not None
+        else (f"step-time model (profile {profile_source})" if profile else "step-time model"),
+        expected_error=dict(EXPECTED_ERROR) if step_times is None and not profile else {},
         goal=goal,
         axes=list(axes),
         runs=runs,

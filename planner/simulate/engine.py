@@ -53,8 +53,11 @@ arrives at an idle queue) all decoding requests advance together, and the blocks
 counted from how many of them cross a block boundary at each step (their position modulo
 ``block_size``), so cost grows with requests and events, not with tokens.
 
-How long each step takes is :mod:`planner.simulate.roofline`'s model; what is replayed comes
-from :mod:`planner.simulate.workload`.
+How long each step takes is :mod:`planner.simulate.clock`'s model (or a measured table); what
+is replayed comes from :mod:`planner.simulate.workload`, sent as ``vllm bench serve`` sends it
+(open loop at the requests' arrival times, or a closed loop of ``Workload.max_concurrency``),
+each reaching the scheduler ``SimConfig.request_latency_s`` (+ ``stream_latency_s`` per other
+request in flight) after it is sent.
 """
 
 from __future__ import annotations
@@ -174,6 +177,13 @@ class SimConfig:
     # tier of this many token blocks per rank that extends the prefix cache (_TierEngine); 0:
     # no tier
     cpu_blocks: int = 0
+    # seconds from a request's send to its arrival at the scheduler (the API server's HTTP,
+    # tokenizing and hand-off to the engine core): it reaches the scheduler that much later,
+    # and its TTFT and E2E latency count from the send (planner.simulate.clock)
+    request_latency_s: float = 0.0
+    # and this much more per other request in flight when it is sent (the API server streams
+    # their tokens meanwhile)
+    stream_latency_s: float = 0.0
 
 
 # --------------------------------------------------------------------------- results
@@ -235,14 +245,127 @@ class Percentiles:
         return cls(at(0.5), at(0.9), at(0.99), max(values[hi - 1] for _, hi in runs))
 
 
+ITL_BINS_PER_E = 500  # the inter-token latency histogram: 0.2 % wide bins in log(seconds)
+EXACT_PERCENTILES = 1 << 18  # BenchFigures interpolates percentiles exactly up to this many
+
+
+def _linear_percentile(v: Sequence[float], q: float) -> float:
+    """numpy.percentile's default (linear) method on sorted ``v``: what vllm bench serve
+    reports."""
+    k = (len(v) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def _mean_median_p99(values: array[float]) -> tuple[float, float, float]:
+    """Mean, median and p99 of ``values`` as vllm bench serve computes them (numpy's linear
+    percentiles); past :data:`EXACT_PERCENTILES` values, the nearest-rank ones of
+    :class:`Percentiles` (they differ by less than one value's spacing)."""
+    n = len(values)
+    if not n:
+        return 0.0, 0.0, 0.0
+    mean = math.fsum(values) / n
+    if n <= EXACT_PERCENTILES:
+        v = sorted(values)
+        return mean, _linear_percentile(v, 0.5), _linear_percentile(v, 0.99)
+    p = Percentiles.of_array(values)
+    return mean, p.p50, p.p99
+
+
+def _histogram_percentile(hist: dict[int, list[float]], total: float, q: float) -> float:
+    """The mean of the histogram bin (``[tokens, seconds]``) holding the ``q`` quantile."""
+    if not total:
+        return 0.0
+    acc, target = 0.0, q * total
+    cell = [1.0, 0.0]
+    for b in sorted(hist):
+        cell = hist[b]
+        acc += cell[0]
+        if acc >= target:
+            break
+    return cell[1] / cell[0]
+
+
+@dataclass(frozen=True)
+class BenchFigures:
+    """A replay's figures by ``vllm bench serve``'s names (its ``--save-result`` keys; times in
+    ms): ``bench`` in ``kvplan simulate --json``.
+
+    ``duration`` is from 0 to the last finish; throughputs are over it. TTFT, TPOT and E2E are
+    per completed request (TPOT of those with more than one output token), their medians and
+    p99s numpy's linear percentiles as vllm bench serve computes them. ITL is per output token
+    after the first: each is the duration of the step that produced it, so its mean is exact
+    and its median and p99 are the mean of the histogram bin holding them (step durations
+    weighted by the tokens each produced, in 0.2 % wide bins).
+    """
+
+    completed: int
+    duration: float
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    p99_ttft_ms: float
+    mean_tpot_ms: float
+    median_tpot_ms: float
+    p99_tpot_ms: float
+    mean_itl_ms: float
+    median_itl_ms: float
+    p99_itl_ms: float
+    mean_e2el_ms: float
+    median_e2el_ms: float
+    p99_e2el_ms: float
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        duration: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        ttft: array[float],
+        tpot: array[float],
+        e2e: array[float],
+        itl_hist: dict[int, list[float]],
+        itl_sum: float,
+    ) -> BenchFigures:
+        completed = len(e2e)
+        itl_n = sum(cell[0] for cell in itl_hist.values())
+        t = [x * 1000 for x in _mean_median_p99(ttft)]
+        p = [x * 1000 for x in _mean_median_p99(tpot)]
+        e = [x * 1000 for x in _mean_median_p99(e2e)]
+        per = 1 / duration if duration else 0.0
+        return cls(
+            completed=completed,
+            duration=duration,
+            request_throughput=completed * per,
+            output_throughput=output_tokens * per,
+            total_token_throughput=(prompt_tokens + output_tokens) * per,
+            mean_ttft_ms=t[0],
+            median_ttft_ms=t[1],
+            p99_ttft_ms=t[2],
+            mean_tpot_ms=p[0],
+            median_tpot_ms=p[1],
+            p99_tpot_ms=p[2],
+            mean_itl_ms=itl_sum / itl_n * 1000 if itl_n else 0.0,
+            median_itl_ms=_histogram_percentile(itl_hist, itl_n, 0.5) * 1000,
+            p99_itl_ms=_histogram_percentile(itl_hist, itl_n, 0.99) * 1000,
+            mean_e2el_ms=e[0],
+            median_e2el_ms=e[1],
+            p99_e2el_ms=e[2],
+        )
+
+
 @dataclass(frozen=True)
 class SimResult:
-    """What one replay measured. Times come from the roofline model; usage is the fraction of
+    """What one replay measured. Times come from the step-time model; usage is the fraction of
     the pool's usable blocks held by running requests (cached free blocks count as free).
 
     Part of ``kvplan simulate --json`` (``runs[i].result``; ``finish_steps`` is left out). The
     numbers below are ``tests/golden/simulate-llama-3.1-8b-kvmem.json``: Llama-3.1-8B, 200
-    requests of ``examples/workloads/chat.yaml``, ``--kv-cache-memory 20GiB``, H100 roofline.
+    requests of ``examples/workloads/chat.yaml``, ``--kv-cache-memory 20GiB``, H100 step-time model.
 
     Attributes:
         num_gpu_blocks: blocks in the pool, vLLM's null block included (20 GiB / 2,097,152 B
@@ -258,27 +381,28 @@ class SimResult:
         recomputed_tokens: tokens whose KV is computed again after a preemption: of every
             chunk prefilled after a readmission, the tokens the request had computed before
             it was preempted; prefix-cache hits are not computed, so not counted.
-        steps: scheduler steps run (11,255).
-        duration_s: simulated seconds from 0 to the last finish, idle gaps included (56.37).
-        peak_blocks: most blocks held at the end of a step (494).
+        steps: scheduler steps run (7,982).
+        duration_s: simulated seconds from 0 to the last finish, idle gaps included (60.91).
+        peak_blocks: most blocks held at the end of a step (668).
         usage_p50: time-weighted median of usage, in 1/1,000 bins and reported as the bin's
-            upper edge: 0.017 means usage was below 1.7 % of the usable blocks half of the time.
-        usage_p90: the same at 90 % of the time (0.03).
-        usage_max: ``peak_blocks / usable_blocks``, exact (494 / 10,239 = 0.0482).
+            upper edge: 0.022 means usage was below 2.2 % of the usable blocks half of the time.
+        usage_p90: the same at 90 % of the time (0.038).
+        usage_max: ``peak_blocks / usable_blocks``, exact (668 / 10,239 = 0.0652).
         mean_concurrency: running requests (prefilling or decoding) averaged over
-            ``duration_s`` (4.15).
-        max_concurrency: most requests running in one step (12).
+            ``duration_s`` (5.90).
+        max_concurrency: most requests running in one step (16).
         prompt_tokens: prompt tokens of the completed requests (162,643).
         output_tokens: output tokens of the completed requests (46,332).
-        output_tokens_per_s: ``output_tokens / duration_s`` (46,332 / 56.37 s = 821.9).
-        total_tokens_per_s: ``(prompt_tokens + output_tokens) / duration_s`` (3,707.0).
-        ttft_s: arrival to the end of the step that completes the prefill (p50 8.4 ms); a
+        output_tokens_per_s: ``output_tokens / duration_s`` (46,332 / 60.91 s = 760.7).
+        total_tokens_per_s: ``(prompt_tokens + output_tokens) / duration_s`` (3,431.1).
+        ttft_s: send to the end of the step that completes the prefill (p50 52.7 ms, 20 ms of
+            it the API server's latency, SimConfig.request_latency_s); a
             preempted request keeps its first first token.
         tpot_s: ``(finish - first token) / (output_tokens - 1)`` of each request with more
-            than one output token (p50 5.03 ms: about one memory-bound decode step).
-        e2e_s: arrival to finish (p50 0.90 s).
+            than one output token (p50 7.73 ms: about one decode step).
+        e2e_s: send to finish (p50 1.42 s).
         fragmentation: the share of allocated token slots left empty in requests' last,
-            partly filled blocks, summed over steps; shared prefix blocks count once (0.0108).
+            partly filled blocks, summed over steps; shared prefix blocks count once (0.0117).
         prefix_query_tokens: tokens looked up in the prefix cache, one lookup per admission
             (readmissions after a preemption included) (162,643).
         prefix_hit_tokens: of those, tokens found cached: whole blocks only (104,000).
@@ -291,11 +415,11 @@ class SimResult:
             that did not (rejected). An ``array('q')`` (8 bytes a request, not a list of
             ints); compare it as ``list(r.finish_steps)``. Not in the JSON.
         allocated_blocks: blocks taken from the free pool, new ones and cached ones reused
-            (7,150).
+            (6,750).
         freed_blocks: blocks given back to it; equal to ``allocated_blocks`` once every
-            request has finished (7,150).
+            request has finished (6,750).
         max_used_blocks_seen: most blocks held at any recorded point, idle points included
-            (494).
+            (668).
         ranks: with ``data_parallel_size`` > 1, each rank's own result (its pool, its
             requests; their ``finish_steps`` empty: the cluster's holds every request's), and
             the fields above are the cluster's (:func:`planner.simulate.cluster.simulate_ranks`
@@ -340,6 +464,8 @@ class SimResult:
     # the CPU tier (SimConfig.cpu_blocks; 0: none): of prefix_hit_tokens, those loaded from it
     cpu_blocks: int = 0
     cpu_hit_tokens: int = 0
+    # vllm bench serve's figures by its names (BenchFigures); None only where built by hand
+    bench: BenchFigures | None = None
 
     @property
     def gpu_hit_rate(self) -> float:
@@ -408,6 +534,7 @@ class _Req:
         "l_start",
         "hw",
         "index",
+        "late",
     )
     # set by _Engine when admitted: admission number, its key in ``_Engine.running`` (newest
     # is last)
@@ -434,6 +561,7 @@ class _Req:
         self.first_token = -1.0  # time its first token was sampled; -1 before
         self.preemptions = 0
         self.hw = 0  # most tokens it had computed when preempted: a re-prefill below recomputes
+        self.late = 0.0  # seconds from its send to ``arrival`` (the scheduler's): see _sent_late
         # not set until it is admitted (seq) or starts decoding (the rest), a million times
         # fewer stores: see the class attributes
 
@@ -548,6 +676,10 @@ class _Engine:
         self.ttft: array[float] = array("d")
         self.tpot: array[float] = array("d")
         self.e2e: array[float] = array("d")  # one per finished request
+        # inter-token latencies: step durations weighted by the decode tokens each produced,
+        # binned in log(seconds) (BenchFigures), and their exact sum
+        self.itl_hist: dict[int, list[float]] = {}  # bin -> [tokens, their seconds]
+        self.itl_sum = 0.0
         self.prompt_done = 0
         self.output_done = 0
         self.unused_slots = 0
@@ -560,8 +692,23 @@ class _Engine:
         self.allocated = 0
         self.freed = 0
         self.cpu_hit_tokens = 0  # _TierEngine's
-        # _process_events may inline _finish (not with async scheduling, nor _TierEngine's)
+        # _process_events may inline _finish (not with async scheduling, nor _TierEngine's,
+        # nor a closed loop's)
         self.plain_finish = not self.asyn
+        # a closed-loop client (Workload.max_concurrency): completion times in order, and the
+        # next request while it waits for a slot (the completion it needs, its own arrival)
+        self.closed = workload.max_concurrency or 0
+        # seconds from a request's send to its arrival at the scheduler (the API server:
+        # HTTP, tokenizing, the engine-core hand-off), plus this much per other request in
+        # flight (SimConfig.request_latency_s, stream_latency_s); requests sent so far
+        self.late = config.request_latency_s
+        self.late_per_stream = config.stream_latency_s
+        self.sent = 0
+        self.done_times: array[float] = array("d")
+        self.blocked_need = 0
+        self.blocked_at = 0.0
+        if self.closed:
+            self.plain_finish = False
 
     # ------------------------------------------------------------------ pool
     def _take(self, k: int) -> None:
@@ -822,10 +969,50 @@ class _Engine:
         output, now, first, arrival = r.output, self.now, r.first_token, r.arrival
         self.prompt_done += r.prompt
         self.output_done += output
-        self.ttft.append(first - arrival)
-        self.e2e.append(now - arrival)
+        late = r.late  # it was sent that long before it reached the scheduler
+        self.ttft.append(first - arrival + late)
+        self.e2e.append(now - arrival + late)
         if output > 1:
             self.tpot.append((now - first) / (output - 1))
+        if self.closed:
+            self._completed(now)
+
+    def _itl(self, dt: float, tokens: int) -> None:
+        """``tokens`` decode tokens each came ``dt`` seconds after their request's last one."""
+        b = math.floor(math.log(dt) * ITL_BINS_PER_E)
+        cell = self.itl_hist.get(b)
+        if cell is None:
+            self.itl_hist[b] = [tokens, dt * tokens]
+        else:
+            cell[0] += tokens
+            cell[1] += dt * tokens
+        self.itl_sum += dt * tokens
+
+    def _completed(self, now: float) -> None:
+        """A request completed at ``now``: a closed-loop client sends its next one (it may have
+        been waiting for this slot)."""
+        self.done_times.append(now)
+        if self.blocked_need and len(self.done_times) >= self.blocked_need:
+            r = self.nxt
+            assert r is not None
+            r.arrival = max(self.blocked_at, now + r.late)
+            self.next_arrival = r.arrival
+            self.blocked_need = 0
+
+    def _closed_loop(self, inner: Iterator[_Req]) -> Iterator[_Req]:
+        """``inner``'s requests, each sent when fewer than ``closed`` are in flight: the
+        ``j``-th (from 0) waits for the ``(j - closed + 1)``-th completion; until it comes its
+        arrival is unknown (inf) and :meth:`_completed` sets it."""
+        c, done = self.closed, self.done_times
+        for j, r in enumerate(inner):
+            need = j - c + 1
+            if need > 0:
+                if len(done) >= need:
+                    r.arrival = max(r.arrival, done[need - 1] + r.late)
+                else:
+                    self.blocked_need, self.blocked_at = need, r.arrival
+                    r.arrival = math.inf
+            yield r
 
     def _prefilled(self, r: _Req) -> None:
         """``r``'s prefill completed in the step just run: it sampled a token."""
@@ -922,11 +1109,11 @@ class _Engine:
                             else:
                                 fq.append([total, None])
                     finish_steps[r.index] = step - 1
-                    output, first, arrival = r.output, r.first_token, r.arrival
+                    output, first, arrival, late = r.output, r.first_token, r.arrival, r.late
                     self.prompt_done += r.prompt
                     self.output_done += output
-                    ttft.append(first - arrival)
-                    e2e.append(now - arrival)
+                    ttft.append(first - arrival + late)
+                    e2e.append(now - arrival + late)
                     if output > 1:
                         tpot.append((now - first) / (output - 1))
                 else:
@@ -995,6 +1182,8 @@ class _Engine:
         used_first = self.capacity - self.free + self.cw[s % self.B]
         self._take(need)
         dt = self.roof.decode_s(n, self.dec_sum + n, k)
+        if dt > 0:
+            self._itl(dt / k, n * k)
         self.now += dt
         self.step = s + k
         self.dec_sum += n * k
@@ -1235,7 +1424,9 @@ class _Engine:
         if not running and not done and not self.zombies:
             if waiting and not preempted:  # cannot fit even into an empty pool
                 raise AssertionError("a request larger than the pool reached the scheduler")
-        dt = self.roof.step_s(tokens, kv, pairs) if tokens else 0.0
+        dt = self.roof.step_s(tokens, kv, pairs, len(running)) if tokens else 0.0
+        if n and dt > 0:
+            self._itl(dt, n)
         self.now = now = self.now + dt
         self.step = step = s + 1
         self.dec_sum += n
@@ -1361,8 +1552,26 @@ class _Engine:
         if PROGRESS is not None and not self.pulled & 4095:
             PROGRESS(self.pulled)
 
+    def _sent_late(self, inner: Iterator[_Req]) -> Iterator[_Req]:
+        """``inner``'s requests, each reaching the scheduler ``late`` seconds after it is sent
+        (its ``arrival`` is then the scheduler's; TTFT and E2E add ``late`` back)."""
+        base, per, e2e = self.late, self.late_per_stream, self.e2e
+        most = self.closed - 1 if self.closed else math.inf
+        for r in inner:
+            # the others sent and not finished: as many as there are when it is pulled (a
+            # closed loop's request is sent when C - 1 others are in flight)
+            late = base + per * min(most, self.sent - len(e2e)) if per else base
+            self.sent += 1
+            r.late = late
+            r.arrival += late
+            yield r
+
     def run(self) -> None:
         self.incoming = self._arrivals()
+        if self.late or self.late_per_stream:
+            self.incoming = self._sent_late(self.incoming)
+        if self.closed:
+            self.incoming = self._closed_loop(self.incoming)
         self.nxt = nxt = next(self.incoming, None)
         self.next_arrival = math.inf if nxt is None else nxt.arrival
         waiting, running = self.waiting, self.running
@@ -1378,6 +1587,7 @@ class _Engine:
                     self.tl_used.append(self.capacity - self.free)
                     if self.nxt is None:
                         return
+                    assert self.next_arrival < math.inf, "a closed loop waits on nothing"
                     self.now = self.next_arrival  # idle until the next request
                     continue
             elif (
@@ -1468,6 +1678,16 @@ class _Engine:
             max_used_blocks_seen=max(self.tl_used, default=0),
             cpu_blocks=self.cfg.cpu_blocks if self.caching else 0,
             cpu_hit_tokens=self.cpu_hit_tokens,
+            bench=BenchFigures.of(
+                duration=duration,
+                prompt_tokens=self.prompt_done,
+                output_tokens=self.output_done,
+                ttft=self.ttft,
+                tpot=self.tpot,
+                e2e=self.e2e,
+                itl_hist=self.itl_hist,
+                itl_sum=self.itl_sum,
+            ),
         )
 
 
@@ -1677,6 +1897,11 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
         )
     if config.data_parallel_size < 1:
         raise UsageError(f"data_parallel_size must be at least 1, got {config.data_parallel_size}")
+    if workload.max_concurrency and config.data_parallel_size > 1:
+        raise UsageError(
+            "a closed-loop client (--max-concurrency) is not simulated with --dp > 1 yet; "
+            "replay it open-loop (a --request-rate) or at --dp 1"
+        )
     import gc
 
     enabled = gc.isenabled()

@@ -27,7 +27,7 @@ class StepTimer(Protocol):
     """What times the engine's steps: a :class:`Roofline` (the model) or a measured table
     (:class:`planner.simulate.steptimes.StepTable`)."""
 
-    def step_s(self, tokens: int, kv_tokens: int, pairs: int) -> float: ...
+    def step_s(self, tokens: int, kv_tokens: int, pairs: int, seqs: int = 0) -> float: ...
 
     def decode_s(self, n: int, kv_tokens: int, steps: int) -> float: ...
 
@@ -96,9 +96,10 @@ class Roofline:
         """Every step takes ``step_s`` seconds (for tests and what-ifs)."""
         return cls(0, 0, 1, 1, 0, 0, overhead_s=step_s, gpu="constant")
 
-    def step_s(self, tokens: int, kv_tokens: int, pairs: int) -> float:
+    def step_s(self, tokens: int, kv_tokens: int, pairs: int, seqs: int = 0) -> float:
         """Seconds for a step of ``tokens`` new tokens reading ``kv_tokens`` of context KV and
-        scoring ``pairs`` (query, key) pairs."""
+        scoring ``pairs`` (query, key) pairs (``seqs``, the sequences scheduled, is not a term
+        of the bare roofline)."""
         memory = (
             self.weight_bytes + self.kv_bytes_per_token * kv_tokens
         ) / self.bandwidth_bytes_per_s

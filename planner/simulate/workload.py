@@ -15,6 +15,8 @@ Spec (YAML)::
     seed: 7
     num_requests: 2000
     arrival: {process: poisson, rate_per_s: 8}       # or burst / all-at-once
+    # optional: burstiness (gamma arrivals, vllm bench serve's --burstiness) and
+    # max_concurrency (a closed loop: at most C requests in flight, as --max-concurrency)
     prompt_tokens: {dist: lognormal, mean: 400, sigma: 0.9, min: 4, max: 8000}
     output_tokens: {dist: empirical, histogram: [[16, 128, 0.5], [128, 1024, 0.5]]}
     prefixes:
@@ -138,7 +140,14 @@ class RequestList(Sequence[Request]):
 
 @dataclass(frozen=True)
 class Workload:
-    """Requests in arrival order, where they came from, and what was skipped on the way."""
+    """Requests in arrival order, where they came from, and what was skipped on the way.
+
+    ``max_concurrency`` (None: open loop) makes the client a closed loop, as ``vllm bench
+    serve --max-concurrency C`` is: request ``i`` is sent at its ``arrival_s`` or when fewer
+    than C requests are in flight, whichever is later (the (i - C + 1)-th completion), and its
+    TTFT and E2E latency count from when it is sent. Requests rejected as too long never hold
+    a slot.
+    """
 
     name: str
     source: str
@@ -146,6 +155,7 @@ class Workload:
     seed: int | None = None
     skipped: tuple[str, ...] = ()  # the first MAX_BAD_LINES_KEPT bad lines, with what is wrong
     num_skipped: int = 0
+    max_concurrency: int | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -267,16 +277,28 @@ class PrefixGroup:
 @dataclass(frozen=True)
 class Arrival:
     """When requests arrive: ``poisson`` at ``rate_per_s``, ``burst`` of ``size`` every
-    ``interval_s``, or ``all-at-once`` at t = 0."""
+    ``interval_s``, or ``all-at-once`` at t = 0.
+
+    ``burstiness`` other than 1 draws ``poisson`` gaps from a gamma distribution of shape
+    ``burstiness`` and mean ``1 / rate_per_s``, as ``vllm bench serve --burstiness`` does
+    (``np.random.gamma(shape=burstiness, scale=1 / (rate x burstiness))``): below 1 burstier,
+    above 1 more even."""
 
     process: str = "all-at-once"
     rate_per_s: float = 0.0
     size: int = 0
     interval_s: float = 0.0
+    burstiness: float = 1.0
 
     def times(self, rng: random.Random, n: int) -> list[float]:
         if self.process == "poisson":
             t, out = 0.0, []
+            if self.burstiness != 1.0:
+                shape, scale = self.burstiness, 1.0 / (self.rate_per_s * self.burstiness)
+                for _ in range(n):
+                    t += rng.gammavariate(shape, scale)
+                    out.append(t)
+                return out
             for _ in range(n):
                 t += rng.expovariate(self.rate_per_s)
                 out.append(t)
@@ -298,6 +320,7 @@ class WorkloadSpec:
     prefixes: tuple[PrefixGroup, ...] = ()
     seed: int = 0
     source: str = ""
+    max_concurrency: int | None = None
 
 
 class _Section:
@@ -436,8 +459,10 @@ def _arrival(data: Any, where: str) -> Arrival:
         process, process
     )
     if process == "poisson":
-        s.unknown({"process", "rate_per_s"})
-        return Arrival(process, rate_per_s=s.number("rate_per_s"))
+        s.unknown({"process", "rate_per_s", "burstiness"})
+        return Arrival(
+            process, rate_per_s=s.number("rate_per_s"), burstiness=s.number("burstiness", 1.0)
+        )
     if process == "burst":
         s.unknown({"process", "size", "interval_s"})
         return Arrival(process, size=s.integer("size"), interval_s=s.number("interval_s"))
@@ -454,7 +479,16 @@ def parse_spec(data: Any, source: str) -> WorkloadSpec:
     """A :class:`WorkloadSpec` from the parsed YAML mapping; errors name ``source`` and the key."""
     s = _Section(data, source)
     s.unknown(
-        {"name", "seed", "num_requests", "arrival", "prompt_tokens", "output_tokens", "prefixes"}
+        {
+            "name",
+            "seed",
+            "num_requests",
+            "arrival",
+            "prompt_tokens",
+            "output_tokens",
+            "prefixes",
+            "max_concurrency",
+        }
     )
     for key in ("prompt_tokens", "output_tokens"):
         if key not in s.data:
@@ -485,6 +519,9 @@ def parse_spec(data: Any, source: str) -> WorkloadSpec:
         prefixes=tuple(prefixes),
         seed=s.integer("seed", 0, minimum=0),
         source=source,
+        max_concurrency=s.integer("max_concurrency")
+        if s.data.get("max_concurrency") is not None
+        else None,
     )
 
 
@@ -541,7 +578,137 @@ def generate(
         )
         for i, g in enumerate(groups)
     )
-    return Workload(name=spec.name, source=spec.source, requests=requests, seed=seed)
+    return Workload(
+        name=spec.name,
+        source=spec.source,
+        requests=requests,
+        seed=seed,
+        max_concurrency=spec.max_concurrency,
+    )
+
+
+# --------------------------------------------------------------------------- bench-shaped
+
+# ShareGPT as vllm bench serve draws it (--dataset-name sharegpt, Llama-3 tokenizer): 1,000
+# prompts held 229,711 input and 203,068 output tokens (vllm-project/vllm PR #18566), ~230 and
+# ~203 a request; lognormal spreads as examples/workloads/chat.yaml's.
+SHAREGPT_PROMPT_MEAN, SHAREGPT_OUTPUT_MEAN = 230, 203
+DATASETS = ("lognormal", "random", "sharegpt")
+
+
+def bench_workload(
+    *,
+    prompt_tokens: int | None,
+    output_tokens: int | None,
+    dataset: str = "lognormal",
+    range_ratio: float = 0.0,
+    num_requests: int = 1000,
+    request_rate: float = math.inf,
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    shared_prefix: int = 0,
+    max_model_len: int | None = None,
+    seed: int = 0,
+) -> Workload:
+    """Requests shaped as ``vllm bench serve`` sends them.
+
+    Args:
+        prompt_tokens / output_tokens: the average lengths (``--avg-prompt-tokens``,
+            ``--avg-output-tokens``; vllm's ``--random-input-len`` / ``--random-output-len``).
+        dataset: ``lognormal`` (kvplan estimate's shorthand: sigma 1.0 and 0.8 around the
+            means), ``random`` (vllm's random dataset: uniform in [L (1 - r), L (1 + r)] with
+            ``range_ratio`` r, fixed at r = 0), or ``sharegpt`` (ShareGPT-like lognormal
+            lengths around 230 / 203 tokens unless the averages are given).
+        num_requests: ``--num-prompts``.
+        request_rate: requests per second (inf: all at t = 0, vllm's default).
+        burstiness: gamma shape of the gaps (1: Poisson).
+        max_concurrency: a closed loop of at most this many in flight (:class:`Workload`).
+        shared_prefix: tokens every request starts with, shared (vllm's
+            ``--random-prefix-len``), on top of its own prompt.
+        max_model_len: outputs are cut so prompt + output fit it.
+        seed: the random streams' seed.
+    """
+    from planner.errors import UsageError
+
+    if dataset not in DATASETS:
+        raise UsageError(f"unknown --dataset {dataset!r}; use one of: {', '.join(DATASETS)}")
+    if dataset == "sharegpt":
+        prompt_tokens = prompt_tokens or SHAREGPT_PROMPT_MEAN
+        output_tokens = output_tokens or SHAREGPT_OUTPUT_MEAN
+    if prompt_tokens is None or output_tokens is None:
+        raise UsageError("give --avg-prompt-tokens and --avg-output-tokens together")
+    for flag, value in (
+        ("--avg-prompt-tokens", prompt_tokens),
+        ("--avg-output-tokens", output_tokens),
+    ):
+        if value < 1:
+            raise UsageError(f"{flag} must be at least 1, got {value}")
+    if not 0 <= range_ratio < 1:
+        raise UsageError(f"--range-ratio must be in [0, 1), got {range_ratio:g}")
+    if not request_rate > 0:
+        raise UsageError(
+            f"--request-rate must be positive (inf: all at once), got {request_rate:g}"
+        )
+    if not (burstiness > 0 and math.isfinite(burstiness)):
+        raise UsageError(f"--burstiness must be a positive number, got {burstiness:g}")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise UsageError(f"--max-concurrency must be at least 1, got {max_concurrency}")
+    if shared_prefix < 0:
+        raise UsageError(f"--shared-prefix must not be negative, got {shared_prefix}")
+    limit = max_model_len or MAX_TOKENS
+    prompts: Distribution
+    outputs: Distribution
+    if dataset == "random":
+
+        def span(mean: int) -> Distribution:
+            lo, hi = (
+                max(1, math.floor(mean * (1 - range_ratio))),
+                math.ceil(mean * (1 + range_ratio)),
+            )
+            return Fixed(value=mean) if lo == hi or range_ratio == 0 else Uniform(low=lo, high=hi)
+
+        prompts, outputs = span(prompt_tokens), span(output_tokens)
+    else:
+        prompts = LogNormal(1, max(1, limit - 1), mean=prompt_tokens, sigma=1.0)
+        outputs = LogNormal(1, max(1, limit // 2), mean=output_tokens, sigma=0.8)
+    arrival = (
+        Arrival()
+        if math.isinf(request_rate)
+        else Arrival("poisson", rate_per_s=request_rate, burstiness=burstiness)
+    )
+    shape = f"{dataset} {prompt_tokens:,}+{output_tokens:,} tokens"
+    if shared_prefix:
+        shape += f" after a shared {shared_prefix:,}"
+    rate = "all at once" if math.isinf(request_rate) else f"{request_rate:g}/s"
+    if not math.isinf(request_rate) and burstiness != 1.0:
+        rate += f" (gamma, burstiness {burstiness:g})"
+    if max_concurrency:
+        rate += f", at most {max_concurrency:,} in flight"
+    spec = WorkloadSpec(
+        name=f"{shape}, {rate}",
+        num_requests=num_requests,
+        prompt_tokens=prompts,
+        output_tokens=outputs,
+        arrival=arrival,
+        prefixes=(PrefixGroup("shared", shared_prefix, 1.0),) if shared_prefix else (),
+        seed=seed,
+        source="--avg-prompt-tokens/--avg-output-tokens",
+        max_concurrency=max_concurrency,
+    )
+    w = generate(spec)
+    if any(r.prompt_tokens + r.output_tokens > limit for r in w.requests):
+        from dataclasses import replace
+
+        w = replace(
+            w,
+            requests=tuple(
+                r
+                if r.prompt_tokens + r.output_tokens <= limit
+                else replace(r, output_tokens=max(1, limit - r.prompt_tokens))
+                for r in w.requests
+            ),
+        )
+    return w
 
 
 # --------------------------------------------------------------------------- trace

@@ -9,28 +9,14 @@ from typing import Annotated, Any
 import typer
 
 from planner.cli._options import (
-    CpuOffloadOpt,
-    DpOpt,
-    EagerOpt,
-    EnableLoraOpt,
-    EpOpt,
     JsonOpt,
-    KvOffloadBackendOpt,
-    KvOffloadSizeOpt,
-    LanguageOnlyOpt,
-    LimitMMOpt,
-    MaxLenOpt,
-    MaxLoraRankOpt,
-    MaxLorasOpt,
     ModelArg,
     OfflineOpt,
     PrefixOpt,
     RevisionOpt,
-    SpeculativeOpt,
-    TpOpt,
-    VllmVersionOpt,
-    _serve_settings,
+    ServeArgs,
     _values,
+    serve_options,
     user_errors,
 )
 from planner.errors import UsageError
@@ -52,8 +38,10 @@ def _opt(name: str, help: str) -> Any:
     return typer.Option(name, help=help, show_default=False)
 
 
+@serve_options("simulate")
 def simulate(
     model: ModelArg,
+    serve: ServeArgs,
     workload: WorkloadOpt = None,
     gpu: Annotated[
         str | None,
@@ -72,32 +60,6 @@ def simulate(
             show_default=False,
         ),
     ] = None,
-    kv_cache_memory: Annotated[
-        str | None,
-        typer.Option(
-            "--kv-cache-memory", help="KV memory per GPU rank, e.g. 20GiB.", show_default=False
-        ),
-    ] = None,
-    gpu_memory_utilization: Annotated[
-        float | None,
-        typer.Option(
-            "--gpu-memory-utilization",
-            help="Share of the GPU vLLM may use [default: 0.92].",
-            show_default=False,
-        ),
-    ] = None,
-    tp: TpOpt = 1,
-    dp: DpOpt = 1,
-    enable_expert_parallel: EpOpt = False,
-    speculative_config: SpeculativeOpt = None,
-    kv_offloading_size: KvOffloadSizeOpt = None,
-    kv_offloading_backend: KvOffloadBackendOpt = None,
-    enable_lora: EnableLoraOpt = False,
-    max_loras: MaxLorasOpt = None,
-    max_lora_rank: MaxLoraRankOpt = None,
-    cpu_offload_gb: CpuOffloadOpt = None,
-    limit_mm_per_prompt: LimitMMOpt = None,
-    language_model_only: LanguageOnlyOpt = False,
     block_size: Annotated[
         str | None,
         typer.Option(
@@ -128,7 +90,6 @@ def simulate(
             show_default=False,
         ),
     ] = None,
-    max_model_len: MaxLenOpt = None,
     enable_prefix_caching: PrefixOpt = True,
     compare: Annotated[
         list[str] | None,
@@ -211,8 +172,6 @@ def simulate(
     profile_path: Annotated[
         str | None, _opt("--profile", "Step-time terms saved by --calibrate --save-profile.")
     ] = None,
-    vllm_version: VllmVersionOpt = None,
-    enforce_eager: EagerOpt = False,
     goal: Annotated[
         str,
         typer.Option("--goal", help="What 'best' means: throughput, ttft, tpot or preemptions."),
@@ -298,26 +257,7 @@ def simulate(
             axes[key] = _values(rest)
         if not axes.get("prefix-caching"):
             axes["prefix-caching"] = ["on" if enable_prefix_caching else "off"]
-        base = _serve_settings(
-            tp=tp,
-            dp=dp,
-            enable_expert_parallel=enable_expert_parallel or None,
-            speculative=speculative_config,
-            kv_offloading_size=kv_offloading_size,
-            kv_offloading_backend=kv_offloading_backend,
-            # what else shrinks the pool, as estimate counts it
-            enable_lora=enable_lora or None,
-            max_loras=max_loras,
-            max_lora_rank=max_lora_rank,
-            cpu_offload_gb=cpu_offload_gb,
-            limit_mm_per_prompt=limit_mm_per_prompt,
-            language_model_only=language_model_only or None,
-            max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_memory=kv_cache_memory,
-            vllm_version=vllm_version,
-            enforce_eager=enforce_eager,
-        )
+        base = serve.settings()
         variants, varied = build_settings({k: v for k, v in axes.items() if v}, base)
         gpu_ = get_gpu(gpu) if gpu else None
         from planner.status import quiet, status

@@ -338,7 +338,7 @@ SETTINGS: tuple[Setting, ...] = (
             "inside its mem_fraction_static reserve and writes no graph flag",
             "trtllm": "kvplan sizes TRT-LLM's graphs at its defaults",
         },
-        commands=frozenset({"estimate", "verify", "diagnose"}),
+        commands=frozenset({"estimate", "simulate", "verify", "diagnose"}),
         example=True,
     ),
     Setting(

@@ -452,3 +452,22 @@ def test_gpus_json_gives_each_fact_its_source() -> None:
     assert (mi300x["fp8_format"], mi300x["has_native_fp8"]) == ("float8_e4m3fnuz", True)
     assert (mi300x["interconnect"], mi300x["node_gpus"]) == ("xgmi", 8)
     assert set(mi300x["sources"]) == set(FACTS)
+
+
+def test_an_amd_plan_says_what_rocm_changes_and_an_nvidia_one_does_not() -> None:
+    argv = ["estimate", "qwen2.5-7b-instruct", "--max-model-len", "8192", "--json"]
+    notes = {}
+    for gpu in ("mi300x", "h100"):
+        result = runner.invoke(app, [*argv, "--gpu", gpu])
+        assert result.exit_code == 0, result.stderr
+        notes[gpu] = json.loads(result.stdout)["plan_notes"]
+    # vLLM platforms/rocm.py: ROCM_ATTN first, AITER only with VLLM_ROCM_USE_AITER=1 (envs.py)
+    assert any(
+        n.startswith("mi300x (gfx942) runs vLLM's ROCm build") and "VLLM_ROCM_USE_AITER=1" in n
+        for n in notes["mi300x"]
+    )
+    assert (
+        "TensorRT-LLM runs on NVIDIA GPUs only: the trtllm command does not start on mi300x"
+        in (notes["mi300x"])
+    )
+    assert not any("ROCm" in n or "TensorRT-LLM runs" in n for n in notes["h100"])

@@ -239,14 +239,17 @@ def rocm_notes(gpu: Gpu | None) -> list[str]:
     (``vllm/platforms/rocm.py`` @001eda31): the flags stay; the attention backend is
     ``ROCM_ATTN`` (``TRITON_MLA`` for MLA) unless ``VLLM_ROCM_USE_AITER=1`` (``envs.py``, off by
     default) puts AITER's kernels first (``_get_backend_priorities``); graphs are captured with
-    the same ``CUDAGraphWrapper`` (``get_static_graph_wrapper_cls``), so the graph memory term
-    stands. TensorRT-LLM has no ROCm build. Empty for any other GPU."""
+    the same ``CUDAGraphWrapper`` (``get_static_graph_wrapper_cls``), but since vllm#36720
+    (2026-03) vLLM skips the graph-memory profile on ROCm before sizing the KV pool, so the
+    graphs come out of what the pool leaves. TensorRT-LLM has no ROCm build. Empty for any
+    other GPU."""
     if gpu is None or gpu.vendor != "amd":
         return []
     return [
         f"{gpu.name} ({gpu.gfx_target}) runs vLLM's ROCm build with the same flags: attention "
         "is ROCM_ATTN (TRITON_MLA for MLA models) unless VLLM_ROCM_USE_AITER=1 puts AITER's "
-        "kernels first; HIP graphs are captured as CUDA graphs are",
+        "kernels first; HIP graphs are captured as CUDA graphs are, but their memory is not "
+        "profiled before the KV pool is sized on ROCm (vllm#36720)",
         f"TensorRT-LLM runs on NVIDIA GPUs only: the trtllm command does not start on {gpu.name}",
     ]
 

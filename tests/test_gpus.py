@@ -295,6 +295,8 @@ def test_plans_file_refuses_an_unknown_gpu_with_its_own_key(tmp_path: Path) -> N
         ("rtx-pro-6000", 0.9, 94.97, 85.47),
         # vLLM 0.26 on GB200: "(181.84/184.31 GiB) ... (0.92, 169.56 GiB)"
         ("gb200", 0.92, 184.31, 169.56),
+        # vLLM on a 24 GB ROCm GPU: "(1.33/23.98 GiB) ... (0.95, 22.79 GiB)" (vllm#36720)
+        ("rx-7900-xtx", 0.95, 23.98, 22.79),
     ],
 )
 def test_new_totals_match_the_vllm_lines_they_come_from(
@@ -318,6 +320,15 @@ def test_new_totals_match_the_vllm_lines_they_come_from(
 )
 def test_new_totals_match_logged_capacity(name: str, total_gib: float) -> None:
     assert _logged(get_gpu(name).memory_bytes) == total_gib
+
+
+@pytest.mark.parametrize(
+    ("name", "gib"),
+    [("mi300x", 192), ("mi325x", 256), ("rx-7900-xtx", 24), ("radeon-pro-w7900", 48)],
+)
+def test_rocm_keeps_back_16_mib(name: str, gib: int) -> None:
+    # MI300X: ROCm total_memory 196,592 MiB of 192 GiB; the others' logged totals fit the same
+    assert get_gpu(name).memory_bytes == (gib * 1024 - 16) << 20
 
 
 def test_the_b300_estimate_sits_below_what_nvidia_smi_shows() -> None:

@@ -61,7 +61,6 @@ def gpus(rows: list[Gpu], *, as_json: bool = False) -> None:
         return
     columns = [
         Column("name", [g.name for g in rows], identifier=True),
-        Column("arch", [g.gfx_target or g.compute_capability or "—" for g in rows]),
         Column("memory", [fmt_bytes(g.memory_bytes) for g in rows], right=True),
         Column("bytes", [f"{g.memory_bytes:,}" for g in rows], right=True),
         Column(
@@ -76,6 +75,7 @@ def gpus(rows: list[Gpu], *, as_json: bool = False) -> None:
         ),
         Column("BF16 dense", [_tflops(g.bf16_flops) for g in rows], right=True),
         Column("FP8 dense", [_tflops(g.fp8_flops) for g in rows], right=True),
+        Column("arch", [g.gfx_target or g.compute_capability or "—" for g in rows]),
         Column("link", [g.interconnect or "—" for g in rows]),
         Column("source", [g.source for g in rows]),
     ]

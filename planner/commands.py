@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from planner.budget import EngineCapacity
-    from planner.deployment import ServeSettings
+    from planner.deployment import Gpu, ServeSettings
     from planner.recommend import Recommended
 
 TRTLLM_FILE = "kvplan-trtllm.yaml"
@@ -100,6 +100,7 @@ def engine_commands(
     token_budget: int | None = None,
     sglang: EngineCapacity | None = None,
     trtllm: EngineCapacity | None = None,
+    gpu: Gpu | None = None,
 ) -> EngineCommands:
     """Ready-to-paste launch commands for one plan.
 
@@ -124,6 +125,7 @@ def engine_commands(
             the user's ``max_num_seqs``, else a workload's advice, else the engine's own
             default; with ``--worst-case`` (``rec.basis`` ``worst_case``) the full-length
             requests that engine's pool holds.
+        gpu: the plan's GPU: an AMD one adds what ROCm changes (:func:`rocm_notes`).
 
     Returns:
         The :class:`EngineCommands`.
@@ -257,7 +259,27 @@ def engine_commands(
     commands = {
         name: shlex.join(args) for name, args in (("vllm", vllm), ("sglang", sgl), ("trtllm", trt))
     }
-    return EngineCommands(commands, files, notes)
+    return EngineCommands(commands, files, notes + rocm_notes(gpu))
+
+
+def rocm_notes(gpu: Gpu | None) -> list[str]:
+    """What an AMD GPU changes about the launch commands, from vLLM's ROCm platform
+    (``vllm/platforms/rocm.py`` @001eda31): the flags stay; the attention backend is
+    ``ROCM_ATTN`` (``TRITON_MLA`` for MLA) unless ``VLLM_ROCM_USE_AITER=1`` (``envs.py``, off by
+    default) puts AITER's kernels first (``_get_backend_priorities``); graphs are captured with
+    the same ``CUDAGraphWrapper`` (``get_static_graph_wrapper_cls``), but since vllm#36720
+    (2026-03) vLLM skips the graph-memory profile on ROCm before sizing the KV pool, so the
+    graphs come out of what the pool leaves. TensorRT-LLM has no ROCm build. Empty for any
+    other GPU."""
+    if gpu is None or gpu.vendor != "amd":
+        return []
+    return [
+        f"{gpu.name} ({gpu.gfx_target}) runs vLLM's ROCm build with the same flags: attention "
+        "is ROCM_ATTN (TRITON_MLA for MLA models) unless VLLM_ROCM_USE_AITER=1 puts AITER's "
+        "kernels first; HIP graphs are captured as CUDA graphs are, but their memory is not "
+        "profiled before the KV pool is sized on ROCm (vllm#36720)",
+        f"TensorRT-LLM runs on NVIDIA GPUs only: the trtllm command does not start on {gpu.name}",
+    ]
 
 
 def vllm_parallel_flags(settings: ServeSettings) -> list[str]:

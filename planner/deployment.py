@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -77,7 +78,11 @@ class Gpu:
     by ``gpu_memory_utilization``), not the marketing size.
 
     ``bandwidth_bytes_per_s`` and ``bf16_flops`` feed the simulator's roofline; they are
-    ``None`` for a GPU known only by its memory (``--gpu-memory``, a boot log).
+    ``None`` for a GPU known only by its memory (``--gpu-memory``, a boot log). A catalog entry
+    also knows its ``vendor``, ``architecture`` (``hopper``, ``cdna3`` ...), its CUDA
+    ``compute_capability`` (NVIDIA) or ROCm ``gfx_target`` (AMD, what torch reports as
+    ``gcnArchName``), its dense ``fp8_flops`` (None without fp8 tensor units) and ``sources``:
+    (fact, where it comes from) pairs (``planner/data/gpus.json``).
     """
 
     name: str
@@ -92,6 +97,11 @@ class Gpu:
     # term (issue 23) and the layout checks (issue 22).
     interconnect: Literal["nvlink", "xgmi", "pcie"] | None = None
     node_gpus: int | None = None
+    vendor: Literal["nvidia", "amd"] | None = None
+    architecture: str | None = None
+    gfx_target: str | None = None
+    fp8_flops: int | None = None
+    sources: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_a100(self) -> bool:
@@ -101,12 +111,34 @@ class Gpu:
 
     @property
     def has_native_fp8(self) -> bool | None:
-        """Whether the GPU computes in fp8 (Ada and Hopper, compute capability 8.9 and up);
-        None when its capability is unknown (a GPU known only by its memory)."""
-        if not self.compute_capability:
+        """Whether vLLM computes in fp8 on this GPU, as its platforms decide (``supports_fp8``):
+        NVIDIA from compute capability 8.9 (Ada, Hopper, Blackwell; ``platforms/cuda.py``), AMD
+        on gfx94x (MI300-class), gfx95x (MI350-class) and gfx12x (RDNA4) (``platforms/rocm.py``).
+        None when neither is known (a GPU known only by its memory)."""
+        if self.gfx_target:
+            return any(self.gfx_target.startswith(g) for g in ("gfx94", "gfx95", "gfx12"))
+        cc = re.fullmatch(r"(\d+)(?:\.(\d+))?", self.compute_capability or "")
+        if cc is None:
             return None
-        major, _, minor = self.compute_capability.partition(".")
-        return (int(major), int(minor or 0)) >= (8, 9)
+        return (int(cc[1]), int(cc[2] or 0)) >= (8, 9)
+
+    @property
+    def fp8_format(self) -> str | None:
+        """The fp8 e4m3 flavour vLLM stores and computes with (``current_platform.fp8_dtype()``):
+        ``float8_e4m3fnuz`` on gfx94x (MI300X/MI325X: no negative zero, exponent bias 8, so
+        vLLM doubles the scales of e4m3fn checkpoints), ``float8_e4m3fn`` elsewhere; None for a
+        GPU known only by its memory. Both take one byte per element, so KV bytes do not change.
+        """
+        if self.gfx_target:
+            return "float8_e4m3fnuz" if self.gfx_target.startswith("gfx94") else "float8_e4m3fn"
+        return "float8_e4m3fn" if self.compute_capability else None
+
+    @property
+    def arch_label(self) -> str:
+        """``compute capability 8.6`` or ``gfx1100``: how a note names the GPU's architecture."""
+        if self.gfx_target:
+            return self.gfx_target
+        return f"compute capability {self.compute_capability}"
 
     def with_memory(self, memory_bytes: int, source: str) -> Gpu:
         """This GPU with another total (``--gpu-memory`` over ``--gpu``): a custom size keeps
@@ -943,7 +975,13 @@ def fp8_kv_caveat(gpu: Gpu | None) -> str:
     )
     if gpu is not None and gpu.has_native_fp8 is False:
         line += (
-            f"; {gpu.name} (compute capability {gpu.compute_capability}) has no native fp8, "
+            f"; {gpu.name} ({gpu.arch_label}) has no native fp8, "
             "so vLLM stores fp8 but computes in 16 bits (the memory saving holds, not the speed)"
+        )
+    if gpu is not None and gpu.fp8_format == "float8_e4m3fnuz":
+        # vLLM model_executor/layers/quantization/kv_cache.py: is_fp8_fnuz() doubles k/v_scale
+        line += (
+            f"; {gpu.name} ({gpu.arch_label}) stores fp8 as e4m3fnuz: vLLM doubles the "
+            "checkpoint's k/v scales to match (same bytes, a narrower range)"
         )
     return line

@@ -479,6 +479,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         token_budget=cap.max_num_batched_tokens,
         sglang=by_engine.get("sglang"),
         trtllm=by_engine.get("trtllm"),
+        gpu=dep.gpu,
     )
     from planner.cluster import best_layout, cluster_of, layouts, node_commands
 

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
+from planner.deployment import Gpu, fp8_kv_caveat
 from planner.errors import UsageError
 from planner.gpus import (
     AMBIGUOUS,
@@ -270,3 +271,214 @@ def test_plans_file_refuses_an_unknown_gpu_with_its_own_key(tmp_path: Path) -> N
     assert result.exit_code == 2
     assert "gpu: unknown GPU 'NVIDIA A40'" in result.stderr
     assert "gpu_memory: 24GiB plans for any other GPU" in result.stderr
+
+
+# ------------------------------------------------------------------ issue 28: facts as data
+
+
+@pytest.mark.parametrize(
+    ("name", "gmu", "total_gib", "requested_gib"),
+    [
+        # vLLM on MI300X: "Free memory on device cuda:0 (8.08/191.98 GiB) on startup is less
+        # than desired GPU memory utilization (0.95, 182.39 GiB)"
+        ("mi300x", 0.95, 191.98, 182.39),
+        # vLLM on MI355X: "(84.11/287.98 GiB) ... (0.95, 273.59 GiB)", "(262.47/287.98 GiB)
+        # ... (0.92, 264.95 GiB)", "(126.77/287.98 GiB) ... (0.85, 244.79 GiB)"
+        ("mi355x", 0.95, 287.98, 273.59),
+        ("mi355x", 0.92, 287.98, 264.95),
+        ("mi355x", 0.85, 287.98, 244.79),
+        # vLLM on a 96 GB Blackwell workstation card: "(91.64/94.97 GiB) ... (0.91, 86.42
+        # GiB)", "(94.41/94.97 GiB) ... (0.97, 92.12 GiB)", "(8.15/94.97 GiB) ... (0.9, 85.47
+        # GiB)"
+        ("rtx-pro-6000", 0.91, 94.97, 86.42),
+        ("rtx-pro-6000", 0.97, 94.97, 92.12),
+        ("rtx-pro-6000", 0.9, 94.97, 85.47),
+        # vLLM 0.26 on GB200: "(181.84/184.31 GiB) ... (0.92, 169.56 GiB)"
+        ("gb200", 0.92, 184.31, 169.56),
+        # vLLM on a 24 GB ROCm GPU: "(1.33/23.98 GiB) ... (0.95, 22.79 GiB)" (vllm#36720)
+        ("rx-7900-xtx", 0.95, 23.98, 22.79),
+    ],
+)
+def test_new_totals_match_the_vllm_lines_they_come_from(
+    name: str, gmu: float, total_gib: float, requested_gib: float
+) -> None:
+    total = get_gpu(name).memory_bytes
+    assert _logged(total) == total_gib
+    assert _logged(math.ceil(total * gmu)) == requested_gib
+
+
+@pytest.mark.parametrize(
+    ("name", "total_gib"),
+    [
+        ("mi325x", 255.98),  # PyTorch "HIP out of memory ... total capacity of 255.98 GiB"
+        ("a800", 79.33),  # PyTorch on 8x A800 "total capacity of 79.33 GiB" (Kimi-VL#51)
+        ("rtx-3060", 11.76),  # PyTorch "11.76 GiB total capacity" (PhotoMaker#47)
+        ("rtx-4080", 15.99),  # PyTorch "15.99 GiB total capacity" (sd-webui-EasyPhoto#281)
+        ("rx-7900-xtx", 23.98),  # PyTorch ROCm "total capacity of 23.98 GiB" (Z-Image#103)
+        ("radeon-pro-w7900", 47.98),
+    ],
+)
+def test_new_totals_match_logged_capacity(name: str, total_gib: float) -> None:
+    assert _logged(get_gpu(name).memory_bytes) == total_gib
+
+
+@pytest.mark.parametrize(
+    ("name", "gib"),
+    [("mi300x", 192), ("mi325x", 256), ("rx-7900-xtx", 24), ("radeon-pro-w7900", 48)],
+)
+def test_rocm_keeps_back_16_mib(name: str, gib: int) -> None:
+    # MI300X: ROCm total_memory 196,592 MiB of 192 GiB; the others' logged totals fit the same
+    assert get_gpu(name).memory_bytes == (gib * 1024 - 16) << 20
+
+
+def test_the_b300_estimate_sits_below_what_nvidia_smi_shows() -> None:
+    # nvidia-smi "NVIDIA B300 SXM6 AC, 275040 MiB"; CUDA keeps back 728 MiB on the B200
+    # (nvidia-smi 183,359 MiB, cudaDeviceProp 182,631 MiB)
+    assert get_gpu("b300").memory_bytes == (275040 - (183359 - 182631)) * (1 << 20)
+    assert "estimate" in get_gpu("b300").source
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        # nvidia-smi / NVML / torch.cuda.get_device_name
+        ("NVIDIA H800", "h800"),
+        ("NVIDIA A800-SXM4-80GB", "a800"),
+        ("NVIDIA A800 80GB PCIe", "a800"),
+        ("NVIDIA L20", "l20"),
+        ("NVIDIA B300 SXM6 AC", "b300"),
+        ("NVIDIA GB200", "gb200"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "rtx-pro-6000"),
+        ("NVIDIA GeForce RTX 3060", "rtx-3060"),
+        ("NVIDIA GeForce RTX 4070 Ti SUPER", "rtx-4070-ti-super"),
+        ("NVIDIA GeForce RTX 4080", "rtx-4080"),
+        ("NVIDIA GeForce RTX 4090 D", "rtx-4090d"),
+        ("NVIDIA RTX A5000", "rtx-a5000"),
+        # torch.cuda.get_device_name on ROCm, rocm-smi --showproductname
+        ("AMD Instinct MI325X", "mi325x"),
+        ("AMD Instinct MI355X", "mi355x"),
+        ("AMD Instinct MI300X OAM", "mi300x"),
+        ("AMD Radeon RX 7900 XTX", "rx-7900-xtx"),
+        ("AMD Radeon RX 7900 GRE", "rx-7900-gre"),
+        ("AMD Radeon PRO W7900", "radeon-pro-w7900"),
+        ("AMD Radeon PRO W7900 Dual Slot", "radeon-pro-w7900"),
+        # vLLM's ROCm device names (platforms/rocm.py _ROCM_DEVICE_ID_NAME_MAP)
+        ("AMD_Instinct_MI300X", "mi300x"),
+        ("AMD_Instinct_MI300X_HF", "mi300x"),
+        ("AMD_Instinct_MI325X", "mi325x"),
+        ("AMD_Instinct_MI355X", "mi355x"),
+        ("AMD_Radeon_RX7900XTX", "rx-7900-xtx"),
+    ],
+)
+def test_new_driver_names_resolve(text: str, name: str) -> None:
+    match = lookup_gpu(text)
+    assert (match.gpu.name, match.note) == (name, "")
+
+
+FACTS = (
+    "memory_bytes",
+    "bandwidth_bytes_per_s",
+    "bf16_flops",
+    "fp8_flops",
+    "vendor",
+    "architecture",
+    "compute_capability",
+    "gfx_target",
+    "interconnect",
+    "node_gpus",
+)
+
+
+@pytest.mark.parametrize("gpu", GPUS, ids=[g.name for g in GPUS])
+def test_every_entry_states_its_facts_and_their_sources(gpu: Gpu) -> None:
+    sources = dict(gpu.sources)
+    assert set(sources) == set(FACTS) and all(sources.values())
+    assert gpu.source == sources["memory_bytes"]
+    assert gpu.vendor in ("nvidia", "amd") and gpu.architecture
+    # CUDA names a compute capability, ROCm a gfx target, never both
+    assert (gpu.compute_capability is None) == (gpu.vendor == "amd")
+    assert (gpu.gfx_target is None) == (gpu.vendor == "nvidia")
+    assert gpu.bandwidth_bytes_per_s and gpu.bf16_flops and gpu.node_gpus
+    # fp8 rate exactly where vLLM computes in fp8, at twice the BF16 rate or near it
+    assert (gpu.fp8_flops is not None) == gpu.has_native_fp8
+    if gpu.fp8_flops is not None:
+        assert 1.95 <= gpu.fp8_flops / gpu.bf16_flops <= 2.05
+    if gpu.interconnect is None:  # an entry covering SXM and PCIe boards says so
+        assert "no interconnect is assumed" in sources["interconnect"]
+    else:
+        # NVLink is NVIDIA's, xGMI (Infinity Fabric) AMD's
+        assert (
+            gpu.interconnect in {"nvidia": {"nvlink", "pcie"}, "amd": {"xgmi", "pcie"}}[gpu.vendor]
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "native", "fmt"),
+    [
+        # vLLM platforms/cuda.py supports_fp8: has_device_capability(89)
+        ("a100-80gb", False, "float8_e4m3fn"),
+        ("rtx-3090", False, "float8_e4m3fn"),
+        ("t4", False, "float8_e4m3fn"),
+        ("l4", True, "float8_e4m3fn"),
+        ("h100", True, "float8_e4m3fn"),
+        ("b300", True, "float8_e4m3fn"),
+        ("rtx-pro-6000", True, "float8_e4m3fn"),
+        # vLLM platforms/rocm.py supports_fp8: gfx94/gfx95/gfx12; is_fp8_fnuz: gfx94
+        ("mi300x", True, "float8_e4m3fnuz"),
+        ("mi325x", True, "float8_e4m3fnuz"),
+        ("mi355x", True, "float8_e4m3fn"),
+        ("rx-7900-xtx", False, "float8_e4m3fn"),
+    ],
+)
+def test_fp8_is_decided_per_vendor_and_architecture(name: str, native: bool, fmt: str) -> None:
+    gpu = get_gpu(name)
+    assert (gpu.has_native_fp8, gpu.fp8_format) == (native, fmt)
+
+
+def test_a_gpu_known_by_its_memory_has_no_fp8_answer() -> None:
+    gpu = resolve_gpu(None, 24 * GIB)
+    assert gpu is not None and (gpu.has_native_fp8, gpu.fp8_format) == (None, None)
+
+
+def test_the_fp8_note_names_the_rocm_flavour_and_the_architecture() -> None:
+    mi300x = fp8_kv_caveat(get_gpu("mi300x"))
+    assert "mi300x (gfx942) stores fp8 as e4m3fnuz" in mi300x
+    assert "rx-7900-xtx (gfx1100) has no native fp8" in fp8_kv_caveat(get_gpu("rx-7900-xtx"))
+    assert "a10 (compute capability 8.6) has no native fp8" in fp8_kv_caveat(get_gpu("a10"))
+    assert "e4m3fnuz" not in fp8_kv_caveat(get_gpu("mi355x"))
+
+
+def test_gpus_json_gives_each_fact_its_source() -> None:
+    result = runner.invoke(app, ["gpus", "--json"])
+    assert result.exit_code == 0
+    rows = {g["name"]: g for g in json.loads(result.stdout)}
+    mi300x = rows["mi300x"]
+    assert (mi300x["vendor"], mi300x["gfx_target"], mi300x["compute_capability"]) == (
+        "amd",
+        "gfx942",
+        None,
+    )
+    assert (mi300x["fp8_format"], mi300x["has_native_fp8"]) == ("float8_e4m3fnuz", True)
+    assert (mi300x["interconnect"], mi300x["node_gpus"]) == ("xgmi", 8)
+    assert set(mi300x["sources"]) == set(FACTS)
+
+
+def test_an_amd_plan_says_what_rocm_changes_and_an_nvidia_one_does_not() -> None:
+    argv = ["estimate", "qwen2.5-7b-instruct", "--max-model-len", "8192", "--json"]
+    notes = {}
+    for gpu in ("mi300x", "h100"):
+        result = runner.invoke(app, [*argv, "--gpu", gpu])
+        assert result.exit_code == 0, result.stderr
+        notes[gpu] = json.loads(result.stdout)["plan_notes"]
+    # vLLM platforms/rocm.py: ROCM_ATTN first, AITER only with VLLM_ROCM_USE_AITER=1 (envs.py)
+    assert any(
+        n.startswith("mi300x (gfx942) runs vLLM's ROCm build") and "VLLM_ROCM_USE_AITER=1" in n
+        for n in notes["mi300x"]
+    )
+    assert (
+        "TensorRT-LLM runs on NVIDIA GPUs only: the trtllm command does not start on mi300x"
+        in (notes["mi300x"])
+    )
+    assert not any("ROCm" in n or "TensorRT-LLM runs" in n for n in notes["h100"])

@@ -48,7 +48,7 @@ def test_gpus_names_and_byte_counts_are_whole() -> None:
         [line] = [line for line in lines if line.split() and line.split()[0] == row["name"]]
         assert f"{row['memory_bytes']:,}" in line.split()
     assert max(len(line) for line in lines) <= 80
-    assert "not shown at this width: source" in out  # the dropped column is named
+    assert "not shown at this width: FP8 dense, arch, link, source" in out  # named
 
 
 def test_check_rows_are_greppable_by_deployment_name() -> None:

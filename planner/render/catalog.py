@@ -41,9 +41,23 @@ def models(rows: list[ModelRow], *, as_json: bool = False) -> None:
     )
 
 
+def _gpu_json(g: Gpu) -> dict[str, object]:
+    """One entry as ``kvplan gpus --json`` gives it: every field, ``sources`` as fact -> source,
+    and what vLLM decides from the architecture (``has_native_fp8``, ``fp8_format``)."""
+    out = asdict(g)
+    out["sources"] = dict(g.sources)
+    out["has_native_fp8"] = g.has_native_fp8
+    out["fp8_format"] = g.fp8_format
+    return out
+
+
+def _tflops(x: int | None) -> str:
+    return "—" if x is None else f"{x / 1e12:,.0f} TFLOP/s"
+
+
 def gpus(rows: list[Gpu], *, as_json: bool = False) -> None:
     if as_json:
-        write_out(to_json([asdict(g) for g in rows]))
+        write_out(to_json([_gpu_json(g) for g in rows]))
         return
     columns = [
         Column("name", [g.name for g in rows], identifier=True),
@@ -59,16 +73,16 @@ def gpus(rows: list[Gpu], *, as_json: bool = False) -> None:
             ],
             right=True,
         ),
-        Column(
-            "BF16 dense",
-            ["—" if g.bf16_flops is None else f"{g.bf16_flops / 1e12:,.0f} TFLOP/s" for g in rows],
-            right=True,
-        ),
+        Column("BF16 dense", [_tflops(g.bf16_flops) for g in rows], right=True),
+        Column("FP8 dense", [_tflops(g.fp8_flops) for g in rows], right=True),
+        Column("arch", [g.gfx_target or g.compute_capability or "—" for g in rows]),
+        Column("link", [g.interconnect or "—" for g in rows]),
         Column("source", [g.source for g in rows]),
     ]
     print_fitted(
         console(),
-        "GPU catalog: memory as the CUDA driver reports it",
+        "GPU catalog: memory as the CUDA or ROCm driver reports it",
         columns,
-        "--gpu also takes nvidia-smi names; --json has every field.",
+        "--gpu also takes nvidia-smi, rocm-smi and torch names; --json has every field and "
+        "the source of each.",
     )

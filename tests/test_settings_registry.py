@@ -109,7 +109,7 @@ def test_the_cli_a_plans_file_and_a_boot_log_read_a_setting_alike(
     assert _value(planned.serve, s) == _value(from_cli, s), f"the log's {s.log} was not read"
 
 
-@pytest.mark.parametrize("command", ["estimate", "simulate", "diagnose"])
+@pytest.mark.parametrize("command", ["estimate", "simulate", "diagnose", "verify"])
 def test_a_command_takes_every_setting_declared_for_it(command: str) -> None:
     import typer.main
 

@@ -7,18 +7,12 @@ from typing import Annotated
 import typer
 
 from planner.cli._options import (
-    BatchedTokensOpt,
-    BlockOpt,
     JsonOpt,
-    KVDtypeOpt,
-    MaxLenOpt,
-    MaxSeqsOpt,
     OfflineOpt,
-    PrefixOpt,
     RevisionOpt,
-    TpOpt,
-    _serve_settings,
+    ServeArgs,
     _size,
+    serve_options,
     user_errors,
 )
 from planner.errors import ProbeUnavailableError, UsageError
@@ -39,6 +33,7 @@ PlanOpt = Annotated[
 ]
 
 
+@serve_options("verify")
 def verify(
     model: Annotated[
         str | None,
@@ -48,6 +43,8 @@ def verify(
             metavar="[MODEL]",
         ),
     ] = None,
+    *,
+    serve: ServeArgs,
     plan: PlanOpt = None,
     gpu: Annotated[bool, typer.Option("--gpu", help="Probe the local CUDA device.")] = False,
     device: Annotated[
@@ -55,27 +52,12 @@ def verify(
         typer.Option("--device", help="cpu or cuda[:N] [default: cpu].", show_default=False),
     ] = None,
     memory_budget: SizeOpt = None,
-    gpu_memory_utilization: Annotated[
-        float | None,
-        typer.Option(
-            "--gpu-memory-utilization",
-            help="vLLM's share of the GPU [default: 0.92].",
-            show_default=False,
-        ),
-    ] = None,
     max_memory: Annotated[
         str | None,
         typer.Option(
             "--max-memory", help="Hard cap on what the probe allocates.", show_default=False
         ),
     ] = None,
-    tp: TpOpt = 1,
-    kv_cache_dtype: KVDtypeOpt = "auto",
-    block_size: BlockOpt = None,
-    max_model_len: MaxLenOpt = None,
-    max_num_batched_tokens: BatchedTokensOpt = None,
-    max_num_seqs: MaxSeqsOpt = None,
-    enable_prefix_caching: PrefixOpt = True,
     weights_buffer: Annotated[
         bool, typer.Option("--weights-buffer", help="Occupy the weights as one buffer.")
     ] = False,
@@ -128,16 +110,7 @@ def verify(
                     f"{spec.name}: the planner's --engine hf bytes differ from transformers' cache"
                 )
             return
-        settings = _serve_settings(
-            tp=tp,
-            kv_cache_dtype=kv_cache_dtype,
-            block_size=block_size,
-            max_model_len=max_model_len,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            enable_prefix_caching=enable_prefix_caching,
-            gpu_memory_utilization=gpu_memory_utilization,
-        )
+        settings = serve.settings()
         request = VerifyRequest(
             settings=settings,
             device=device or ("cuda" if gpu else "cpu"),

@@ -176,7 +176,7 @@ SETTINGS: tuple[Setting, ...] = (
             "sglang": _KVPLAN,
             "trtllm": _KVPLAN,
         },
-        commands=frozenset({"estimate", "simulate", "verify"}),
+        commands=frozenset({"estimate", "simulate"}),
         example="0.10.2",
     ),
     Setting(
@@ -195,7 +195,7 @@ SETTINGS: tuple[Setting, ...] = (
             "sglang": _KVPLAN,
             "trtllm": _KVPLAN,
         },
-        commands=frozenset({"estimate", "verify"}),
+        commands=frozenset({"estimate"}),
         example="llm",
     ),
     Setting(
@@ -222,7 +222,7 @@ SETTINGS: tuple[Setting, ...] = (
         log="pipeline_parallel_size",
         concern="parallel",
         engines=_engines("--pipeline-parallel-size", "--pp-size", "--pipeline_parallel_size"),
-        commands=frozenset({"estimate", "verify", "diagnose"}),
+        commands=frozenset({"estimate", "diagnose"}),
         example=2,
     ),
     Setting(
@@ -338,7 +338,7 @@ SETTINGS: tuple[Setting, ...] = (
             "inside its mem_fraction_static reserve and writes no graph flag",
             "trtllm": "kvplan sizes TRT-LLM's graphs at its defaults",
         },
-        commands=frozenset({"estimate", "simulate", "verify", "diagnose"}),
+        commands=frozenset({"estimate", "simulate", "diagnose"}),
         example=True,
     ),
     Setting(
@@ -593,7 +593,7 @@ SETTINGS: tuple[Setting, ...] = (
             "sglang": "sized for vLLM's runners only",
             "trtllm": "sized for vLLM only",
         },
-        commands=frozenset({"estimate", "verify"}),
+        commands=frozenset({"estimate"}),
         example="pooling",
     ),
     Setting(
@@ -655,6 +655,7 @@ SETTINGS: tuple[Setting, ...] = (
             "sglang": "SGLang sizes its pool by --mem-fraction-static only",
             "trtllm": "kvplan sizes TRT-LLM's pool by its free-memory fraction",
         },
+        commands=frozenset({"estimate", "simulate", "diagnose"}),
         example="20GiB",
     ),
     Setting(
@@ -722,7 +723,7 @@ SETTINGS: tuple[Setting, ...] = (
         concern="cache",
         engines=_engines(None, None, None),
         no_flag={e: _KVPLAN for e in ENGINES},
-        commands=frozenset({"estimate", "verify"}),
+        commands=frozenset({"estimate"}),
         example="1GiB",
     ),
     Setting(

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from planner.config import fields as config_fields
 from planner.deployment import (
     CUDA_GRAPH_DEFAULT_BYTES,
     VLLM_DEFAULT_GMU,
@@ -113,23 +114,8 @@ def cuda_graph_estimate_bytes(est: KVEstimate, decode_query_len: int = 1) -> int
     return layers * len(sizes) * GRAPH_LAYER_SIZE_BYTES
 
 
-# vLLM 0.33's --all2all-backend choices (vllm/config/parallel.py All2AllBackend; pplx and naive
-# are turned into allgather_reducescatter).
-ALL2ALL_BACKENDS = (
-    "allgather_reducescatter",
-    "naive",
-    "pplx",
-    "deepep_high_throughput",
-    "deepep_low_latency",
-    "deepep_v2",
-    "mori_high_throughput",
-    "mori_low_latency",
-    "moonep",
-    "nixl_ep",
-    "flashinfer_all2allv",
-    "flashinfer_nvlink_two_sided",
-    "flashinfer_nvlink_one_sided",
-)
+# vLLM 0.33's --all2all-backend choices, declared with the setting (planner.config.fields)
+ALL2ALL_BACKENDS = config_fields.ALL2ALL_BACKENDS
 # DeepEP's NVLink buffer per GPU, VLLM_DEEPEP_BUFFER_SIZE_MB (default 1024) MiB
 # (vllm/distributed/device_communicators/all2all.py, _make_all2all_kwargs); across nodes the
 # high-throughput kernels add an RDMA buffer of the same size, the low-latency ones one sized by

@@ -34,9 +34,9 @@ from planner.model.specs import Engine, KVDtype, ModelSpec
 from planner.units import GIB
 
 if TYPE_CHECKING:
-    from planner.lora import LoraAdapter
+    from planner.config.lora import LoraAdapter
+    from planner.config.multimodal import MMLimits, MMProcessorKwargs, MMTokens
     from planner.model.load import LoadedModel
-    from planner.multimodal import MMLimits, MMProcessorKwargs, MMTokens
     from planner.speculative import SpeculativeConfig
     from planner.vllm_rules import Entrypoint, Runner, VllmRules
 
@@ -178,7 +178,7 @@ SPELLINGS: dict[str, Names] = {
 
 
 def _shown(value: Any) -> str:
-    from planner.lora import LoraAdapter
+    from planner.config.lora import LoraAdapter
 
     if hasattr(value, "as_json"):  # --speculative-config, --limit-mm-per-prompt, ...: JSON
         return f"'{value.as_json()}'"
@@ -435,23 +435,21 @@ class ServeSettings:
         if self.runner not in RUNNERS:
             raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}")
         self._check_parallel()
-        from planner.budget import ALL2ALL_BACKENDS
-
-        if self.all2all_backend not in ALL2ALL_BACKENDS:
+        if self.all2all_backend not in fields_.ALL2ALL_BACKENDS:
             raise UsageError(
                 f"--all2all-backend {self.all2all_backend!r}: vLLM 0.33 takes one of "
-                f"{', '.join(ALL2ALL_BACKENDS)}"
+                f"{', '.join(fields_.ALL2ALL_BACKENDS)}"
             )
         self._check_lora()
         self._check_offload()
-        from planner.multimodal import check_mode
+        from planner.config.multimodal import check_mode
 
         check_mode(self.mm_encoder_tp_mode)
 
     def _check_lora(self) -> None:
         """vLLM's LoRAConfig rules (``vllm/config/lora.py``); the model's own rules are
         :func:`planner.lora.check_supported`'s."""
-        from planner.lora import ALLOWED_RANKS
+        from planner.config.lora import ALLOWED_RANKS
 
         given = [
             flag
@@ -491,8 +489,6 @@ class ServeSettings:
 
     def _check_offload(self) -> None:
         """vLLM's offload and KV-tier rules (``vllm/config/offload.py``, ``cache.py``)."""
-        from planner.offload import KV_OFFLOADING_BACKENDS
-
         for flag, value in (
             ("--cpu-offload-gb", self.cpu_offload_gb),
             ("--kv-offloading-size", self.kv_offloading_size),
@@ -512,10 +508,10 @@ class ServeSettings:
                 rule="positive",
                 value=self.kv_offloading_size,
             )
-        if self.kv_offloading_backend not in KV_OFFLOADING_BACKENDS:
+        if self.kv_offloading_backend not in fields_.KV_OFFLOADING_BACKENDS:
             raise UsageError(
-                f"--kv-offloading-backend must be one of {', '.join(KV_OFFLOADING_BACKENDS)}, "
-                f"got {self.kv_offloading_backend!r}"
+                "--kv-offloading-backend must be one of "
+                f"{', '.join(fields_.KV_OFFLOADING_BACKENDS)}, got {self.kv_offloading_backend!r}"
             )
         if self.kv_offloading_backend != "native" and self.kv_offloading_size is None:
             raise UsageError(
@@ -533,7 +529,7 @@ class ServeSettings:
     def lora_rank(self) -> int:
         """The rank the LoRA buffers are sized for: ``--max-lora-rank``, else the adapter's
         rank rounded up to one vLLM takes (12 -> 16), else vLLM's default 16."""
-        from planner.lora import DEFAULT_RANK, rank_for
+        from planner.config.lora import DEFAULT_RANK, rank_for
 
         if self.max_lora_rank is not None:
             return self.max_lora_rank
@@ -734,7 +730,7 @@ def refuse_int8_kv(dtype: KVDtype, engine: Engine) -> None:
 
 def check_lora_rank(rank: int) -> None:
     """Refuse a ``--max-lora-rank`` vLLM 0.33 refuses (``MaxLoRARanks``)."""
-    from planner.lora import ALLOWED_RANKS
+    from planner.config.lora import ALLOWED_RANKS
 
     if rank not in ALLOWED_RANKS:
         raise UsageError(
@@ -830,7 +826,7 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
     if name == "lora_target_modules":
         return {name: _module_names(value)}
     if name == "lora_adapter":
-        from planner.lora import LoraAdapter, read_adapter
+        from planner.config.lora import LoraAdapter, read_adapter
 
         return {name: value if isinstance(value, LoraAdapter) else read_adapter(str(value).strip())}
     if name in ("kv_offloading_backend", "all2all_backend"):
@@ -852,7 +848,7 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
             )
         return {name: number}
     if name in ("limit_mm_per_prompt", "mm_processor_kwargs", "mm_tokens_per_item"):
-        from planner import multimodal
+        from planner.config import multimodal
 
         parser = {
             "limit_mm_per_prompt": multimodal.parse_limits,
@@ -861,7 +857,7 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
         }[name]
         return {name: parser(value)}
     if name == "mm_encoder_tp_mode":
-        from planner.multimodal import check_mode
+        from planner.config.multimodal import check_mode
 
         return {name: check_mode(str(value))}
     if name == "num_redundant_experts":

@@ -50,12 +50,15 @@ Worked example: Llama-3.1-8B (H 4,096, 32 layers, 32 / 8 heads of 128, I 14,336,
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from planner.config.lora import ALLOWED_RANKS as ALLOWED_RANKS
+from planner.config.lora import DEFAULT_RANK as DEFAULT_RANK
+from planner.config.lora import LoraAdapter as LoraAdapter
+from planner.config.lora import rank_for as rank_for
+from planner.config.lora import read_adapter as read_adapter
 from planner.errors import UsageError
 from planner.kv_layout import get_pp_indices
 from planner.model.specs import MLA, GatedDeltaNetState, Mamba1State, Mamba2State, ModelSpec
@@ -63,9 +66,6 @@ from planner.model.specs import MLA, GatedDeltaNetState, Mamba1State, Mamba2Stat
 if TYPE_CHECKING:
     from planner.deployment import Deployment, ServeSettings
 
-# vLLM 0.33 vllm/config/lora.py: MaxLoRARanks; max_lora_rank defaults to 16.
-ALLOWED_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-DEFAULT_RANK = 16
 # LogitsProcessorWithLoRA.create_lora_weights refuses a larger vocabulary.
 MAX_LORA_VOCAB = 258_048
 
@@ -124,82 +124,6 @@ NON_GATED_MOE = frozenset({"nemotron_h"})
 # PEFT names of the expert projections (HF ``experts.N.gate_proj`` / Mixtral ``w1``).
 EXPERT_UP = frozenset({"gate_proj", "up_proj", "w1", "w3"})
 EXPERT_DOWN = frozenset({"down_proj", "w2"})
-
-
-@dataclass(frozen=True)
-class LoraAdapter:
-    """A PEFT adapter's ``adapter_config.json``: its rank and the modules it trains.
-
-    ``target_modules`` is the tuple of module names, ``("all-linear",)`` for PEFT's shortcut,
-    or None when the file names none (then every module is assumed)."""
-
-    path: str
-    rank: int
-    target_modules: tuple[str, ...] | None
-    base_model: str | None = None
-
-    @property
-    def name(self) -> str:
-        """The name ``vllm serve --lora-modules NAME=PATH`` serves it under: its folder's."""
-        return Path(self.path).name or "adapter"
-
-
-def read_adapter(path: str) -> LoraAdapter:
-    """The adapter in ``path`` (a folder holding ``adapter_config.json``, or the file).
-
-    AswaniSahoo/llama-task-agent's file (r 16, q/k/v/o_proj) -> ``LoraAdapter(rank=16,
-    target_modules=("o_proj", "v_proj", "q_proj", "k_proj"), base_model=
-    "meta-llama/Llama-3.1-8B-Instruct")``.
-    """
-    where = Path(path)
-    file = where / "adapter_config.json" if where.is_dir() else where
-    try:
-        data = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"--lora-adapter {path}: no adapter_config.json there") from None
-    except OSError as exc:
-        raise UsageError(f"--lora-adapter {path}: cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UsageError(f"--lora-adapter {file}: not valid JSON") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"--lora-adapter {file}: not a JSON object")
-    peft = data.get("peft_type")
-    if peft is not None and str(peft).upper() != "LORA":
-        raise UsageError(
-            f"--lora-adapter {file}: peft_type {peft!r}; vLLM serves LoRA adapters only"
-        )
-    rank = data.get("r")
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= 1 << 20:
-        raise UsageError(f"--lora-adapter {file}: r must be a whole number >= 1, got {rank!r}")
-    targets = data.get("target_modules")
-    modules: tuple[str, ...] | None
-    if isinstance(targets, str):
-        modules = (targets,)
-    elif isinstance(targets, list) and all(isinstance(t, str) for t in targets):
-        modules = tuple(targets) or None
-    elif targets is None:
-        modules = None
-    else:
-        raise UsageError(f"--lora-adapter {file}: target_modules must be a list of names")
-    base = data.get("base_model_name_or_path")
-    return LoraAdapter(
-        path=str(path),
-        rank=rank,
-        target_modules=modules,
-        base_model=base if isinstance(base, str) else None,
-    )
-
-
-def rank_for(adapter_rank: int) -> int:
-    """The smallest ``--max-lora-rank`` vLLM takes that holds an adapter of ``adapter_rank``:
-    8 -> 8, 12 -> 16, 600 -> refused (above 512)."""
-    for allowed in ALLOWED_RANKS:
-        if allowed >= adapter_rank:
-            return allowed
-    raise UsageError(
-        f"LoRA rank {adapter_rank} is above vLLM's largest --max-lora-rank "
-        f"{ALLOWED_RANKS[-1]}; vLLM cannot serve this adapter"
-    )
 
 
 # --------------------------------------------------------------------------- modules

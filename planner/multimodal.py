@@ -40,488 +40,38 @@ and its tower runs over 114,688 x 4 = 458,752 patches. ``--limit-mm-per-prompt
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import ConfigError, UsageError
+from planner.config.multimodal import DEFAULT_LIMIT as DEFAULT_LIMIT
+from planner.config.multimodal import MODES as MODES
+from planner.config.multimodal import MMLimits as MMLimits
+from planner.config.multimodal import MMProcessorKwargs as MMProcessorKwargs
+from planner.config.multimodal import MMTokens as MMTokens
+from planner.config.multimodal import check_mode as check_mode
+from planner.config.multimodal import parse_limits as parse_limits
+from planner.config.multimodal import parse_processor_kwargs as parse_processor_kwargs
+from planner.config.multimodal import parse_tokens as parse_tokens
+from planner.model.vision import VisionTower as VisionTower
+from planner.model.vision import pixel_bound
+from planner.model.vision import tower_of as tower_of
+from planner.model.vision import unsupported_reason as unsupported_reason
 
 if TYPE_CHECKING:
     from planner.deployment import ServeSettings
 
-# vLLM's default item limit per prompt for a modality nobody limits (MultiModalConfig).
-DEFAULT_LIMIT = 999
 # Qwen2-VL's video frames per item at most (qwen2_vl.py _MAX_FRAMES_PER_VIDEO); Qwen3-VL
 # profiles 2 frames (DUMMY_VIDEO_NUM_FRAMES) at the video processor's pixel budget.
 QWEN_MAX_FRAMES = 14
 QWEN_MAX_ASPECT = 200  # get_image_size_with_most_features: no aspect ratio above 200
-# Gemma3ImageProcessor's pan-and-scan default (transformers): at most 4 crops.
-GEMMA3_DEFAULT_CROPS = 4
-# Models vLLM 0.33 no longer serves (registry _PREVIOUSLY_SUPPORTED_MODELS).
-UNSERVED = {"mllama": "vLLM removed MllamaForConditionalGeneration in 0.10.2"}
-MODES = ("weights", "data")
 # Tower activation per ViT position, in elements of the model dtype, besides the input
 # pixels: the residual stream, its norm and the MLP's (intermediate x 3 gated, x 2 not)
 # intermediate width during the MLP, or q/k/v with their rotated copies (about 8 x hidden)
 # during attention, whichever is larger; one layer at a time (inference frees the previous).
 # The pixels arrive as float32 and are cast to the model dtype (both alive).
 PIXEL_BYTES = 4
-
-
-@dataclass(frozen=True)
-class VisionTower:
-    """A multimodal model's tower as vLLM builds it, from the config (and the processor's
-    ``preprocessor_config.json`` where one is at hand).
-
-    Attributes:
-        family: ``qwen2_vl``, ``qwen2_5_vl``, ``qwen3_vl``, ``gemma3``, ``llava`` or ``llama4``.
-        modalities: what the processor takes (``image``, ``video``).
-        params: parameters of the tower and projector vLLM builds (LLaVA: only the CLIP
-            layers up to ``vision_feature_layer``).
-        dtype_bytes: bytes per parameter (the model dtype; checkpoints keep towers unquantized).
-        hidden, intermediate, gated, depth: the ViT's width, MLP width and layers.
-        patch_input: pixel values per ViT position (channels x temporal patch x patch^2).
-        positions_per_token: ViT positions per language-model token (Qwen merge^2 = 4,
-            Gemma 3 4,096 / 256 = 16, LLaVA 577 / 576, Llama 4 577 / 144).
-        out_width: elements per token the encoder hands the language model (its hidden size,
-            x 4 for Qwen3-VL's three deepstack levels).
-        supports_data_tp: ``--mm-encoder-tp-mode data`` is honoured.
-        unit: Qwen-VL pixels per token side (patch x merge); 0 for fixed-size families.
-        patch, merge, temporal: Qwen-VL's patch, spatial merge and temporal patch sizes.
-        image_pixels, video_pixels: (min_pixels, max_pixels) of the processor's image and
-            video sizes, None where no processor config says.
-        fixed_tokens: tokens per image for the fixed-size families (Gemma 3 per crop).
-        max_patches: Llama 4's tiles per image (processor ``max_patches``), None if unknown.
-        pan_and_scan: Gemma 3's processor crops images (``do_pan_and_scan``).
-        processor: where the processor values came from (``preprocessor_config.json``,
-            ``config``) or "".
-    """
-
-    family: str
-    model_type: str
-    modalities: tuple[str, ...]
-    params: int
-    dtype_bytes: int
-    hidden: int
-    intermediate: int
-    gated: bool
-    depth: int
-    patch_input: int
-    positions_per_token: float
-    out_width: int
-    supports_data_tp: bool
-    unit: int = 0
-    patch: int = 0
-    merge: int = 1
-    temporal: int = 1
-    image_pixels: tuple[int, int] | None = None
-    video_pixels: tuple[int, int] | None = None
-    fixed_tokens: int = 0
-    max_patches: int | None = None
-    pan_and_scan: bool = False
-    processor: str = ""
-    notes: tuple[str, ...] = field(default=(), compare=False)
-
-    @property
-    def bytes(self) -> int:
-        return self.params * self.dtype_bytes
-
-
-# --------------------------------------------------------------------------- settings
-
-
-def _json_object(value: Any, flag: str, example: str) -> dict[str, Any]:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{flag} must be JSON, e.g. '{example}' ({exc.msg})") from None
-    if not isinstance(value, Mapping):
-        raise UsageError(f"{flag} must be a JSON object, e.g. '{example}'")
-    return {str(k): v for k, v in value.items()}
-
-
-def _count(value: Any, what: str, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= 1 << 40:
-        above = "a whole number >= 0" if minimum == 0 else "a positive whole number"
-        raise UsageError(f"{what} must be {above}, got {value!r}")
-    return value
-
-
-_LIMIT_OPTIONS = {
-    "image": ("count", "width", "height"),
-    "video": ("count", "num_frames", "width", "height"),
-    "audio": ("count", "length"),
-}
-
-
-@dataclass(frozen=True)
-class MMLimits:
-    """``--limit-mm-per-prompt`` as vLLM takes it: items per prompt by modality, in the legacy
-    form ``{"image": 2, "video": 0}`` or with dummy-data options
-    ``{"video": {"count": 1, "num_frames": 32, "width": 512, "height": 512}}``
-    (``MultiModalConfig.limit_per_prompt``; options that make the profiled dummy items smaller
-    are kept for the command, and kvplan's figures stay those of the largest item)."""
-
-    counts: tuple[tuple[str, int], ...]
-    options: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
-
-    def count(self, modality: str) -> int:
-        return dict(self.counts).get(modality, DEFAULT_LIMIT)
-
-    def as_json(self) -> str:
-        opts = dict(self.options)
-        data: dict[str, Any] = {}
-        for modality, count in self.counts:
-            extra = dict(opts.get(modality, ()))
-            data[modality] = {"count": count, **extra} if extra else count
-        return json.dumps(data, separators=(",", ":"))
-
-
-def parse_limits(value: Any) -> MMLimits:
-    """An :class:`MMLimits` from vLLM's JSON (a string, or a mapping from a plans file)."""
-    if isinstance(value, MMLimits):
-        return value
-    flag = "--limit-mm-per-prompt"
-    data = _json_object(value, flag, '{"image":2,"video":0}')
-    counts: list[tuple[str, int]] = []
-    options: list[tuple[str, tuple[tuple[str, int], ...]]] = []
-    for modality, item in data.items():
-        if isinstance(item, Mapping):
-            allowed = _LIMIT_OPTIONS.get(modality, ("count",))
-            unknown = sorted(set(map(str, item)) - set(allowed))
-            if unknown:
-                raise UsageError(
-                    f"{flag}: {modality} takes {', '.join(allowed)}, not {', '.join(unknown)}"
-                )
-            count = _count(item.get("count", DEFAULT_LIMIT), f"{flag} {modality} count")
-            extra = tuple(
-                (str(k), _count(v, f"{flag} {modality} {k}", minimum=1))
-                for k, v in item.items()
-                if k != "count"
-            )
-            if extra:
-                options.append((modality, extra))
-        else:
-            count = _count(item, f"{flag} {modality}")
-        counts.append((modality, count))
-    return MMLimits(tuple(counts), tuple(options))
-
-
-@dataclass(frozen=True)
-class MMProcessorKwargs:
-    """``--mm-processor-kwargs``: the processor overrides vLLM forwards, as canonical JSON.
-    kvplan reads the size ones: ``max_pixels`` / ``min_pixels`` (or ``size.longest_edge`` /
-    ``shortest_edge``), flat or under ``images_kwargs`` / ``videos_kwargs``; Gemma 3's
-    ``do_pan_and_scan`` / ``pan_and_scan_max_num_crops``; Llama 4's ``max_patches``."""
-
-    text: str
-
-    @property
-    def data(self) -> dict[str, Any]:
-        loaded = json.loads(self.text)
-        assert isinstance(loaded, dict)
-        return loaded
-
-    def as_json(self) -> str:
-        return self.text
-
-
-def parse_processor_kwargs(value: Any) -> MMProcessorKwargs:
-    if isinstance(value, MMProcessorKwargs):
-        return value
-    data = _json_object(value, "--mm-processor-kwargs", '{"max_pixels":1003520}')
-    return MMProcessorKwargs(json.dumps(data, separators=(",", ":"), sort_keys=True))
-
-
-@dataclass(frozen=True)
-class MMTokens:
-    """``--mm-tokens-per-item`` (kvplan's): the largest item's tokens when kvplan cannot derive
-    them, one number for every modality or JSON by modality (``{"image":1280,"video":8192}``)."""
-
-    every: int | None = None
-    by_modality: tuple[tuple[str, int], ...] = ()
-
-    def get(self, modality: str) -> int | None:
-        return dict(self.by_modality).get(modality, self.every)
-
-    def as_json(self) -> str:
-        if self.every is not None:
-            return str(self.every)
-        return json.dumps(dict(self.by_modality), separators=(",", ":"))
-
-
-def parse_tokens(value: Any) -> MMTokens:
-    if isinstance(value, MMTokens):
-        return value
-    flag = "--mm-tokens-per-item"
-    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdecimal()):
-        return MMTokens(every=_count(int(value), flag, minimum=1))
-    data = _json_object(value, flag, '{"image":1280}')
-    return MMTokens(
-        by_modality=tuple((m, _count(n, f"{flag} {m}", minimum=1)) for m, n in data.items())
-    )
-
-
-def check_mode(mode: str) -> str:
-    text = str(mode).strip().lower()
-    if text not in MODES:
-        raise UsageError(f"--mm-encoder-tp-mode must be weights or data, got {mode!r}")
-    return text
-
-
-# --------------------------------------------------------------------------- the tower
-
-
-def _int(c: Mapping[str, Any], key: str, name: str, default: int | None = None) -> int:
-    value = c.get(key)
-    if value is None:
-        if default is None:
-            raise ConfigError(f"{name}: vision_config has no {key}")
-        return default
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 1 << 40:
-        raise ConfigError(f"{name}: vision_config {key} must be a positive integer, got {value!r}")
-    return value
-
-
-def _vit_layer(d: int, i: int, *, gated: bool, norm: int) -> int:
-    """One pre-norm ViT block: two norms (``norm`` parameters each per channel: 1 RMSNorm, 2
-    LayerNorm), q/k/v and output projections with biases, the MLP with biases."""
-    mlp = 2 * d * i + 2 * i + i * d + d if gated else d * i + i + i * d + d
-    return 2 * norm * d + 3 * d * d + 3 * d + d * d + d + mlp
-
-
-def _pixels(pre: Mapping[str, Any] | None, edge: str, key: str) -> int | None:
-    """A pixel bound from a processor config: ``size.{edge}`` or the flat ``{key}``."""
-    if not pre:
-        return None
-    size = pre.get("size")
-    value = size.get(edge) if isinstance(size, Mapping) else None
-    if value is None:
-        value = pre.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        return None
-    return value
-
-
-def tower_of(
-    raw: Mapping[str, Any],
-    *,
-    text_hidden: int,
-    dtype_bytes: int,
-    name: str,
-    preprocessor: Mapping[str, Any] | None = None,
-    video_preprocessor: Mapping[str, Any] | None = None,
-) -> VisionTower | None:
-    """The tower of a multimodal config (None for a text model, or a family kvplan does not
-    size: a note on the spec says so). ``preprocessor`` is ``preprocessor_config.json``,
-    ``video_preprocessor`` Qwen3-VL's ``video_preprocessor_config.json``."""
-    vision = raw.get("vision_config")
-    top = str(raw.get("model_type") or "")
-    if not isinstance(vision, Mapping) or not vision:
-        return None
-    v: Mapping[str, Any] = vision
-    source = "preprocessor_config.json" if preprocessor else ""
-    if top in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):
-        qwen3 = top.startswith("qwen3")
-        patch = _int(v, "patch_size", name, 14)
-        merge = _int(v, "spatial_merge_size", name, 2)
-        temporal = _int(v, "temporal_patch_size", name, 2)
-        channels = _int(v, "in_channels", name, v.get("in_chans") or 3)
-        depth = _int(v, "depth", name)
-        if top == "qwen2_vl":
-            d = _int(v, "embed_dim", name)
-            i = int(d * float(v.get("mlp_ratio") or 4))
-            out = _int(v, "hidden_size", name, text_hidden)
-        else:
-            d = _int(v, "hidden_size", name)
-            i = _int(v, "intermediate_size", name)
-            out = _int(v, "out_hidden_size", name, text_hidden)
-        gated = top == "qwen2_5_vl"
-        norm = 1 if gated else 2  # Qwen2.5-VL: RMSNorm; Qwen2-VL / Qwen3-VL: LayerNorm
-        wide = d * merge * merge
-        merger = norm * d + wide * wide + wide + wide * out + out
-        params = (
-            depth * _vit_layer(d, i, gated=gated, norm=norm) + channels * temporal * patch**2 * d
-        )
-        params += merger
-        levels = 1
-        if qwen3:
-            params += d + _int(v, "num_position_embeddings", name, 2304) * d  # conv bias, pos
-            stack = v.get("deepstack_visual_indexes") or []
-            levels += len(stack) if isinstance(stack, list) else 0
-            params += (levels - 1) * (2 * wide + wide * wide + wide + wide * out + out)
-        video = video_preprocessor or (None if qwen3 else preprocessor)
-        return VisionTower(
-            family="qwen3_vl" if qwen3 else top,
-            model_type=top,
-            modalities=("image", "video"),
-            params=params,
-            dtype_bytes=dtype_bytes,
-            hidden=d,
-            intermediate=i,
-            gated=gated,
-            depth=depth,
-            patch_input=channels * temporal * patch * patch,
-            positions_per_token=float(merge * merge),
-            out_width=out * levels,
-            supports_data_tp=True,
-            unit=patch * merge,
-            patch=patch,
-            merge=merge,
-            temporal=temporal,
-            image_pixels=_bounds(preprocessor),
-            video_pixels=_bounds(video),
-            processor=source,
-        )
-    if top == "gemma3":
-        d = _int(v, "hidden_size", name)
-        i = _int(v, "intermediate_size", name)
-        layers = _int(v, "num_hidden_layers", name)
-        patch = _int(v, "patch_size", name)
-        image = _int(v, "image_size", name)
-        channels = _int(v, "num_channels", name, 3)
-        positions = (image // patch) ** 2
-        tokens = _int(raw, "mm_tokens_per_image", name, 256)
-        params = channels * patch * patch * d + d + positions * d  # conv (bias), positions
-        params += layers * _vit_layer(d, i, gated=False, norm=2) + 2 * d  # + post_layernorm
-        params += d * text_hidden + d  # mm_input_projection_weight, mm_soft_emb_norm
-        crops = bool(preprocessor.get("do_pan_and_scan")) if preprocessor else False
-        return VisionTower(
-            family="gemma3",
-            model_type=top,
-            modalities=("image",),
-            params=params,
-            dtype_bytes=dtype_bytes,
-            hidden=d,
-            intermediate=i,
-            gated=False,
-            depth=layers,
-            patch_input=channels * patch * patch,
-            positions_per_token=positions / tokens,
-            out_width=text_hidden,
-            supports_data_tp=False,
-            patch=patch,
-            fixed_tokens=tokens,
-            pan_and_scan=crops,
-            max_patches=_crops(preprocessor),
-            processor="config" + (" + preprocessor_config.json" if preprocessor else ""),
-        )
-    if top == "llava" and str(v.get("model_type") or "clip_vision_model") == "clip_vision_model":
-        d = _int(v, "hidden_size", name)
-        i = _int(v, "intermediate_size", name)
-        layers = _int(v, "num_hidden_layers", name)
-        patch = _int(v, "patch_size", name)
-        image = _int(v, "image_size", name)
-        channels = _int(v, "num_channels", name, 3)
-        feature = raw.get("vision_feature_layer", -2)
-        if isinstance(feature, list):
-            feature = min(feature) if all(isinstance(f, int) for f in feature) else -2
-        if not isinstance(feature, int) or isinstance(feature, bool):
-            feature = -2
-        built = layers + feature + 1 if feature < 0 else feature  # vLLM get_layer_index
-        built = min(max(built, 1), layers)
-        grid = (image // patch) ** 2
-        full = str(raw.get("vision_feature_select_strategy") or "default") == "full"
-        tokens = grid + 1 if full else grid
-        params = d + channels * patch * patch * d + (grid + 1) * d + 2 * d  # cls, conv, pos, pre
-        params += built * _vit_layer(d, i, gated=False, norm=2)
-        params += d * text_hidden + text_hidden + text_hidden * text_hidden + text_hidden
-        if built == layers:
-            params += 2 * d  # post_layernorm only when every layer is built
-        notes = (
-            f"vLLM builds {built} of the CLIP tower's {layers} layers "
-            f"(vision_feature_layer {feature})",
-        )
-        return VisionTower(
-            family="llava",
-            model_type=top,
-            modalities=("image",),
-            params=params,
-            dtype_bytes=dtype_bytes,
-            hidden=d,
-            intermediate=i,
-            gated=False,
-            depth=built,
-            patch_input=channels * patch * patch,
-            positions_per_token=(grid + 1) / tokens,
-            out_width=text_hidden,
-            supports_data_tp=False,
-            patch=patch,
-            fixed_tokens=tokens,
-            processor="config",
-            notes=notes,
-        )
-    if top == "llama4":
-        d = _int(v, "hidden_size", name)
-        i = _int(v, "intermediate_size", name)
-        layers = _int(v, "num_hidden_layers", name)
-        patch = _int(v, "patch_size", name)
-        image = _int(v, "image_size", name)
-        channels = _int(v, "num_channels", name, 3)
-        ratio = float(v.get("pixel_shuffle_ratio") or 0.5)
-        p_in = _int(v, "projector_input_dim", name, 4096)
-        p_out = _int(v, "projector_output_dim", name, 4096)
-        vis_out = _int(v, "vision_output_dim", name, p_out)
-        grid = (image // patch) ** 2
-        per_tile = grid // round(1 / (ratio * ratio))
-        bias = bool(v.get("multi_modal_projector_bias"))
-        params = channels * patch * patch * d + d + (grid + 1) * d + 4 * d  # unfold, cls, pos, 2 LN
-        params += layers * _vit_layer(d, i, gated=False, norm=2)
-        adapter_in = int(d / (ratio * ratio))
-        params += adapter_in * p_in + p_in * p_out + ((p_in + p_out) if bias else 0)
-        params += vis_out * text_hidden  # multi_modal_projector.linear_1 (no bias)
-        return VisionTower(
-            family="llama4",
-            model_type=top,
-            modalities=("image",),
-            params=params,
-            dtype_bytes=dtype_bytes,
-            hidden=d,
-            intermediate=i,
-            gated=False,
-            depth=layers,
-            patch_input=channels * patch * patch,
-            positions_per_token=(grid + 1) / per_tile,
-            out_width=text_hidden,
-            supports_data_tp=True,
-            patch=patch,
-            fixed_tokens=per_tile,
-            max_patches=_max_patches(preprocessor),
-            processor=source,
-        )
-    return None
-
-
-def _bounds(pre: Mapping[str, Any] | None) -> tuple[int, int] | None:
-    high = _pixels(pre, "longest_edge", "max_pixels")
-    if high is None:
-        return None
-    return _pixels(pre, "shortest_edge", "min_pixels") or 0, high
-
-
-def _crops(pre: Mapping[str, Any] | None) -> int | None:
-    value = pre.get("pan_and_scan_max_num_crops") if pre else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _max_patches(pre: Mapping[str, Any] | None) -> int | None:
-    value = pre.get("max_patches") if pre else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def unsupported_reason(raw: Mapping[str, Any]) -> str | None:
-    """Why kvplan sizes no tower for a config that has one (None: sized, or no tower)."""
-    top = str(raw.get("model_type") or "")
-    if top in UNSERVED:
-        return UNSERVED[top]
-    if isinstance(raw.get("vision_config"), Mapping) and raw.get("vision_config"):
-        return f"kvplan does not size the vision tower of model_type {top!r}"
-    return None
 
 
 # --------------------------------------------------------------------------- tokens per item
@@ -573,11 +123,11 @@ def _scoped(kwargs: Mapping[str, Any], scope: str) -> dict[str, Any]:
     return merged
 
 
-def _override_bounds(
+def _overridepixel_bounds(
     base: tuple[int, int] | None, kwargs: Mapping[str, Any]
 ) -> tuple[int, int] | None:
-    low = _pixels(kwargs, "shortest_edge", "min_pixels")
-    high = _pixels(kwargs, "longest_edge", "max_pixels")
+    low = pixel_bound(kwargs, "shortest_edge", "min_pixels")
+    high = pixel_bound(kwargs, "longest_edge", "max_pixels")
     if base is None and high is None:
         return None
     start = base or (0, 0)
@@ -605,7 +155,7 @@ def tokens_per_item(t: VisionTower, s: ServeSettings, max_model_len: int) -> Ite
         if given is not None:
             tokens[m], how[m] = given, "--mm-tokens-per-item"
     if t.unit:
-        image = _override_bounds(t.image_pixels, _scoped(kwargs, "images_kwargs"))
+        image = _overridepixel_bounds(t.image_pixels, _scoped(kwargs, "images_kwargs"))
         where = "--mm-processor-kwargs" if image != t.image_pixels else t.processor
         if image is not None and "image" not in tokens:
             height, width = largest_image(t.unit, image[1])
@@ -613,7 +163,7 @@ def tokens_per_item(t: VisionTower, s: ServeSettings, max_model_len: int) -> Ite
             how["image"] = f"max_pixels {image[1]:,} ({where})"
         if "video" not in tokens:
             base = t.video_pixels if t.family == "qwen3_vl" else t.image_pixels
-            video = _override_bounds(base, _scoped(kwargs, "videos_kwargs"))
+            video = _overridepixel_bounds(base, _scoped(kwargs, "videos_kwargs"))
             if t.family == "qwen3_vl" and video is not None:
                 # 2 frames at the video processor's budget, which counts the temporal patch
                 height, width = largest_image(t.unit, video[1] // t.temporal)

@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from planner.config import fields as config_fields
 from planner.units import GIB
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from planner.lora import LoraBuffers
     from planner.weights import Weights
 
-KV_OFFLOADING_BACKENDS = ("native", "lmcache")
+KV_OFFLOADING_BACKENDS = config_fields.KV_OFFLOADING_BACKENDS
 # SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE: 4 KiB on x86-64 Linux.
 PAGE_BYTES = 4096
 # vllm/config/multimodal.py: mm_processor_cache_gb default.

@@ -36,6 +36,7 @@ from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype, cdiv
 from planner.offload import HostRam, KvTier
+from planner.outcome import Outcome
 from planner.units import GIB
 from planner.vllm_rules import NEWEST_VERSION
 from planner.weights import Weights, for_deployment
@@ -54,9 +55,9 @@ GRID_SEQS = (16, 32, 64, 128, 256)
 # one max_model_len request, or Mamba state blocks < max_num_seqs); it starts but, with every
 # sequence at max_model_len, runs fewer than max_num_seqs at once (the rest queue or are
 # preempted); or all max_num_seqs full-length sequences fit at once.
-WONT_START = "wont_start"
-QUEUES_AT_WORST_CASE = "queues_at_worst_case"
-FITS_AT_WORST_CASE = "fits_at_worst_case"
+WONT_START = Outcome.WONT_START
+QUEUES_AT_WORST_CASE = Outcome.QUEUES_AT_WORST_CASE
+FITS_AT_WORST_CASE = Outcome.FITS_AT_WORST_CASE
 
 
 def worst_case(cap: VllmCapacity) -> tuple[str, int, str | None]:

@@ -123,22 +123,25 @@ _VLLM_ONLY = "sized for vLLM only: kvplan refuses the setting with another engin
 _KVPLAN = "kvplan's own input, not an engine flag"
 _NO_DP_TRT = "trtllm-serve has no data-parallel flag (attention DP lives in its options file)"
 
-# The backends vLLM 0.33's ParallelConfig.all2all_backend takes.
+# vLLM 0.33's --all2all-backend choices (vllm/config/parallel.py All2AllBackend; pplx and naive
+# are turned into allgather_reducescatter).
 ALL2ALL_BACKENDS: tuple[str, ...] = (
     "allgather_reducescatter",
     "naive",
     "pplx",
     "deepep_high_throughput",
     "deepep_low_latency",
-    "mori",
+    "deepep_v2",
+    "mori_high_throughput",
+    "mori_low_latency",
+    "moonep",
+    "nixl_ep",
     "flashinfer_all2allv",
     "flashinfer_nvlink_two_sided",
     "flashinfer_nvlink_one_sided",
-    "nixl_ep",
-    "ag_rs",
-    "deepep_hybrid",
-    "mooncake",
 )
+# vLLM 0.33's --kv-offloading-backend choices (vllm/config/cache.py).
+KV_OFFLOADING_BACKENDS: tuple[str, ...] = ("native", "lmcache")
 KV_DTYPES: tuple[str, ...] = ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8", "fp32")
 
 SETTINGS: tuple[Setting, ...] = (
@@ -550,7 +553,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         name="kv_offloading_backend",
         kind="choice",
-        choices=("native", "lmcache"),
+        choices=KV_OFFLOADING_BACKENDS,
         help="native or lmcache.",
         default="native",
         cli="--kv-offloading-backend",

@@ -352,7 +352,7 @@ def parse_config(
     if f.defaults_used:
         notes.append("transformers defaults used for: " + ", ".join(sorted(set(f.defaults_used))))
     architectures = raw.get("architectures") or []
-    from planner.multimodal import tower_of, unsupported_reason
+    from planner.model.vision import tower_of, unsupported_reason
 
     vision = tower_of(
         raw,

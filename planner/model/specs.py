@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from planner.errors import UsageError
 
 if TYPE_CHECKING:
-    from planner.multimodal import VisionTower
+    from planner.model.vision import VisionTower
 
 # The kinds of StateSpec layers: Mamba1State / Mamba2State "mamba", GatedDeltaNetState "linear".
 STATE_KINDS = frozenset({"mamba", "linear"})

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import one_line
+from planner.outcome import Outcome
 from planner.secrets import RedactingStream
 
 if TYPE_CHECKING:
@@ -93,11 +94,7 @@ def _bar(parts: list[tuple[str, int]], total: int, width: int = 64) -> str:
 
 
 # The three outcomes in words (JSON ``outcome`` -> what every view says).
-OUTCOME_PHRASES = {
-    "wont_start": "won't start",
-    "queues_at_worst_case": "starts, queues at worst case",
-    "fits_at_worst_case": "fits at worst case",
-}
+OUTCOME_PHRASES: dict[str, str] = {o.value: o.phrase for o in Outcome}
 
 
 def outcome_words(

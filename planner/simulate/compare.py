@@ -20,7 +20,7 @@ from planner.errors import DoesNotFitError, KvplanError, UsageError
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype
 from planner.offload import cpu_tier_tokens
-from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
+from planner.outcome import Outcome
 from planner.simulate.clock import EXPECTED_ERROR, step_model_for
 from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
 from planner.simulate.roofline import ModelParams, Roofline, estimate_params
@@ -29,6 +29,9 @@ from planner.simulate.workload import Workload
 from planner.vllm_rules import NEWEST_VERSION, parse_version
 from planner.weights import Weights, for_deployment
 
+WONT_START = Outcome.WONT_START
+QUEUES_AT_WORST_CASE = Outcome.QUEUES_AT_WORST_CASE
+FITS_AT_WORST_CASE = Outcome.FITS_AT_WORST_CASE
 GOALS = ("throughput", "ttft", "tpot", "preemptions")
 MAX_SETTINGS = 64
 TIE = 0.01  # settings closer than this on the goal are called a tie

@@ -200,6 +200,13 @@ SPELLINGS: dict[str, Names] = {
     "cuda_graph_bytes": Names("--cuda-graph-memory", "cuda_graph_memory", None),
     "enforce_eager": Names("--enforce-eager", "enforce_eager", "enforce_eager"),
     "headroom_bytes": Names("--headroom", "headroom", None),
+    # kvplan's (issue 23): memory free on the GPU before vLLM starts (another process holds
+    # the rest), how its GPUs talk (over the catalog's), vLLM's custom all-reduce switch
+    "gpu_free_memory_bytes": Names("--gpu-free-memory", "gpu_free_memory", None),
+    "interconnect": Names("--interconnect", "interconnect", None),
+    "disable_custom_all_reduce": Names(
+        "--disable-custom-all-reduce", "disable_custom_all_reduce", "disable_custom_all_reduce"
+    ),
     "vllm_version": Names("--vllm-version", "vllm_version", None),
     "entrypoint": Names("--entrypoint", "entrypoint", None),
     "runner": Names("--runner", "runner", "runner"),
@@ -356,6 +363,12 @@ class ServeSettings:
         entrypoint: ``serve`` (``vllm serve``) or ``llm`` (the ``LLM`` class): batch defaults.
         runner: ``generate`` or ``pooling`` (no sampler warm-up in the activation peak).
         headroom_bytes: memory the user keeps free on top of the engine's budget.
+        gpu_free_memory_bytes: memory free on the GPU before vLLM starts (the rest is another
+            process's); vLLM refuses when its snapshot of it is below the request, and what
+            runs after sizing must fit the rest (:func:`planner.budget.post_allocation`).
+        interconnect: ``nvlink``, ``xgmi`` or ``pcie``: how the GPUs talk, over the catalog's
+            (:func:`planner.budget.non_torch_bytes`).
+        disable_custom_all_reduce: vLLM's ``--disable-custom-all-reduce``.
         dp: data-parallel size: dp engines, each with its own KV pool and ``max_num_seqs``;
             routed experts shard over dp x tp GPUs (``FusedMoEParallelConfig``).
         enable_expert_parallel: whole experts per GPU (EP = dp x tp) instead of TP-sharded
@@ -400,6 +413,9 @@ class ServeSettings:
     kv_cache_memory_bytes: int | None = None
     cuda_graph_bytes: int | None = None
     headroom_bytes: int = 0
+    gpu_free_memory_bytes: int | None = None
+    interconnect: str | None = None
+    disable_custom_all_reduce: bool = False
     vllm_version: str | None = None
     entrypoint: Entrypoint = "serve"
     runner: Runner = "generate"
@@ -457,6 +473,14 @@ class ServeSettings:
                 raise UsageError(f"{key} must not be negative, got {value:,} B")
         if self.headroom_bytes < 0:
             raise UsageError(f"--headroom must not be negative, got {self.headroom_bytes:,} B")
+        if self.gpu_free_memory_bytes is not None and self.gpu_free_memory_bytes <= 0:
+            raise UsageError(
+                f"--gpu-free-memory must be positive, got {self.gpu_free_memory_bytes:,} B"
+            )
+        if self.interconnect is not None and self.interconnect not in ("nvlink", "xgmi", "pcie"):
+            raise UsageError(
+                f"--interconnect must be one of nvlink, xgmi, pcie, got {self.interconnect!r}"
+            )
         from planner.vllm_rules import ENTRYPOINTS, RUNNERS, parse_version
 
         if self.vllm_version is not None:
@@ -854,6 +878,7 @@ def _check_type(name: str, value: Any) -> None:
         "fully_sharded_loras",
         "language_model_only",
         "skip_mm_profiling",
+        "disable_custom_all_reduce",
     ) and not isinstance(value, bool):
         rule, expected = "bool", "true or false"
     elif name in ("cpu_offload_gb", "kv_offloading_size") and (
@@ -894,8 +919,11 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
         "fully_sharded_loras",
         "language_model_only",
         "skip_mm_profiling",
+        "disable_custom_all_reduce",
     ):
         return {name: parse_bool(value)}
+    if name == "interconnect":
+        return {name: str(value).strip().lower()}
     if name == "lora_target_modules":
         return {name: _module_names(value)}
     if name == "lora_adapter":
@@ -962,6 +990,7 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
         "cuda_graph_bytes",
         "headroom_bytes",
         "mm_encoder_activation_bytes",
+        "gpu_free_memory_bytes",
     ):
         if isinstance(value, int) and not isinstance(value, bool):
             return {name: value}

@@ -17,6 +17,7 @@ from planner.budget import (
 from planner.deployment import Gpu
 from planner.gpus import get_gpu
 from planner.units import parse_size
+from planner.vllm_rules import rules_for
 from planner.weights import from_config
 from tests.conftest import fixture_config
 from tests.helpers import plan_for
@@ -48,6 +49,8 @@ def llama33_70b_fp8() -> planner.ModelSpec:
 # = 51.38), so the budget is computed with cuda_graph_bytes=0.
 # NOTE: the gpt-oss-120b row only adds up with gpu_memory_utilization 0.95:
 # 75.22 - 64.38 - 7.38 - 0.13 = 3.33.
+# The release is v0.11.0 (CALIBRATION.md): the rows are that release's regression targets.
+V0110 = rules_for("0.11.0")
 CALIBRATION = [
     ("llama-3.1-8b", 1, 0.9, 14.99, 4.76, 0.13, 51.38),
     ("gpt-oss-20b", 1, 0.9, 13.47, 7.38, 0.13, 50.28),
@@ -78,9 +81,10 @@ def capacity_for(
         estimate_at=at,
         gpu_memory_bytes=h100.memory_bytes,
         weights_bytes=weights_bytes,
-        activation_bytes=activation_peak_bytes(spec, 8192),
+        activation_bytes=activation_peak_bytes(spec, 8192, rules=V0110, tp=tp),
         gpu_memory_utilization=gmu,
         cuda_graph_bytes=0,
+        rules=V0110,
     )
 
 

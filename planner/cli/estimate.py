@@ -85,6 +85,26 @@ KVMemoryOpt = Annotated[
 HeadroomOpt = Annotated[
     str, typer.Option("--headroom", help="Memory to keep free on top of vLLM's budget.")
 ]
+GpuFreeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--gpu-free-memory",
+        help="Memory free on the GPU before vLLM starts (another process holds the rest).",
+        show_default=False,
+    ),
+]
+InterconnectOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--interconnect",
+        help="How the GPUs talk: nvlink, xgmi or pcie [default: the catalog's, else nvlink].",
+        show_default=False,
+    ),
+]
+NoCustomAllReduceOpt = Annotated[
+    bool,
+    typer.Option("--disable-custom-all-reduce", help="vLLM's custom all-reduce off."),
+]
 GraphOpt = Annotated[
     str | None,
     typer.Option(
@@ -203,6 +223,9 @@ def estimate(
     gpu_memory_utilization: GmuOpt = None,
     kv_cache_memory: KVMemoryOpt = None,
     headroom: HeadroomOpt = "0",
+    gpu_free_memory: GpuFreeOpt = None,
+    interconnect: InterconnectOpt = None,
+    disable_custom_all_reduce: NoCustomAllReduceOpt = False,
     cuda_graph_memory: GraphOpt = None,
     enforce_eager: EagerOpt = False,
     vllm_version: VllmVersionOpt = None,
@@ -299,6 +322,9 @@ def estimate(
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory=kv_cache_memory,
             headroom=headroom,
+            gpu_free_memory_bytes=gpu_free_memory,
+            interconnect=interconnect,
+            disable_custom_all_reduce=disable_custom_all_reduce or None,
             cuda_graph_memory=cuda_graph_memory,
             enforce_eager=enforce_eager,
             vllm_version=vllm_version,

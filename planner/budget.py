@@ -912,7 +912,7 @@ def after_sizing(dep: Deployment, est: KVEstimate, activation: int) -> AfterSizi
             graphs = cuda_graph_estimate_bytes(est, 1 + k)
     generating = s.runner == "generate" and est.pp_layers[1] >= dep.spec.num_layers
     per_row = sampler_bytes(dep.spec, 1, rules) if generating else 0
-    warmup = per_row * rows + ACT_CONST_BYTES if generating else 0
+    warmup = sampler_bytes(dep.spec, rows, rules) + ACT_CONST_BYTES if generating else 0
     if generating and not rules.warmup_reuses_activation:
         warmup += forward_peak_bytes(dep.spec, tokens, s.tp)
     free = (s.gpu_free_memory_bytes or dep.gpu.memory_bytes) - CUDA_CONTEXT_BYTES

@@ -245,3 +245,25 @@ def test_diagnose_takes_the_logs_release() -> None:
     terms = {t.name: t for t in dg.terms}
     # 0.11.0 sized the KV cache before capturing graphs: the plan subtracts none
     assert terms["CUDA graphs"].plan == 0
+
+
+def test_cli_post_allocation_outcome_and_flags() -> None:
+    base = ["estimate", "gpt-oss-20b", "--gpu", "h100", "--vllm-version", "0.19.0"]
+    base += ["--max-model-len", "16000", "--json"]
+    died = runner.invoke(app, [*base, "--gpu-memory-utilization", "0.95"])
+    assert died.exit_code == 1
+    data = json.loads(died.stdout)
+    assert data["outcome"] == "wont_start" and data["wont_start_term"] == "sampler_warmup"
+    assert data["start_changes"][0] == {"gpu_memory_utilization": 0.94}
+    after = data["after_sizing"]
+    assert after["cuda_graph_bytes"] + after["warmup_bytes"] > after["free_bytes"]
+    assert "warming up sampler with 1024 dummy requests" in died.stderr
+    assert "try --gpu-memory-utilization 0.94" in died.stderr
+    started = runner.invoke(app, [*base, "--gpu-memory-utilization", "0.9"])
+    assert started.exit_code == 0, started.stderr
+    busy = runner.invoke(
+        app, ["estimate", "llama-3.1-8b", "--gpu", "h100", "--gpu-free-memory", "40GiB"]
+    )
+    assert busy.exit_code == 1 and "Free memory on device (39.50/79.18 GiB)" in busy.stderr
+    bad = runner.invoke(app, ["estimate", "llama-3.1-8b", "--gpu", "h100", "--interconnect", "x"])
+    assert bad.exit_code == 2 and "--interconnect must be one of nvlink, xgmi, pcie" in bad.stderr

@@ -104,9 +104,9 @@ def sampler_bytes(spec: ModelSpec, rows: int, rules: VllmRules | None = None) ->
     the release's sampler keeps (:attr:`VllmRules.sampler_copies_milli`). Llama-3.1-8B at
     1,024 rows: 0.49 GiB a copy; 4.65 GiB with v0.11.0's sort, 1.81 with 0.19's Triton
     top-k/top-p, 0.73 with FlashInfer's (0.24 on)."""
-    vocab = spec.config.get("vocab_size") or spec.config.get("padded_vocab_size") or 32000
+    vocab = _config_count(spec.config, "vocab_size", "padded_vocab_size") or 32000
     copies = (rules or NEWEST_RULES).sampler_copies_milli
-    return rows * int(vocab) * 4 * copies // 1000
+    return rows * vocab * 4 * copies // 1000
 
 
 def activation_peak_bytes(
@@ -623,7 +623,7 @@ def post_allocation(cap: VllmCapacity, after: AfterSizing) -> VllmCapacity:
         warmup_bytes=after.warmup_bytes,
         free_at_start_bytes=free_start if after.gpu_free_given else None,
     )
-    if after.gpu_free_given and free_start < cap.requested_bytes:
+    if free_start < cap.requested_bytes and (after.gpu_free_given or cap.fits):
         gmu = math.floor(free_start / total * 100) / 100 if total else 0.0
         error = (
             f"Free memory on device ({format_gib(free_start)}/{format_gib(total)} GiB) on "
@@ -631,6 +631,11 @@ def post_allocation(cap: VllmCapacity, after: AfterSizing) -> VllmCapacity:
             f"({cap.gpu_memory_utilization}, {format_gib(cap.requested_bytes)} GiB). Decrease "
             "GPU memory utilization or reduce GPU memory used by other processes."
         )
+        if not after.gpu_free_given:
+            error += (
+                f" (kvplan: the CUDA context takes about {format_gib(CUDA_CONTEXT_BYTES)} GiB "
+                "before vLLM measures; give --gpu-free-memory for what is really free.)"
+            )
         changes: tuple[dict[str, object], ...] = (
             ({"gpu_memory_utilization": gmu},) if gmu > 0 else ()
         )

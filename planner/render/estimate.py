@@ -814,14 +814,15 @@ def _budget(p: Plan) -> None:
 
 def _activation_why(cap: Any, version: str) -> str:
     """Which phase of the profile run the activation peak is: the forward over the token
-    budget or the sampler warm-up over its rows (with vLLM's release)."""
+    budget or the sampler warm-up over its rows (``version``'s sampler: see --json)."""
+    del version
     rows = min(cap.max_num_seqs, cap.max_num_batched_tokens)
     if (
         cap.activation_sampler_bytes
         and cap.activation_sampler_bytes >= cap.activation_forward_bytes
     ):
-        return f"sampler over {rows:,} rows (vLLM {version})"
-    return f"forward over {cap.max_num_batched_tokens:,} tokens (vLLM {version})"
+        return f"sampler over {rows:,} rows"
+    return f"forward over {cap.max_num_batched_tokens:,} tokens"
 
 
 def _prefix_sharing(p: Plan) -> None:

@@ -623,7 +623,8 @@ def post_allocation(cap: VllmCapacity, after: AfterSizing) -> VllmCapacity:
         warmup_bytes=after.warmup_bytes,
         free_at_start_bytes=free_start if after.gpu_free_given else None,
     )
-    if free_start < cap.requested_bytes and (after.gpu_free_given or cap.fits):
+    own_pool = cap.kv_cache_memory_override and not after.gpu_free_given
+    if free_start < cap.requested_bytes and not own_pool and (after.gpu_free_given or cap.fits):
         gmu = math.floor(free_start / total * 100) / 100 if total else 0.0
         error = (
             f"Free memory on device ({format_gib(free_start)}/{format_gib(total)} GiB) on "
@@ -865,7 +866,7 @@ def vllm_budget(
         non_torch=non_torch,
         headroom_bytes=s.headroom_bytes,
         one_line_log=rules.one_line_capacity_log,
-        after=after_sizing(dep, est, activation) if dep.gpu else None,
+        after=after_sizing(dep, est, activation) if dep.gpu and dep.gpu.memory_bytes else None,
         rules=rules,
     )
     forward, sampler, _, _ = _activation_parts(dep, tokens, seqs)

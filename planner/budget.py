@@ -13,8 +13,10 @@ vLLM 0.33 (``Worker.determine_available_memory``; shared/ENGINES.md §1.2)::
 shared/CALIBRATION.md; ``kvplan verify`` measures them on a GPU.
 
 Worked example (Llama-3.1-8B, H100 79.18 GiB, gmu 0.9, 8,192 batched tokens, CALIBRATION.md
-row 1): requested 71.26 GiB - weights 14.96 - activation 4.76 - non-torch 0.13 = 51.41 GiB;
-2 MiB per block -> 26,322 blocks.
+row 1, vLLM v0.11.0): requested 71.26 GiB - weights 14.96 - activation 4.76 - non-torch 0.13
+= 51.41 GiB; 2 MiB per block -> 26,322 blocks. The terms move with the release
+(planner.vllm_rules): in 0.19.0 the activation is 1.92 and non-torch 0.25, 54.14 GiB left.
+What vLLM runs after allocating the pool is checked by :func:`post_allocation`.
 """
 
 from __future__ import annotations

@@ -119,6 +119,8 @@ def _settings(rec: dict[str, Any], gpu: Gpu, batch_from_version: bool) -> ServeS
         kw["vllm_version"] = ".".join(str(p) for p in version)
     if "entrypoint" in fields and rec.get("entrypoint"):
         kw["entrypoint"] = rec["entrypoint"]
+    if "interconnect" in fields and rec.get("interconnect"):
+        kw["interconnect"] = rec["interconnect"]
     return ServeSettings(**kw)
 
 
@@ -162,6 +164,9 @@ def predict(
         "error_gib": None,
         "weights": None,
         "skipped": None,
+        # CALIBRATION.md's rule: a start-up of unknown release is no regression target (its
+        # rules, sampler and non-torch figures are the newest kvplan knows, a guess)
+        "release_known": _version(rec.get("vllm_version")) is not None,
     }
     if target is None:
         row["skipped"] = "no available KV in the log"
@@ -216,19 +221,18 @@ def predict(
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per set: rows scored, share within +-5 %, median absolute error (% and GiB)."""
+    """Per set: rows scored, share within +-5 %, median absolute error (% and GiB). Rows of
+    unknown release count in ``unknown_release`` only (no regression target)."""
     out: dict[str, dict[str, Any]] = {}
-    for name in ("calibration", "held_out", "all"):
-        errs = [
-            abs(r["error_pct"])
-            for r in rows
-            if r["error_pct"] is not None and name in ("all", r["set"])
-        ]
-        gib = [
-            abs(r["error_gib"])
-            for r in rows
-            if r["error_gib"] is not None and name in ("all", r["set"])
-        ]
+
+    def member(r: dict[str, Any], name: str) -> bool:
+        if name == "unknown_release":
+            return not r.get("release_known", True)
+        return r.get("release_known", True) and name in ("all", r["set"])
+
+    for name in ("calibration", "held_out", "all", "unknown_release"):
+        errs = [abs(r["error_pct"]) for r in rows if r["error_pct"] is not None and member(r, name)]
+        gib = [abs(r["error_gib"]) for r in rows if r["error_gib"] is not None and member(r, name)]
         out[name] = {
             "scored": len(errs),
             "within_5pct": round(sum(e <= WITHIN for e in errs) / len(errs), 3) if errs else None,

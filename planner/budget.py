@@ -13,8 +13,10 @@ vLLM 0.33 (``Worker.determine_available_memory``; shared/ENGINES.md §1.2)::
 shared/CALIBRATION.md; ``kvplan verify`` measures them on a GPU.
 
 Worked example (Llama-3.1-8B, H100 79.18 GiB, gmu 0.9, 8,192 batched tokens, CALIBRATION.md
-row 1): requested 71.26 GiB - weights 14.96 - activation 4.76 - non-torch 0.13 = 51.41 GiB;
-2 MiB per block -> 26,322 blocks.
+row 1, vLLM v0.11.0): requested 71.26 GiB - weights 14.96 - activation 4.76 - non-torch 0.13
+= 51.41 GiB; 2 MiB per block -> 26,322 blocks. The terms move with the release
+(planner.vllm_rules): in 0.19.0 the activation is 1.92 and non-torch 0.25, 54.14 GiB left.
+What vLLM runs after allocating the pool is checked by :func:`post_allocation`.
 """
 
 from __future__ import annotations
@@ -34,34 +36,80 @@ from planner.deployment import (
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import ModelSpec
 from planner.units import GIB, MIB, format_gib
+from planner.vllm_rules import NEWEST as NEWEST_RULES
+from planner.vllm_rules import VllmRules
 from planner.weights import Weights
 
 if TYPE_CHECKING:
+    from planner.deployment import Gpu
     from planner.multimodal import MMProfile
 
 # Activation peak of vLLM's profile run (``GPUModelRunner.profile_run``): a forward pass over
 # T = max_num_batched_tokens, then, for a generating model on the last PP rank, the sampler
 # warm-up (``_dummy_sampler_run``) over R = min(T, max_num_seqs) rows of the vocabulary's
-# logits in fp32, with several copies alive at its peak (top-k/top-p sorting, softmax,
-# log-probs, and a second pass that warms the seeded path):
-#     bytes = R x vocab x 4 B x 9.515  +  T x hidden x 2.553 B  +  27 MB
-# A least-squares fit to the six measured startups of CALIBRATION.md (T 8,192, R 1,024 on an
-# H100; vocab 128k-201k, hidden 1,024-8,192): within 0.0004 GiB of each. A pooling runner has
-# no sampler term. ``vllm serve`` on a small GPU (2,048 / 256) costs what the old
-# T-proportional fit gave; the LLM class (8,192 / 256) or a small --max-num-seqs costs far less.
-ACT_SAMPLER_COPIES_MILLI = 9515
+# logits while the forward's T x hidden output is still held. torch's peak is the larger of
+# the two phases (the forward's intermediates are freed before the sampler runs):
+#     bytes = max(forward(T), R x vocab x 4 B x copies + T x hidden x 2.553 B) + 27 MB
+# ``copies`` is the release's sampler (planner.vllm_rules: 9.515 with the sort of 0.8-0.17,
+# 3.70 with the Triton top-k/top-p of 0.18-0.23, 1.5 with FlashInfer's from 0.24). The 2.553
+# B and 27 MB come from the least-squares fit to the six v0.11.0 H100 start-ups of
+# CALIBRATION.md (within 0.0004 GiB of each); the held hidden states alone are 2 B per
+# element. A pooling runner has no sampler term.
+ACT_SAMPLER_COPIES_MILLI = 9515  # v0.11.0's ("sort"); the per-release figure is in the rules
 ACT_HIDDEN_MILLI_BYTES = 2553
 ACT_CONST_BYTES = 27_100_000
-# CUDA graphs (``profile_cudagraph_memory``, subtracted from the budget from vLLM 0.20): the
-# capture grows with the number of captured batch sizes (1, 2, 4, then every 8 up to 256,
-# every 16 up to min(2 x max_num_seqs, 512)) and the layers each graph spans. 0.32 MiB per
-# layer per size fits the captures public logs report (tests/data/vllm_startups.json: 28
-# layers x 51 sizes 0.48-0.50 GiB, 24 x 51 0.37-0.39, 80 x 51 1.22) within 0.25 GiB.
-GRAPH_LAYER_SIZE_BYTES = 335_544
-# Memory outside torch's allocator that appears after vLLM's first snapshot (cuBLAS, NCCL):
-# measured 0.13 GiB at TP 1 and 0.55 GiB at TP 2 (CALIBRATION.md).
-NON_TORCH_TP1_BYTES = round(0.13 * GIB)
-NON_TORCH_TPN_BYTES = round(0.55 * GIB)
+# The forward's widest point per token: a decoder layer's MLP up/gate output (2 x width) and
+# its activation (1 x width) on this rank, plus four hidden-size tensors (residual, normed
+# input, attention output, layer output), in the 2-byte activation dtype. ``width`` is the
+# intermediate size (dense) or top-k x the expert intermediate size plus any shared experts
+# (MoE: fused_moe's intermediate caches hold each routed token top-k times).
+ACT_DTYPE_BYTES = 2
+# The CUDA context and what torch creates with it, outside vLLM's "Free memory on device"
+# (measured at start-up, after the context exists): 78.66 of 79.19 GiB free on an idle H100
+# (vLLM 0.10.2), 23.05 of 23.56 on an RTX 3090.
+CUDA_CONTEXT_BYTES = GIB // 2
+
+
+def _config_count(config: dict[str, object], *keys: str) -> int:
+    """The first positive whole number among ``keys`` of a config (0 when none is)."""
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def forward_peak_bytes(spec: ModelSpec, tokens: int, tp: int = 1) -> int:
+    """The profile run's forward peak over ``tokens`` tokens on one TP rank (see the
+    constants): Llama-3.1-8B (intermediate 14,336, hidden 4,096) at 8,192 tokens:
+    8,192 x 2 x (3 x 14,336 + 4 x 4,096) = 0.91 GiB; gpt-oss-20b (4 of 32 experts of 2,880,
+    hidden 2,880): 8,192 x 2 x (3 x 4 x 2,880 + 4 x 2,880) = 0.70 GiB."""
+    from planner.weights import _num_experts
+
+    c = spec.config
+    hidden = spec.hidden_size
+    dense = _config_count(c, "intermediate_size", "ffn_hidden_size") or 4 * hidden
+    if _num_experts(c, spec.name):
+        top_k = _config_count(c, "num_experts_per_tok", "moe_topk", "top_k") or 1
+        expert = _config_count(c, "moe_intermediate_size", "expert_intermediate_size") or dense
+        shared = _config_count(c, "shared_expert_intermediate_size")
+        if not shared:
+            shared = _config_count(c, "n_shared_experts", "num_shared_experts") * expert
+        width = top_k * expert + shared
+    else:
+        width = dense
+    per_rank = -(-width // max(tp, 1))
+    return tokens * ACT_DTYPE_BYTES * (3 * per_rank + 4 * hidden)
+
+
+def sampler_bytes(spec: ModelSpec, rows: int, rules: VllmRules | None = None) -> int:
+    """The sampler warm-up's peak over ``rows`` rows: ``rows x vocab x 4 B`` times the copies
+    the release's sampler keeps (:attr:`VllmRules.sampler_copies_milli`). Llama-3.1-8B at
+    1,024 rows: 0.49 GiB a copy; 4.65 GiB with v0.11.0's sort, 1.81 with 0.19's Triton
+    top-k/top-p, 0.73 with FlashInfer's (0.24 on)."""
+    vocab = _config_count(spec.config, "vocab_size", "padded_vocab_size") or 32000
+    copies = (rules or NEWEST_RULES).sampler_copies_milli
+    return rows * vocab * 4 * copies // 1000
 
 
 def activation_peak_bytes(
@@ -69,23 +117,33 @@ def activation_peak_bytes(
     max_num_batched_tokens: int,
     max_num_seqs: int | None = None,
     runner: str = "generate",
+    rules: VllmRules | None = None,
+    tp: int = 1,
 ) -> int:
-    """Estimated peak of vLLM's profile run: the sampler warm-up over
-    ``min(max_num_batched_tokens, max_num_seqs)`` rows of fp32 logits plus a forward term
+    """Estimated peak of vLLM's profile run for ``rules``' release (the newest when None):
+    the larger of the forward over ``max_num_batched_tokens`` tokens and the sampler warm-up
+    over ``min(max_num_batched_tokens, max_num_seqs)`` rows with the forward's output held
     (see the module constants). ``max_num_seqs`` None: ``max_num_batched_tokens / 8``, the
     ratio of ``vllm serve``'s defaults.
 
-    Llama-3.1-8B (vocab 128,256, hidden 4,096) at 8,192 / 1,024 on an H100:
+    Llama-3.1-8B (vocab 128,256, hidden 4,096) at 8,192 / 1,024 on an H100, v0.11.0:
     1,024 x 128,256 x 4 x 9.515 = 4.65 GiB + 8,192 x 4,096 x 2.553 = 0.08 GiB + 27 MB
-    = 4.76 GiB, CALIBRATION.md's measured 4.76.
+    = 4.76 GiB, CALIBRATION.md's measured 4.76 (the forward, 0.91 GiB, is smaller); 0.19.0:
+    1,024 x 128,256 x 4 x 3.70 = 1.81 + 0.08 + 0.03 = 1.92 GiB (issue 23: 1.89 logged).
     """
-    vocab = spec.config.get("vocab_size") or spec.config.get("padded_vocab_size") or 32000
     rows = min(max_num_batched_tokens, max_num_seqs or max(1, max_num_batched_tokens // 8))
-    sampler = (
-        rows * int(vocab) * 4 * ACT_SAMPLER_COPIES_MILLI // 1000 if runner == "generate" else 0
-    )
-    forward = max_num_batched_tokens * spec.hidden_size * ACT_HIDDEN_MILLI_BYTES // 1000
-    return sampler + forward + ACT_CONST_BYTES
+    sampler = sampler_bytes(spec, rows, rules) if runner == "generate" else 0
+    held = max_num_batched_tokens * spec.hidden_size * ACT_HIDDEN_MILLI_BYTES // 1000
+    forward = forward_peak_bytes(spec, max_num_batched_tokens, tp)
+    return max(forward, sampler + held) + ACT_CONST_BYTES
+
+
+# CUDA graphs (``profile_cudagraph_memory``, subtracted from the budget from vLLM 0.20): the
+# capture grows with the number of captured batch sizes (1, 2, 4, then every 8 up to 256,
+# every 16 up to min(2 x max_num_seqs, 512)) and the layers each graph spans. 0.32 MiB per
+# layer per size fits the captures public logs report (tests/data/vllm_startups.json: 28
+# layers x 51 sizes 0.48-0.50 GiB, 24 x 51 0.37-0.39, 80 x 51 1.22) within 0.25 GiB.
+GRAPH_LAYER_SIZE_BYTES = 335_544
 
 
 def cuda_graph_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
@@ -132,9 +190,62 @@ def all2all_buffer_bytes(backend: str, expert_parallel: bool) -> int:
     return 0
 
 
-def non_torch_bytes(tp: int, pp: int = 1) -> int:
-    """cuBLAS/NCCL memory outside torch: larger once ranks talk to each other."""
-    return NON_TORCH_TP1_BYTES if tp * pp == 1 else NON_TORCH_TPN_BYTES
+# Memory outside torch's allocator that appears during the profile (cuBLAS workspaces, NCCL's
+# communicators and buffers): per release and layout in planner.vllm_rules
+# (``non_torch_single_bytes``, ``non_torch_comm_bytes``). vLLM's custom all-reduce keeps an 8
+# MiB buffer, 8 MiB plus metadata for signals and 8 MiB of rank data per GPU
+# (``custom_all_reduce.py`` 0.19.0:59, :187); it runs for TP >= 2 over NVLink, and over PCIe
+# only for 2 GPUs (it turns itself off when more are not fully connected).
+CUSTOM_ALL_REDUCE_BYTES = 24 * MIB
+# ROCm (HIP runtime, RCCL, hipBLASLt workspaces) on one GPU: 1.56 and 2.12 GiB logged on a
+# 48 GB Radeon (issue 23's figures); the plan takes the middle, the range both.
+ROCM_NON_TORCH_BYTES = round(1.84 * GIB)
+ROCM_NON_TORCH_RANGE = (round(1.5 * GIB), round(2.2 * GIB))
+# kvplan's reading of a GPU whose interconnect the catalog does not know: NVLink's figure,
+# the larger one, so an unknown node never gets more KV memory than it may have.
+DEFAULT_INTERCONNECT = "nvlink"
+INTERCONNECTS = ("nvlink", "xgmi", "pcie")
+_ROCM_WORDS = ("amd", "radeon", "instinct", "mi210", "mi250", "mi300", "mi325", "mi350", "mi355")
+
+
+def is_rocm(gpu: Gpu | None) -> bool:
+    """An AMD GPU (vLLM runs it on ROCm): by its interconnect (xGMI) or its name."""
+    if gpu is None:
+        return False
+    name = gpu.name.lower()
+    return gpu.interconnect == "xgmi" or any(w in name for w in _ROCM_WORDS)
+
+
+def non_torch_bytes(
+    tp: int,
+    pp: int = 1,
+    *,
+    rules: VllmRules | None = None,
+    interconnect: str | None = None,
+    custom_all_reduce: bool = True,
+    rocm: bool = False,
+) -> int:
+    """Memory outside torch on one rank whose collectives span ``tp`` GPUs, for ``rules``'
+    release (the newest when None). Pipeline stages only pass activations to their
+    neighbour (NCCL point-to-point), so ``pp`` adds nothing (issue 23: PP alone 0.07 GiB);
+    a group of >= 2 adds the release's NVLink/xGMI or PCIe figure (``interconnect`` None:
+    :data:`DEFAULT_INTERCONNECT`), less vLLM's custom all-reduce buffers where it is off.
+
+    H100, 0.19 on: TP 1 0.25 GiB, TP 2 over NVLink 0.25 + 1.88 = 2.13 (logged 2.06-2.21);
+    v0.11.0: 0.13 and 0.13 + 0.42 = 0.55 (CALIBRATION.md).
+    """
+    del pp  # point-to-point between stages: within the single-GPU figure
+    r = rules or NEWEST_RULES
+    single = ROCM_NON_TORCH_BYTES if rocm else r.non_torch_single_bytes
+    if tp <= 1:
+        return single
+    link = interconnect or DEFAULT_INTERCONNECT
+    nvlink, pcie = r.non_torch_comm_bytes
+    comm = pcie if link == "pcie" else nvlink
+    uses_custom = link != "pcie" or tp == 2
+    if uses_custom and not custom_all_reduce:
+        comm = max(0, comm - CUSTOM_ALL_REDUCE_BYTES)
+    return single + comm
 
 
 @dataclass(frozen=True)
@@ -188,12 +299,40 @@ class VllmCapacity:
     one_line_log: bool = True  # 0.33 logs tokens and concurrency on one line
     # a multimodal encoder's share of activation_peak_bytes (planner.multimodal)
     encoder_activation_bytes: int = 0
+    # What runs after the pool is allocated (:func:`post_allocation`): CUDA graphs captured
+    # after sizing (not in the budget), the sampler warm-up's peak and what is free for them.
+    graphs_after_sizing_bytes: int = 0
+    warmup_bytes: int = 0
+    post_allocation_free_bytes: int | None = None
+    free_at_start_bytes: int | None = None
+    # the term a won't-start names ("gpu_free_memory", "available_kv", "max_model_len",
+    # "cuda_graphs", "sampler_warmup") and the changes that start (as settings)
+    wont_start_term: str | None = None
+    start_changes: tuple[dict[str, object], ...] = ()
+    # the spread of the estimated terms for this release and layout (:func:`term_ranges`);
+    # None: the release-blind spread of :func:`estimate_ranges`
+    activation_range: tuple[int, int] | None = None
+    non_torch_range: tuple[int, int] | None = None
+    # the activation peak's two phases: the forward over max_num_batched_tokens and the
+    # sampler warm-up over min(max_num_seqs, max_num_batched_tokens) rows (0 for pooling)
+    activation_forward_bytes: int = 0
+    activation_sampler_bytes: int = 0
 
     @property
     def log_lines(self) -> list[str]:
         """The lines vLLM prints at startup, in its version's wording (``format_gib``: 2
         decimals; tokens and concurrency on one line from 0.33, two lines before)."""
+        if self.wont_start_term == "gpu_free_memory":  # refused before loading the weights
+            return [f"ValueError: {self.error}"]
         lines = [f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB"]
+        if self.wont_start_term in ("cuda_graphs", "sampler_warmup"):
+            size = f"GPU KV cache size: {self.kv_cache_size_tokens:,} tokens"
+            lines.append(size)  # the pool was sized and allocated; then the warm-up died
+            error = self.error or ""
+            lines.append(
+                error if self.wont_start_term == "cuda_graphs" else f"RuntimeError: {error}"
+            )
+            return lines
         if self.fits:
             size = f"GPU KV cache size: {self.kv_cache_size_tokens:,} tokens"
             concurrency = (
@@ -220,6 +359,43 @@ ACT_LOW_BYTES = round(1.1 * GIB)
 ACT_HIGH_BYTES = GIB // 10
 NON_TORCH_RANGE = {1: (round(0.04 * GIB), round(0.56 * GIB)), 2: (GIB // 5, round(1.6 * GIB))}
 GRAPH_SPREAD_BYTES = round(0.3 * GIB)
+# Per release (:func:`term_ranges`): the sampler part of the activation can be another
+# implementation's where the default is unavailable (FlashInfer opt-in in 0.18-0.23, or not
+# installed/supported from 0.24: the Triton path then) -- scaled by the ratio of their
+# copies -- plus 0.1 GiB either way and 8 % of the sampler above (gemma-3-27b, 0.19.0: 3.99
+# logged against 3.83); non-torch from 0.19: 1.4-2.4 GiB per rank that talks (issue 23:
+# 1.70 PCIe TP 4 to 2.21 NVLink), 0.04-0.56 alone.
+NON_TORCH_RANGE_19 = (round(1.4 * GIB), round(2.4 * GIB))
+
+
+def term_ranges(
+    rules: VllmRules,
+    activation: int,
+    parts: tuple[int, int, int, int],
+    non_torch: int,
+    talks: bool,
+    rocm: bool,
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(activation, non-torch) (low, high) for ``rules``' release. ``parts`` is the
+    activation's (forward, sampler, held hidden states, the other sampler implementation's
+    sampler): the peak may be the other implementation's, the forward is good to 20 %."""
+    forward, sampler, held, alt = parts
+    if rules.sampler == "sort":
+        act = (activation - min(sampler * 8 // 10, ACT_LOW_BYTES), activation + ACT_HIGH_BYTES)
+    else:
+        other = max(forward, alt + held) + ACT_CONST_BYTES
+        fwd_spread = forward // 5 if forward >= sampler + held else 0
+        act = (
+            min(activation, other) - ACT_HIGH_BYTES - fwd_spread,
+            max(activation, other) + sampler * 8 // 100 + ACT_HIGH_BYTES + fwd_spread,
+        )
+    if rocm:
+        nt = ROCM_NON_TORCH_RANGE
+    elif talks:
+        nt = NON_TORCH_RANGE[2] if rules.non_torch_single_bytes < GIB // 5 else NON_TORCH_RANGE_19
+    else:
+        nt = NON_TORCH_RANGE[1]
+    return act, (min(nt[0], non_torch), max(nt[1], non_torch))
 
 
 def estimate_ranges(cap: VllmCapacity, ranks: int) -> dict[str, tuple[int, int]]:
@@ -235,8 +411,13 @@ def estimate_ranges(cap: VllmCapacity, ranks: int) -> dict[str, tuple[int, int]]
     # a multimodal encoder's share is an estimate from its shapes: half of it either way
     spread = cap.encoder_activation_bytes // 2
     act_range = (act - min(lm * 8 // 10, ACT_LOW_BYTES) - spread, act + ACT_HIGH_BYTES + spread)
+    if cap.activation_range is not None:
+        lo, hi = cap.activation_range
+        act_range = (lo - spread, hi + spread)
     nt_range = NON_TORCH_RANGE[1 if ranks == 1 else 2]
     nt_range = (min(nt_range[0], nt), max(nt_range[1], nt))
+    if cap.non_torch_range is not None:
+        nt_range = cap.non_torch_range
     graph_range = (max(0, graphs - GRAPH_SPREAD_BYTES), graphs + GRAPH_SPREAD_BYTES)
     if graphs == 0:
         graph_range = (0, 0)  # eager mode, a version that does not subtract, or told 0
@@ -267,6 +448,8 @@ def vllm_capacity(
     headroom_bytes: int = 0,
     one_line_log: bool = True,
     encoder_activation_bytes: int = 0,
+    after: AfterSizing | None = None,
+    rules: VllmRules | None = None,
 ) -> VllmCapacity:
     """vLLM's available KV memory, block count, token capacity and concurrency.
 
@@ -283,6 +466,9 @@ def vllm_capacity(
         headroom_bytes: extra memory the user wants to keep free.
         one_line_log: the version logs tokens and concurrency on one line.
         encoder_activation_bytes: a multimodal encoder's share of ``activation_bytes``.
+        after: what runs after the pool is allocated (:class:`AfterSizing`); None checks
+            nothing after sizing.
+        rules: the release whose non-torch default applies (the newest when None).
 
     Returns:
         The :class:`VllmCapacity`.
@@ -292,7 +478,7 @@ def vllm_capacity(
     layout = est.vllm
     requested = math.ceil(gpu_memory_bytes * gpu_memory_utilization)
     non_torch = (
-        non_torch_bytes(est.tensor_parallel_size, est.pipeline_parallel_size)
+        non_torch_bytes(est.tensor_parallel_size, est.pipeline_parallel_size, rules=rules)
         if (non_torch is None)
         else non_torch
     )
@@ -335,8 +521,9 @@ def vllm_capacity(
             + " Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
             "initializing the engine."
         )
+    term = None if error is None else ("max_model_len" if estimated else "available_kv")
     has_state = any(g.is_state for g in layout.groups)
-    return VllmCapacity(
+    cap = VllmCapacity(
         gpu_memory_bytes=gpu_memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization,
         requested_bytes=requested,
@@ -361,7 +548,155 @@ def vllm_capacity(
         max_num_seqs=layout.max_num_seqs,
         one_line_log=one_line_log,
         encoder_activation_bytes=encoder_activation_bytes,
+        wont_start_term=term,
     )
+    return post_allocation(cap, after) if after is not None else cap
+
+
+@dataclass(frozen=True)
+class AfterSizing:
+    """What vLLM runs after it has allocated the KV pool, for :func:`post_allocation`.
+
+    Attributes:
+        graphs_bytes: CUDA graphs captured after sizing and not in the budget (before 0.20,
+            and on ROCm where the release skips the estimate); 0 in eager mode.
+        warmup_bytes: the sampler warm-up's peak over ``warmup_rows`` rows
+            (``compile_or_warm_up_model``), plus, where the release does not reuse the
+            profile's reservation, the compile-range forward it runs before.
+        warmup_rows: ``min(max_num_seqs, max_num_batched_tokens)``: vLLM's "dummy requests".
+        reuses_activation: the warm-up may use the memory the activation peak was sized for
+            (:attr:`planner.vllm_rules.VllmRules.warmup_reuses_activation`).
+        free_at_start_bytes: vLLM's "Free memory on device" at start-up: the user's
+            ``--gpu-free-memory`` less the CUDA context, else the total less it.
+        gpu_free_given: ``--gpu-free-memory`` was given (vLLM's start-up refusal applies).
+        sampler_bytes_per_row: the warm-up's sampler bytes per row (for the max_num_seqs
+            that fits).
+    """
+
+    graphs_bytes: int
+    warmup_bytes: int
+    warmup_rows: int
+    reuses_activation: bool
+    free_at_start_bytes: int
+    gpu_free_given: bool = False
+    sampler_bytes_per_row: int = 0
+
+
+def post_allocation(cap: VllmCapacity, after: AfterSizing) -> VllmCapacity:
+    """``cap`` with what vLLM does after sizing the pool checked against what is left.
+
+    vLLM refuses at start-up when its free-memory snapshot is below the request
+    (``request_memory``, ``v1/worker/utils.py`` 0.33.0:757-765; ``gpu_worker.py`` 0.11.0:
+    185-195). After the pool (``requested - weights - activation - non-torch [- graphs]``)
+    is allocated, ``compile_or_warm_up_model`` captures the CUDA graphs (those the budget did
+    not subtract come out of the rest) and warms up the sampler over ``warmup_rows`` rows
+    (``gpu_worker.py`` 0.19.0:672-686), which needs its peak again. What is free for them:
+
+        free = free_at_start - requested + (activation if the release reuses it)
+
+    When graphs + warm-up exceed it, vLLM dies with torch's out-of-memory error (graphs) or
+    "CUDA out of memory occurred when warming up sampler with N dummy requests" (the
+    sampler, ``gpu_model_runner.py`` 0.19.0:5600-5606). The changes that start: a lower
+    gpu_memory_utilization, fewer max_num_seqs (the warm-up's rows), --enforce-eager (no
+    graphs). Worked example, gpt-oss-20b on an H100 at gmu 0.95, vLLM 0.19.0: free =
+    79.18 - 0.5 - 75.22 = 3.46 GiB (no reuse in 0.19); graphs 0.39 + the compile-range
+    forward 0.70 + the sampler 1,024 x 201,088 x 4 x 3.70 = 2.84 (+ 27 MB) = 3.96 GiB: won't
+    start. At 0.9, 7.42 GiB is free: it starts (issue 23's log).
+    """
+    total = cap.gpu_memory_bytes
+    free_start = after.free_at_start_bytes
+    base = replace(
+        cap,
+        graphs_after_sizing_bytes=after.graphs_bytes,
+        warmup_bytes=after.warmup_bytes,
+        free_at_start_bytes=free_start if after.gpu_free_given else None,
+    )
+    own_pool = cap.kv_cache_memory_override and not after.gpu_free_given
+    if free_start < cap.requested_bytes and not own_pool and (after.gpu_free_given or cap.fits):
+        gmu = math.floor(free_start / total * 100) / 100 if total else 0.0
+        error = (
+            f"Free memory on device ({format_gib(free_start)}/{format_gib(total)} GiB) on "
+            f"startup is less than desired GPU memory utilization "
+            f"({cap.gpu_memory_utilization}, {format_gib(cap.requested_bytes)} GiB). Decrease "
+            "GPU memory utilization or reduce GPU memory used by other processes."
+        )
+        if not after.gpu_free_given:
+            error += (
+                f" (kvplan: the CUDA context takes about {format_gib(CUDA_CONTEXT_BYTES)} GiB "
+                "before vLLM measures; give --gpu-free-memory for what is really free.)"
+            )
+        changes: tuple[dict[str, object], ...] = (
+            ({"gpu_memory_utilization": gmu},) if gmu > 0 else ()
+        )
+        return replace(
+            base,
+            fits=False,
+            error=error,
+            wont_start_term="gpu_free_memory",
+            start_changes=changes,
+        )
+    if not cap.fits or cap.kv_cache_memory_override and not after.gpu_free_given:
+        return base
+    reuse = cap.activation_peak_bytes if after.reuses_activation else 0
+    free = free_start - cap.requested_bytes + reuse
+    if cap.kv_cache_memory_override:
+        # a fixed pool: vLLM allocates what it is told, next to the weights and terms
+        free = free_start - (
+            cap.weights_bytes + cap.non_torch_bytes + cap.available_kv_bytes + cap.headroom_bytes
+        )
+    base = replace(base, post_allocation_free_bytes=free)
+    need = after.graphs_bytes + after.warmup_bytes
+    if need <= free:
+        return base
+    kv_reserve = cap.requested_bytes - cap.available_kv_bytes  # the terms the pool leaves out
+    changes_list: list[dict[str, object]] = []
+    # the highest utilisation whose leftover holds it (the pool shrinks with it)
+    top = (free_start + reuse - need) / total if total else 0.0
+    gmu = math.floor(top * 100) / 100
+    if gmu > 0 and (gmu * total - kv_reserve) > cap.bytes_per_block * cap.blocks_per_request:
+        changes_list.append({"gpu_memory_utilization": gmu})
+    if after.sampler_bytes_per_row and after.warmup_rows > 1:
+        room = free - after.graphs_bytes - (after.warmup_bytes - _rows_bytes(after))
+        rows = room // after.sampler_bytes_per_row
+        if 0 < rows < after.warmup_rows:
+            changes_list.append({"max_num_seqs": _round_down(rows)})
+    if after.graphs_bytes and after.warmup_bytes <= free:
+        changes_list.append({"enforce_eager": True})
+    if after.graphs_bytes > free:
+        term = "cuda_graphs"
+        error = (
+            "torch.OutOfMemoryError: CUDA out of memory while capturing CUDA graphs "
+            f"(kvplan: the graphs need {format_gib(after.graphs_bytes)} GiB after the KV cache "
+            f"is allocated; {format_gib(max(free, 0))} GiB is left)."
+        )
+    else:
+        term = "sampler_warmup"
+        error = (
+            "CUDA out of memory occurred when warming up sampler with "
+            f"{after.warmup_rows} dummy requests. Please try lowering `max_num_seqs` or "
+            "`gpu_memory_utilization` when initializing the engine. (kvplan: the warm-up "
+            f"needs {format_gib(after.warmup_bytes)} GiB after the KV cache is allocated"
+            + (f" and the graphs {format_gib(after.graphs_bytes)}" if after.graphs_bytes else "")
+            + f"; {format_gib(max(free, 0))} GiB is left)."
+        )
+    return replace(
+        base,
+        fits=False,
+        error=error,
+        wont_start_term=term,
+        start_changes=tuple(changes_list),
+    )
+
+
+def _rows_bytes(after: AfterSizing) -> int:
+    return after.sampler_bytes_per_row * after.warmup_rows
+
+
+def _round_down(rows: int) -> int:
+    """A max_num_seqs under ``rows``: a multiple of 16 where there is room, else a power of 2."""
+    if rows >= 32:
+        return rows - rows % 16
+    return 1 << (rows.bit_length() - 1)
 
 
 def _max_len_that_fits(
@@ -426,6 +761,8 @@ def graph_bytes(dep: Deployment, est: KVEstimate) -> int:
         return s.cuda_graph_bytes
     if not s.rules.subtracts_cuda_graphs:
         return 0
+    if is_rocm(dep.gpu) and not s.rules.rocm_graph_estimate:
+        return 0  # 0.20-0.26 skip the estimate on ROCm: graphs come after sizing
     k = s.speculative.num_speculative_tokens if s.speculative and s.speculative.has_drafter else 0
     return cuda_graph_estimate_bytes(est, 1 + k)
 
@@ -440,7 +777,7 @@ def mm_profile(dep: Deployment, est: KVEstimate, weights: Weights) -> MMProfile 
 
     s = dep.settings
     lm = activation_peak_bytes(
-        dep.spec, est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs, s.runner
+        dep.spec, est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs, s.runner, s.rules, s.tp
     )
     sized = weights.tower_bytes or tower.bytes
     return profile(
@@ -482,23 +819,105 @@ def vllm_budget(
     s = dep.settings
     mm = mm_profile(dep, est, weights)
     encoder = mm.activation_bytes if mm is not None else 0
-    return vllm_capacity(
+    rules = s.rules
+    rocm = is_rocm(dep.gpu)
+    tokens, seqs = est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs
+    activation = activation_peak_bytes(dep.spec, tokens, seqs, s.runner, rules, s.tp)
+    graphs = graph_bytes(dep, est)
+    link = s.interconnect or (dep.gpu.interconnect if dep.gpu else None)
+    non_torch = non_torch_bytes(
+        _talking_ranks(dep),
+        s.pp,
+        rules=rules,
+        interconnect=link,
+        custom_all_reduce=not s.disable_custom_all_reduce,
+        rocm=rocm,
+    ) + all2all_buffer_bytes(s.all2all_backend, s.enable_expert_parallel and s.gpus > 1)
+    act_range, nt_range = term_ranges(
+        rules,
+        activation,
+        _activation_parts(dep, tokens, seqs),
+        non_torch,
+        _talking_ranks(dep) > 1,
+        rocm,
+    )
+    cap = vllm_capacity(
         est,
         estimate_at=estimate_at or estimate_at_length(dep),
         gpu_memory_bytes=dep.gpu.memory_bytes if dep.gpu else 0,
         weights_bytes=weights.bytes_per_rank,
-        activation_bytes=activation_peak_bytes(
-            dep.spec, est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs, s.runner
-        )
-        + encoder,
+        activation_bytes=activation + encoder,
         encoder_activation_bytes=encoder,
         gpu_memory_utilization=s.gmu,
         kv_cache_memory_bytes=s.kv_cache_memory_bytes,
-        cuda_graph_bytes=graph_bytes(dep, est),
-        non_torch=non_torch_bytes(_talking_ranks(dep), s.pp)
-        + all2all_buffer_bytes(s.all2all_backend, s.enable_expert_parallel and s.gpus > 1),
+        cuda_graph_bytes=graphs,
+        non_torch=non_torch,
         headroom_bytes=s.headroom_bytes,
-        one_line_log=s.rules.one_line_capacity_log,
+        one_line_log=rules.one_line_capacity_log,
+        after=after_sizing(dep, est, activation) if dep.gpu and dep.gpu.memory_bytes else None,
+        rules=rules,
+    )
+    forward, sampler, _, _ = _activation_parts(dep, tokens, seqs)
+    return replace(
+        cap,
+        activation_range=act_range,
+        non_torch_range=nt_range,
+        activation_forward_bytes=forward,
+        activation_sampler_bytes=sampler,
+    )
+
+
+def _activation_parts(dep: Deployment, tokens: int, seqs: int) -> tuple[int, int, int, int]:
+    """(forward, sampler, held hidden states, the other sampler's) of ``dep``'s activation
+    peak at ``tokens`` / ``seqs`` (:func:`term_ranges`). The other sampler: the Triton path
+    where FlashInfer is the default (it falls back to it when FlashInfer is missing or does
+    not support the GPU), FlashInfer where it is opt-in (``VLLM_USE_FLASHINFER_SAMPLER=1``)."""
+    s, rules = dep.settings, dep.settings.rules
+    rows = min(tokens, seqs)
+    generating = s.runner == "generate"
+    sampler = sampler_bytes(dep.spec, rows, rules) if generating else 0
+    other = {"sort": "sort", "triton": "flashinfer", "flashinfer": "triton"}[rules.sampler]
+    alt = replace(rules, sampler=other)  # type: ignore[arg-type]
+    alt_sampler = sampler_bytes(dep.spec, rows, alt) if generating else 0
+    held = tokens * dep.spec.hidden_size * ACT_HIDDEN_MILLI_BYTES // 1000
+    return forward_peak_bytes(dep.spec, tokens, s.tp), sampler, held, alt_sampler
+
+
+def after_sizing(dep: Deployment, est: KVEstimate, activation: int) -> AfterSizing:
+    """What ``dep``'s vLLM runs after sizing the pool (:class:`AfterSizing`): the graphs
+    its release captures outside the budget, and the sampler warm-up over
+    ``min(max_num_seqs, max_num_batched_tokens)`` rows (plus, where the release does not
+    reuse the activation reservation, the forward its compile-range warm-up runs first)."""
+    assert est.vllm is not None and dep.gpu is not None
+    s, rules = dep.settings, dep.settings.rules
+    tokens, seqs = est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs
+    rows = min(seqs, tokens)
+    graphs = 0
+    if not s.enforce_eager and s.cuda_graph_bytes is None:
+        subtracted = rules.subtracts_cuda_graphs and (
+            rules.rocm_graph_estimate or not is_rocm(dep.gpu)
+        )
+        if not subtracted:
+            k = (
+                s.speculative.num_speculative_tokens
+                if s.speculative and s.speculative.has_drafter
+                else 0
+            )
+            graphs = cuda_graph_estimate_bytes(est, 1 + k)
+    generating = s.runner == "generate" and est.pp_layers[1] >= dep.spec.num_layers
+    per_row = sampler_bytes(dep.spec, 1, rules) if generating else 0
+    warmup = sampler_bytes(dep.spec, rows, rules) + ACT_CONST_BYTES if generating else 0
+    if generating and not rules.warmup_reuses_activation:
+        warmup += forward_peak_bytes(dep.spec, tokens, s.tp)
+    free = (s.gpu_free_memory_bytes or dep.gpu.memory_bytes) - CUDA_CONTEXT_BYTES
+    return AfterSizing(
+        graphs_bytes=graphs,
+        warmup_bytes=warmup,
+        warmup_rows=rows,
+        reuses_activation=rules.warmup_reuses_activation,
+        free_at_start_bytes=free,
+        gpu_free_given=s.gpu_free_memory_bytes is not None,
+        sampler_bytes_per_row=per_row,
     )
 
 

@@ -297,6 +297,8 @@ def vllm_parallel_flags(settings: ServeSettings) -> list[str]:
         words += eplb_flags(settings.num_redundant_experts)
     if settings.dcp > 1:
         words += ["--decode-context-parallel-size", str(settings.dcp)]
+    if settings.disable_custom_all_reduce:
+        words += ["--disable-custom-all-reduce"]
     if settings.all2all_backend != "allgather_reducescatter":
         words += ["--all2all-backend", settings.all2all_backend]
     if settings.speculative is not None:

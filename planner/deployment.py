@@ -325,6 +325,12 @@ class ServeSettings:
         entrypoint: ``serve`` (``vllm serve``) or ``llm`` (the ``LLM`` class): batch defaults.
         runner: ``generate`` or ``pooling`` (no sampler warm-up in the activation peak).
         headroom_bytes: memory the user keeps free on top of the engine's budget.
+        gpu_free_memory_bytes: memory free on the GPU before vLLM starts (the rest is another
+            process's); vLLM refuses when its snapshot of it is below the request, and what
+            runs after sizing must fit the rest (:func:`planner.budget.post_allocation`).
+        interconnect: ``nvlink``, ``xgmi`` or ``pcie``: how the GPUs talk, over the catalog's
+            (:func:`planner.budget.non_torch_bytes`).
+        disable_custom_all_reduce: vLLM's ``--disable-custom-all-reduce``.
         dp: data-parallel size: dp engines, each with its own KV pool and ``max_num_seqs``;
             routed experts shard over dp x tp GPUs (``FusedMoEParallelConfig``).
         enable_expert_parallel: whole experts per GPU (EP = dp x tp) instead of TP-sharded
@@ -369,6 +375,9 @@ class ServeSettings:
     kv_cache_memory_bytes: int | None = None
     cuda_graph_bytes: int | None = None
     headroom_bytes: int = 0
+    gpu_free_memory_bytes: int | None = None
+    interconnect: str | None = None
+    disable_custom_all_reduce: bool = False
     vllm_version: str | None = None
     entrypoint: Entrypoint = "serve"
     runner: Runner = "generate"
@@ -426,6 +435,14 @@ class ServeSettings:
                 raise UsageError(f"{key} must not be negative, got {value:,} B")
         if self.headroom_bytes < 0:
             raise UsageError(f"--headroom must not be negative, got {self.headroom_bytes:,} B")
+        if self.gpu_free_memory_bytes is not None and self.gpu_free_memory_bytes <= 0:
+            raise UsageError(
+                f"--gpu-free-memory must be positive, got {self.gpu_free_memory_bytes:,} B"
+            )
+        if self.interconnect is not None and self.interconnect not in ("nvlink", "xgmi", "pcie"):
+            raise UsageError(
+                f"--interconnect must be one of nvlink, xgmi, pcie, got {self.interconnect!r}"
+            )
         from planner.vllm_rules import ENTRYPOINTS, RUNNERS, parse_version
 
         if self.vllm_version is not None:
@@ -823,6 +840,8 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
         return {"kv_cache_dtype": dtype}
     if name in _BOOL_FIELDS:
         return {name: parse_bool(value)}
+    if name == "interconnect":
+        return {name: str(value).strip().lower()}
     if name == "lora_target_modules":
         return {name: _module_names(value)}
     if name == "lora_adapter":

@@ -95,6 +95,15 @@ def engine_outcome(cap: EngineCapacity, max_model_len: int, max_num_seqs: int | 
     return QUEUES_AT_WORST_CASE
 
 
+def cap_term_reason(change: dict[str, object]) -> str:
+    """Why a start change starts, in a recommendation's words."""
+    if "gpu_memory_utilization" in change:
+        return "what vLLM runs after sizing the KV cache then fits in the memory left"
+    if "max_num_seqs" in change:
+        return "the sampler warm-up over fewer dummy requests fits after the KV cache"
+    return "no CUDA graphs to capture after the KV cache is sized"
+
+
 def wont_start_error(p: Plan) -> DoesNotFitError:
     """The one-line error for a plan whose settings won't start, with the change that starts
     (as data on the error: vLLM's estimated max_model_len, or the Mamba ceiling)."""
@@ -105,7 +114,11 @@ def wont_start_error(p: Plan) -> DoesNotFitError:
         changes.append({"max_model_len": length})
     elif cap.fits and cap.mamba_max_num_seqs:
         changes.append({"max_num_seqs": cap.mamba_max_num_seqs})
+    elif cap.start_changes:
+        changes.extend(cap.start_changes)
     hint = "; try " + as_flags(changes[0]) if changes and isinstance(changes[0], dict) else ""
+    if cap.start_changes and len(changes) > 1:
+        hint += "".join(f", or {as_flags(c)}" for c in changes[1:] if isinstance(c, dict))
     if cap.estimated_max_model_len and rec and rec.max_model_len != cap.estimated_max_model_len:
         hint += f" (or -1: vLLM fits {cap.estimated_max_model_len:,})"
     return DoesNotFitError(
@@ -738,6 +751,26 @@ def _recommend(
     auto_fit = None
     prefix = ""
     users_seqs = dep.settings.max_num_seqs is not None
+    if not cap.fits and cap.start_changes and not cap.estimated_max_model_len:
+        # a won't-start after sizing or at start-up (planner.budget.post_allocation): the
+        # first of vLLM's own remedies that starts
+        for change in cap.start_changes:
+            kw = {
+                ("cuda_graph_bytes" if k == "enforce_eager" else k): (
+                    0 if k == "enforce_eager" else v
+                )
+                for k, v in change.items()
+            }
+            tried = dep.with_settings(**kw)
+            tried_est = estimate(tried.spec, tried.settings, tried.gpu, batch_sizes=())
+            tried_cap = capacity(tried, tried_est)
+            if tried_cap.fits:
+                dep, est, cap = tried, tried_est, tried_cap
+                prefix = f"{as_flags(change)}: {cap_term_reason(change)}; "
+                users_seqs = users_seqs or "max_num_seqs" in change
+                break
+        else:
+            return None, None
     if not cap.fits:
         if not cap.estimated_max_model_len:
             return None, None

@@ -48,6 +48,58 @@ otherwise (and A100s, unknown)     2,048 / 256           8,192 / 256
 
 (max_num_batched_tokens / max_num_seqs). Then vLLM caps the token budget at
 ``max_num_seqs x max_model_len`` and ``max_num_seqs`` at the token budget.
+
+The start-up budget (:mod:`planner.budget`) follows these rows too; each cites the released
+source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
+
+- ``sampler``: which top-k/top-p implementation the sampler warm-up runs, hence how many
+  fp32-logits-sized copies (``rows x vocab x 4 B``) are alive at its peak. Every release
+  0.10-0.33 runs that warm-up twice: inside the profile (``GPUModelRunner.profile_run`` calls
+  ``_dummy_sampler_run(last_hidden_states)``, ``v1/worker/gpu_model_runner.py`` 0.11.0:3397,
+  0.19.0:5789, 0.33.0:6139, over ``min(max_num_batched_tokens, max_num_seqs)`` rows: the
+  ``_dummy_run`` batch, 0.19.0:5286, its last-token rows 0.19.0:5549-5553) so it is
+  counted in the activation peak, and again after the KV cache is allocated
+  (``Worker.compile_or_warm_up_model``, ``v1/worker/gpu_worker.py`` 0.11.0:413, 0.19.0:686,
+  0.33.0:1090). The implementations:
+
+  * ``"sort"`` through 0.17: ``apply_top_k_top_p`` sorts the fp32 logits (values + int64
+    indices = 3 copies), softmaxes and scatters out of place (``v1/sample/ops/
+    topk_topp_sampler.py`` 0.11.0:183-204), then ``random_sample`` softmaxes again and draws
+    an exponential of the same size: 9.515 copies (fitted to CALIBRATION.md's six v0.11.0
+    H100 rows; the sort's own scratch is the part not counted by hand);
+  * ``"triton"`` from 0.18.0: ``apply_top_k_top_p`` masks in place with a Triton kernel for
+    >= 8 rows (``topk_topp_sampler.py`` 0.18.0/0.19.0:251, ``topk_topp_triton.py``: one
+    ``num_sms x vocab`` scratch buffer): the model-dtype logits (0.5), their fp32 copy (1),
+    the softmax (1) and the exponential (1) = 3.5 by hand; 3.70 fits the 0.19.0 H100
+    start-ups issue 23 quotes (Llama-3.1-8B 1.89 GiB logged, gpt-oss-20b 2.87);
+  * ``"flashinfer"`` from 0.24.0: ``VLLM_USE_FLASHINFER_SAMPLER`` defaults to True
+    (``envs.py`` 0.24.0:796-800; None, i.e. off unless set, in 0.19-0.20) and
+    ``forward_cuda`` hands the logits to FlashInfer's ``top_k_top_p_sampling_from_logits``
+    (``topk_topp_sampler.py`` 0.27.1:182): the model-dtype logits and their fp32 copy, 1.5
+    (0.21-0.23 not checked).
+- ``warmup_reuses_activation``: whether the post-allocation warm-up (and graph capture) can
+  use the memory the profile's activation peak was sized for. True except 0.19: there
+  gpt-oss-20b at gmu 0.95 on an H100 (issue 23's log) died warming up the sampler with
+  552.50 MiB free, which is what is left of the 3.96 GiB outside the request once the CUDA
+  context (~0.5 GiB), the captured graphs and the logits' first 1.5 copies are taken, i.e.
+  with none of the 2.87 GiB activation reservation; 0.11.0 started gpt-oss-120b at 0.95 with
+  a 7.38 GiB warm-up and 1.03 GiB of graphs (CALIBRATION.md), which only fits if it is reused.
+  The mechanism in 0.19 was not found in the source (its ``compile_or_warm_up_model`` adds a
+  forward at each compile range's end before capture, ``gpu_worker.py`` 0.19.0:574, a candidate).
+- ``rocm_graph_estimate``: ROCm gets the CUDA-graph estimate subtracted: skipped on ROCm in
+  0.18-0.24 ("Skip on ROCm/HIP", ``gpu_worker.py`` 0.19.0:377), included by 0.27.1 (PR
+  #44825, ``gpu_worker.py`` 0.27.1:507); 0.25-0.26 not checked. Where it is skipped the
+  graphs are captured after sizing, as before 0.20 everywhere.
+- ``non_torch_single_bytes`` / ``non_torch_comm_bytes``: memory outside torch's allocator
+  that appears during the profile (``memory_profiling``'s ``non_torch_increase``,
+  ``utils/mem_utils.py``) on a rank that talks to no other, and what a tensor-parallel group
+  (or an expert-parallel one) adds per rank over NVLink/xGMI and over PCIe. Measured, not
+  read: 0.13 / +0.42 GiB in v0.11.0 on H100 (CALIBRATION.md: 0.13 at TP 1, 0.55 at TP 2);
+  0.25 / +1.88 (NVLink) / +1.45 (PCIe) from 0.19.0 (issue 23: TP 1 0.24-0.27; TP 2 and TP 4
+  on NVLink H100 2.06-2.21 per GPU; TP 4 on PCIe RTX PRO 6000 1.70). Most of the multi-GPU
+  figure is NCCL's (its buffers, NVLS on NVSwitch systems); vLLM's own custom all-reduce
+  keeps 8 MiB buffers (``distributed/device_communicators/custom_all_reduce.py`` 0.19.0:59,
+  :187) and is a small part of it.
 """
 
 from __future__ import annotations
@@ -58,8 +110,12 @@ from typing import Literal
 from planner.errors import UsageError
 
 GIB = 1 << 30
+MIB = 1 << 20
 Entrypoint = Literal["serve", "llm"]
 Runner = Literal["generate", "pooling"]
+Sampler = Literal["sort", "triton", "flashinfer"]
+# fp32-logits-sized copies alive at each sampler's warm-up peak, in thousandths (docstring)
+SAMPLER_COPIES_MILLI: dict[str, int] = {"sort": 9515, "triton": 3700, "flashinfer": 1500}
 ENTRYPOINTS: tuple[Entrypoint, ...] = ("serve", "llm")
 RUNNERS: tuple[Runner, ...] = ("generate", "pooling")
 
@@ -77,6 +133,17 @@ class VllmRules:
     async_scheduling: bool = False
     reserve_full_isl: bool = False
     prepend_uncached_free: bool = False
+    sampler: Sampler = "sort"
+    warmup_reuses_activation: bool = True
+    rocm_graph_estimate: bool = False
+    non_torch_single_bytes: int = round(0.13 * GIB)
+    # (NVLink or xGMI, PCIe) per rank of a group of >= 2 that talk
+    non_torch_comm_bytes: tuple[int, int] = (round(0.42 * GIB), round(0.42 * GIB))
+
+    @property
+    def sampler_copies_milli(self) -> int:
+        """fp32 logits copies alive at the sampler warm-up's peak, in thousandths."""
+        return SAMPLER_COPIES_MILLI[self.sampler]
 
     @property
     def name(self) -> str:
@@ -85,17 +152,71 @@ class VllmRules:
 
 # Oldest first: the first release where each rule holds (module docstring). kvplan models the
 # V1 engine only, which 0.8 made the default.
-_ASYNC = {"async_scheduling": True}
-_ISL = {**_ASYNC, "reserve_full_isl": True}
-_PREPEND = {**_ISL, "prepend_uncached_free": True}
+_NT11 = round(0.13 * GIB), (round(0.42 * GIB), round(0.42 * GIB))
+_NT19 = round(0.25 * GIB), (round(1.88 * GIB), round(1.45 * GIB))
+
+
+def _row(
+    since: tuple[int, ...],
+    gmu: float,
+    *,
+    graphs: bool = False,
+    a100_small: bool = True,
+    large: bool = False,
+    sched: int = 0,
+    sampler: Sampler = "sort",
+    reuse: bool = True,
+    rocm_graphs: bool = False,
+    non_torch: tuple[int, tuple[int, int]] = _NT11,
+) -> VllmRules:
+    """One row; ``sched`` counts the scheduler rules that hold (async scheduling, then the
+    full-ISL reservation, then prepending freed uncached blocks), ``large`` the >= 160 GiB
+    tier with the one-line capacity log."""
+    return VllmRules(
+        since,
+        gmu,
+        graphs,
+        a100_small,
+        large,
+        large,
+        async_scheduling=sched >= 1,
+        reserve_full_isl=sched >= 2,
+        prepend_uncached_free=sched >= 3,
+        sampler=sampler,
+        warmup_reuses_activation=reuse,
+        rocm_graph_estimate=rocm_graphs,
+        non_torch_single_bytes=non_torch[0],
+        non_torch_comm_bytes=non_torch[1],
+    )
+
+
 RULES: tuple[VllmRules, ...] = (
-    VllmRules((0, 8, 5), 0.9, False, False, False, False),
-    VllmRules((0, 9, 0), 0.9, False, True, False, False),
-    VllmRules((0, 14, 0), 0.9, False, True, False, False, **_ASYNC),
-    VllmRules((0, 19, 0), 0.9, False, True, False, False, **_ISL),
-    VllmRules((0, 20, 0), 0.92, True, True, False, False, **_ISL),
-    VllmRules((0, 24, 0), 0.92, True, True, False, False, **_PREPEND),
-    VllmRules((0, 28, 0), 0.92, True, True, True, True, **_PREPEND),
+    _row((0, 8, 5), 0.9, a100_small=False),
+    _row((0, 9, 0), 0.9),
+    _row((0, 14, 0), 0.9, sched=1),
+    _row((0, 18, 0), 0.9, sched=1, sampler="triton"),
+    _row((0, 19, 0), 0.9, sched=2, sampler="triton", reuse=False, non_torch=_NT19),
+    _row((0, 20, 0), 0.92, graphs=True, sched=2, sampler="triton", non_torch=_NT19),
+    _row((0, 24, 0), 0.92, graphs=True, sched=3, sampler="flashinfer", non_torch=_NT19),
+    _row(
+        (0, 27, 0),
+        0.92,
+        graphs=True,
+        sched=3,
+        sampler="flashinfer",
+        rocm_graphs=True,
+        non_torch=_NT19,
+    ),
+    _row(
+        (0, 28, 0),
+        0.92,
+        graphs=True,
+        large=True,
+        sched=3,
+        sampler="flashinfer",
+        rocm_graphs=True,
+        non_torch=_NT19,
+    ),
 )
 NEWEST_VERSION = "0.33.0"  # the newest release whose sources kvplan was checked against
 NEWEST = RULES[-1]

@@ -244,27 +244,33 @@ GUIDE_ARGS = [
 
 def guide_pool_blocks(max_num_seqs: int) -> int:
     """vLLM's pool on the guide's card by hand (``vllm serve`` on a 24 GiB GPU: a 2,048-token
-    budget), for ``max_num_seqs``:
+    budget), for ``max_num_seqs``, as the newest release kvplan knows budgets it
+    (planner.vllm_rules: FlashInfer's sampler, 1.5 fp32 logits copies; 0.25 GiB non-torch):
 
     requested  ceil(24 GiB x 0.9)                                   = 23,192,823,399 B
     weights    7,615,487,488 parameters (from the config) x 2 B    = 15,230,974,976 B
-    activation rows x 152,064 vocab x 4 B x 9.515 + 2,048 x 3,584 hidden x 2.553 B + 27.1 MB,
-               rows = min(2,048, max_num_seqs) (the sampler warm-up)
-    non-torch  0.13 GiB = 139,586,437 B
+    activation the larger of the forward over 2,048 tokens, 2,048 x 2 B x (3 x 18,944
+               intermediate + 4 x 3,584 hidden), and the sampler warm-up, rows x 152,064
+               vocab x 4 B x 1.5 + 2,048 x 3,584 x 2.553 B held; + 27.1 MB. rows =
+               min(2,048, max_num_seqs): the forward (0.27 GiB) is the larger up to 256
+    non-torch  0.25 GiB = 268,435,456 B
     graphs     28 layers x captured sizes x 335,544 B; sizes 1, 2, 4, every 8 below 256,
                every 16 from 256, up to min(2 x max_num_seqs, 512): 51 at 256, 19 at 64
     blocks     what is left // 917,504 B (28 layers x 16 tokens x 4 KV heads x 128 x 2 x 2 B)
 
-    256 (vLLM's default) -> 6,338 blocks; 64 -> 7,877; 32 -> 8,161; 16 -> 8,303; 8 -> 8,373.
+    256 (vLLM's default) -> 7,515 blocks; 64 -> 7,843; 32 -> 7,925; 16 -> 7,966; 8 -> 7,986.
     """
     requested = -(-24 * (1 << 30) * 9 // 10)
     rows = min(2048, max_num_seqs)
-    activation = rows * 152_064 * 4 * 9515 // 1000 + 2048 * 3584 * 2553 // 1000 + 27_100_000
+    forward = 2048 * 2 * (3 * 18_944 + 4 * 3584)
+    sampler = rows * 152_064 * 4 * 1500 // 1000
+    held = 2048 * 3584 * 2553 // 1000
+    activation = max(forward, sampler + held) + 27_100_000
     top = min(2 * max_num_seqs, 512, 2048)
     sizes = len([n for n in (1, 2, 4) if n <= top])
     sizes += len(range(8, min(top + 1, 256), 8)) + len(range(256, top + 1, 16))
     graphs = 28 * sizes * 335_544
-    left = requested - 15_230_974_976 - activation - 139_586_437 - graphs
+    left = requested - 15_230_974_976 - activation - 268_435_456 - graphs
     return left // 917_504
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from planner.cli import app
 from planner.recommend import Plan
 from planner.simulate.workload import Request, Workload
-from tests.helpers import GUIDE_ARGS, guide_plan, parse_command, plan_for
+from tests.helpers import GUIDE_ARGS, guide_plan, guide_pool_blocks, parse_command, plan_for
 
 runner = CliRunner()
 GIB, MIB = 1 << 30, 1 << 20
@@ -158,21 +158,22 @@ def test_averages_make_a_workload() -> None:
 
 
 def test_worst_case_basis() -> None:
-    # Qwen2.5-7B, 24 GiB, gmu 0.9: 6,274 usable blocks, 512 per 8,192-token request:
-    # 0.9 x 6,274 // 512 = 11 requests all fit at once
+    # Qwen2.5-7B, 24 GiB, gmu 0.9: 7,514 usable blocks (tests/helpers.guide_pool_blocks(256)
+    # less the null block), 512 per 8,192-token request: 0.9 x 7,514 // 512 = 13 all fit
     p = guide_plan(
         max_model_len=8192,
         worst_case=True,
     )
     assert p.recommended is not None
-    assert (p.recommended.basis, p.recommended.max_num_seqs) == ("worst_case", 11)
-    assert p.recommended.worst_case_running == 11
+    assert guide_pool_blocks(256) - 1 == 7_514
+    assert (p.recommended.basis, p.recommended.max_num_seqs) == ("worst_case", 13)
+    assert p.recommended.worst_case_running == 13
 
 
 def test_prefix_sharing_is_stated_as_requests_running_at_once() -> None:
-    # 800 shared tokens = 50 blocks of 16. Without sharing 6,274 // 512 = 12 requests of
+    # 800 shared tokens = 50 blocks of 16. Without sharing 7,514 // 512 = 14 requests of
     # 8,192 tokens fit; with it the first holds 512 blocks and each other 512 - 50 = 462:
-    # 1 + (6,274 - 512) // 462 = 13.
+    # 1 + (7,514 - 512) // 462 = 16.
     p = guide_plan(
         max_model_len=8192,
         shared_prefix_tokens=800,
@@ -180,7 +181,7 @@ def test_prefix_sharing_is_stated_as_requests_running_at_once() -> None:
     )
     ps = p.prefix_sharing
     assert ps is not None
-    assert (ps.blocks_saved, ps.running_without, ps.running_with) == (99 * 50, 12, 13)
+    assert (ps.blocks_saved, ps.running_without, ps.running_with) == (99 * 50, 14, 16)
     result = runner.invoke(
         app,
         [
@@ -193,7 +194,7 @@ def test_prefix_sharing_is_stated_as_requests_running_at_once() -> None:
         env={"COLUMNS": "80", "NO_COLOR": "1"},
     )
     text = " ".join(result.stdout.split())
-    assert "with it 13 requests of 8,192 tokens run at once instead of 12" in text
+    assert "with it 16 requests of 8,192 tokens run at once instead of 14" in text
 
 
 @pytest.mark.parametrize("engine", ["sglang", "trtllm"])

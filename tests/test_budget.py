@@ -17,6 +17,7 @@ from planner.budget import (
 from planner.deployment import Gpu
 from planner.gpus import get_gpu
 from planner.units import parse_size
+from planner.vllm_rules import rules_for
 from planner.weights import from_config
 from tests.conftest import fixture_config
 from tests.helpers import plan_for
@@ -48,6 +49,8 @@ def llama33_70b_fp8() -> planner.ModelSpec:
 # = 51.38), so the budget is computed with cuda_graph_bytes=0.
 # NOTE: the gpt-oss-120b row only adds up with gpu_memory_utilization 0.95:
 # 75.22 - 64.38 - 7.38 - 0.13 = 3.33.
+# The release is v0.11.0 (CALIBRATION.md): the rows are that release's regression targets.
+V0110 = rules_for("0.11.0")
 CALIBRATION = [
     ("llama-3.1-8b", 1, 0.9, 14.99, 4.76, 0.13, 51.38),
     ("gpt-oss-20b", 1, 0.9, 13.47, 7.38, 0.13, 50.28),
@@ -78,9 +81,10 @@ def capacity_for(
         estimate_at=at,
         gpu_memory_bytes=h100.memory_bytes,
         weights_bytes=weights_bytes,
-        activation_bytes=activation_peak_bytes(spec, 8192),
+        activation_bytes=activation_peak_bytes(spec, 8192, rules=V0110, tp=tp),
         gpu_memory_utilization=gmu,
         cuda_graph_bytes=0,
+        rules=V0110,
     )
 
 
@@ -232,3 +236,169 @@ def test_trtllm_fraction_applies_after_weights_and_activations() -> None:
     assert trt.available_kv_bytes == int(free * 0.9)
     # 131,072 B per token; tokens rounded down to 32-token blocks
     assert trt.max_total_tokens == (trt.available_kv_bytes // 131_072) // 32 * 32
+
+
+# ------------------------------------------------- after the pool is allocated (issue 23)
+
+H100_TOTAL = get_gpu("h100").memory_bytes  # 79.18 GiB, as vLLM logs it
+
+
+def test_gpt_oss_20b_at_gmu_095_on_vllm_019_dies_warming_up_the_sampler() -> None:
+    # issue 23's log: 0.19.0 sized a 58.47 GiB pool at gmu 0.95, captured graphs, then
+    # "CUDA out of memory occurred when warming up sampler with 1024 dummy requests"; 0.9
+    # started. 0.19 does not reuse the activation reservation (vllm_rules), so what runs after
+    # sizing must fit outside the request: total - CUDA context - ceil(total x 0.95).
+    p = plan_for(
+        "gpt-oss-20b",
+        "h100",
+        max_model_len=16_000,
+        vllm_version="0.19.0",
+        gpu_memory_utilization=0.95,
+    )
+    cap = p.vllm
+    assert cap.gpu_memory_bytes == H100_TOTAL
+    free = H100_TOTAL - GIB // 2 - -(-H100_TOTAL * 95 // 100)
+    assert cap.post_allocation_free_bytes == free  # 3.46 GiB
+    # graphs 24 layers x 51 sizes x 0.32 MiB (not subtracted before 0.20), the compile-range
+    # forward over 8,192 tokens, the sampler over 1,024 rows x 201,088 x 4 B x 3.70 + 27 MB
+    graphs = 24 * 51 * 335_544
+    forward = 8192 * 2 * (3 * 4 * 2880 + 4 * 2880)
+    sampler = 1024 * 201_088 * 4 * 3700 // 1000
+    assert cap.graphs_after_sizing_bytes == graphs
+    assert cap.warmup_bytes == sampler + 27_100_000 + forward
+    assert graphs + cap.warmup_bytes > free  # 3.96 > 3.46 GiB
+    assert p.outcome == "wont_start" and cap.wont_start_term == "sampler_warmup"
+    assert (cap.error or "").startswith(
+        "CUDA out of memory occurred when warming up sampler with 1024 dummy requests. "
+        "Please try lowering `max_num_seqs` or `gpu_memory_utilization`"
+    )
+    # the pool was still sized: 58.62 GiB against the logged 58.47
+    assert cap.available_kv_bytes / GIB == pytest.approx(58.47, rel=0.01)
+    # the changes that start: the highest gmu whose leftover holds it, fewer dummy requests
+    top = (H100_TOTAL - GIB // 2 - graphs - cap.warmup_bytes) / H100_TOTAL
+    assert cap.start_changes[0] == {"gpu_memory_utilization": int(top * 100) / 100}  # 0.94
+    assert "max_num_seqs" in cap.start_changes[1]
+    # --enforce-eager alone does not start it: the warm-up by itself (3.57 GiB) is over 3.46
+    assert {"enforce_eager": True} not in cap.start_changes
+    started = plan_for(
+        "gpt-oss-20b",
+        "h100",
+        max_model_len=16_000,
+        vllm_version="0.19.0",
+        gpu_memory_utilization=0.9,
+    )
+    assert started.outcome != "wont_start" and started.vllm.wont_start_term is None
+
+
+def test_v0110_reuses_the_reservation_gpt_oss_120b_at_095_starts() -> None:
+    # CALIBRATION.md (v0.11.0): gpt-oss-120b at 0.95 started with 1.03 GiB of graphs captured
+    # after a 3.33 GiB pool; the 7.38 GiB warm-up fits in the activation's reservation
+    p = plan_for(
+        "gpt-oss-120b",
+        "h100",
+        max_model_len=16_000,
+        vllm_version="0.11.0",
+        gpu_memory_utilization=0.95,
+    )
+    cap = p.vllm
+    free = H100_TOTAL - GIB // 2 - -(-H100_TOTAL * 95 // 100) + cap.activation_peak_bytes
+    assert cap.post_allocation_free_bytes == free
+    assert cap.graphs_after_sizing_bytes + cap.warmup_bytes <= free
+    assert cap.fits and cap.wont_start_term is None
+
+
+def test_from_020_the_graphs_are_in_the_budget_and_nothing_runs_after_it() -> None:
+    p = plan_for(
+        "gpt-oss-20b",
+        "h100",
+        max_model_len=16_000,
+        vllm_version="0.33.0",
+        gpu_memory_utilization=0.95,
+    )
+    assert p.vllm.graphs_after_sizing_bytes == 0 and p.vllm.cuda_graph_bytes > 0
+    assert p.vllm.fits
+    eager = plan_for(
+        "gpt-oss-20b",
+        "h100",
+        max_model_len=16_000,
+        vllm_version="0.19.0",
+        cuda_graph_bytes=0,  # --enforce-eager
+        gpu_memory_utilization=0.95,
+    )
+    assert eager.vllm.graphs_after_sizing_bytes == 0  # --enforce-eager: no graphs at all
+
+
+def test_a_gpu_partly_used_by_another_process_is_refused_in_vllms_words() -> None:
+    # vLLM's request_memory (v1/worker/utils.py 0.33.0:757-765): the snapshot taken after the
+    # CUDA context (60 - 0.5 = 59.50 GiB free) is below 0.92 x 79.18 = 72.85 GiB
+    p = plan_for("llama-3.1-8b", "h100", max_model_len=16_000, gpu_free_memory_bytes=60 * GIB)
+    cap = p.vllm
+    assert p.outcome == "wont_start" and cap.wont_start_term == "gpu_free_memory"
+    assert cap.error == (
+        "Free memory on device (59.50/79.18 GiB) on startup is less than desired GPU memory "
+        "utilization (0.92, 72.85 GiB). Decrease GPU memory utilization or reduce GPU memory "
+        "used by other processes."
+    )
+    assert cap.start_changes == ({"gpu_memory_utilization": 0.75},)  # 59.5 / 79.18 = 0.751
+    assert cap.log_lines == [f"ValueError: {cap.error}"]  # before any KV line
+    # enough free memory: it starts, and the leftover is counted from the free figure
+    ok = plan_for("llama-3.1-8b", "h100", max_model_len=16_000, gpu_free_memory_bytes=78 * GIB)
+    assert ok.vllm.fits
+    assert ok.vllm.post_allocation_free_bytes == (
+        78 * GIB - GIB // 2 - ok.vllm.requested_bytes + ok.vllm.activation_peak_bytes
+    )
+
+
+def test_non_torch_by_release_layout_and_interconnect() -> None:
+    v11, v19 = rules_for("0.11.0"), rules_for("0.19.0")
+    # v0.11.0 (CALIBRATION.md): 0.13 alone, 0.55 at TP 2
+    assert non_torch_bytes(1, rules=v11) == round(0.13 * GIB)
+    assert non_torch_bytes(2, rules=v11) == round(0.13 * GIB) + round(0.42 * GIB)
+    # 0.19: TP 1 0.25 (0.24-0.27 logged); NVLink TP 2/4 2.13 (2.06-2.21); PCIe TP 4 1.70
+    assert non_torch_bytes(1, rules=v19) == round(0.25 * GIB)
+    assert non_torch_bytes(4, rules=v19, interconnect="nvlink") == round(0.25 * GIB) + round(
+        1.88 * GIB
+    )
+    assert non_torch_bytes(4, rules=v19, interconnect="pcie") == round(0.25 * GIB) + round(
+        1.45 * GIB
+    )
+    # an unknown interconnect reads as NVLink (the larger figure)
+    assert non_torch_bytes(2, rules=v19) == non_torch_bytes(2, rules=v19, interconnect="nvlink")
+    # pipeline stages alone talk point-to-point: the single-GPU figure (issue 23: 0.07 logged)
+    assert non_torch_bytes(1, 4, rules=v19) == non_torch_bytes(1, rules=v19)
+    # custom all-reduce off: its three 8 MiB buffers (custom_all_reduce.py 0.19.0:59, :187)
+    on = non_torch_bytes(2, rules=v19)
+    assert on - non_torch_bytes(2, rules=v19, custom_all_reduce=False) == 24 << 20
+    # over PCIe with more than 2 GPUs vLLM turns custom all-reduce off itself
+    assert non_torch_bytes(4, rules=v19, interconnect="pcie", custom_all_reduce=False) == (
+        non_torch_bytes(4, rules=v19, interconnect="pcie")
+    )
+    # ROCm: 1.56 and 2.12 GiB logged on a 48 GB Radeon; the plan takes 1.84
+    assert non_torch_bytes(1, rules=v19, rocm=True) == round(1.84 * GIB)
+
+
+def test_interconnect_setting_and_the_catalog_field() -> None:
+    pcie = plan_for("llama-3.1-8b", "h100", tp=2, max_model_len=16_000, interconnect="pcie")
+    nvl = plan_for("llama-3.1-8b", "h100", tp=2, max_model_len=16_000, interconnect="nvlink")
+    assert nvl.vllm.non_torch_bytes - pcie.vllm.non_torch_bytes == round(1.88 * GIB) - round(
+        1.45 * GIB
+    )
+    # the catalog's field is read where no setting is given
+    from dataclasses import replace
+
+    h100_pcie = replace(get_gpu("h100"), interconnect="pcie")
+    by_catalog = plan_for("llama-3.1-8b", h100_pcie, tp=2, max_model_len=16_000)
+    assert by_catalog.vllm.non_torch_bytes == pcie.vllm.non_torch_bytes
+
+
+def test_rocm_skips_the_graph_estimate_until_027() -> None:
+    # gpu_worker.py 0.19.0:377 "Skip on ROCm/HIP"; included by 0.27.1 (PR #44825)
+    from dataclasses import replace
+
+    # (the catalog's "gfx942" is no CUDA capability; Gpu.has_native_fp8 cannot read it yet)
+    mi300x = replace(get_gpu("mi300x"), compute_capability=None)
+    old = plan_for("llama-3.1-8b", mi300x, max_model_len=16_000, vllm_version="0.24.0")
+    new = plan_for("llama-3.1-8b", mi300x, max_model_len=16_000, vllm_version="0.33.0")
+    assert old.vllm.cuda_graph_bytes == 0 and old.vllm.graphs_after_sizing_bytes > 0
+    assert new.vllm.cuda_graph_bytes > 0 and new.vllm.graphs_after_sizing_bytes == 0
+    assert new.vllm.non_torch_bytes == round(1.84 * GIB)

@@ -42,11 +42,13 @@ PASSING = """\
     min_concurrency: 8
     max_kv_usage: 0.9
 """
-# long-context: Qwen2.5-7B on an RTX 4090 at gmu 0.92 leaves 7.12 GiB of KV: 8,334 blocks of
-# 896 KiB. The activation peak is the sampler warm-up over min(2,048, 32) = 32 rows: 32 x
-# 152,064 x 4 B x 9.515 + 2,048 x 3,584 x 2.553 B + 27.1 MB = 0.22 GiB; CUDA graphs 28 layers
-# x 11 captured sizes (1, 2, 4, 8 ... 64) x 0.32 MiB = 0.10 GiB. 32,768 tokens = 2,048 blocks
-# a request: 8,334 / 2,048 = 4.07x < min_concurrency 5.
+# long-context: Qwen2.5-7B on an RTX 4090 (23.64 GiB) at gmu 0.92, vLLM 0.33 (the newest
+# kvplan knows): requested ceil(25,382,879,232 x 0.92) - weights 15,230,974,976 - activation
+# - non-torch 0.25 GiB - graphs leaves 6.92 GiB, 8,099 blocks of 896 KiB. The activation peak is
+# the forward over the 2,048-token budget, 2,048 x 2 B x (3 x 18,944 + 4 x 3,584) + 27.1 MB = 0.30
+# GiB (over the sampler's 32 x 152,064 x 4 B x 1.5 + 2,048 x 3,584 x 2.553 B); CUDA graphs 28
+# layers x 11 captured sizes (1, 2, 4, 8 ... 64) x 0.32 MiB = 0.10 GiB. 32,768 tokens = 2,048
+# blocks a request: 8,099 / 2,048 = 3.95x < min_concurrency 5.
 FAILING = """\
   - name: long-context
     model: qwen2.5-7b
@@ -86,7 +88,7 @@ def test_exit_1_when_any_deployment_fails(tmp_path: Path) -> None:
         "note: qwen2.5-7b is planned as Qwen/Qwen2.5-7B-Instruct (kvplan's catalog entry "
         "qwen2.5-7b-instruct)"
     ]
-    assert "concurrency 4.07x < 5x required" in result.stdout
+    assert "concurrency 3.95x < 5x required" in result.stdout
 
 
 def test_exit_2_when_the_file_is_invalid(tmp_path: Path) -> None:
@@ -181,7 +183,7 @@ def test_markdown_format(tmp_path: Path) -> None:
     result = runner.invoke(app, ["check", str(two_deployments(tmp_path)), "-f", "markdown"])
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    # both start; long-context's 32 requests of 32,768 tokens do not all fit (4.07x), so it
+    # both start; long-context's 32 requests of 32,768 tokens do not all fit (3.95x), so it
     # queues at worst case, and it fails min_concurrency 5
     assert lines[0].startswith(
         "### kvplan check: 2 of 2 deployments start; 1 queues at worst case; 1 of 2 pass"
@@ -189,9 +191,9 @@ def test_markdown_format(tmp_path: Path) -> None:
     rows = [line for line in lines if line.startswith("| ")]
     assert len(rows) == 3  # header + 2 deployments
     assert rows[1].startswith("| ✅ pass | fits 16/16 | `chat-8b` |")
-    # floor(4.07) = 4 requests of 32,768 tokens at once, of max_num_seqs 32
-    assert rows[2].startswith("| ❌ fail | queues 4/32 | `long-context` |")
-    assert "| min_concurrency | -19% |" in rows[2]  # 4.07 / 5 - 1
+    # floor(3.95) = 3 requests of 32,768 tokens at once, of max_num_seqs 32
+    assert rows[2].startswith("| ❌ fail | queues 3/32 | `long-context` |")
+    assert "| min_concurrency | -21% |" in rows[2]  # 3.95 / 5 - 1
     assert any(line.startswith("- **long-context** — fix: kv_cache_dtype: fp8") for line in lines)
 
 
@@ -211,9 +213,10 @@ def test_junit_format_parses_back(tmp_path: Path) -> None:
     failure = cases[1].find("failure")
     assert failure is not None
     message = failure.get("message", "")
-    assert "concurrency 4.07x < 5x required" in message
-    assert "fix: kv_cache_dtype: fp8 (8.14x" in message
-    assert "7.12 GiB" in (failure.text or "")  # the KV memory behind the verdict
+    assert "concurrency 3.95x < 5x required" in message
+    # fp8 halves the block (458,752 B): the same bytes hold 16,199 blocks, 7.91x
+    assert "fix: kv_cache_dtype: fp8 (7.91x" in message
+    assert "6.92 GiB" in (failure.text or "")  # the KV memory behind the verdict
     assert cases[1].get("line") == "14" and cases[1].get("file") == str(path)
     # nothing half-written is left beside the report
     assert [p.name for p in out.parent.iterdir()] == ["kvplan.xml"]
@@ -662,9 +665,9 @@ def test_examples_plans_file_has_one_pass_and_one_fail() -> None:
     failing = next(line for line in markdown.stdout.splitlines() if "`rag-7b-4090`" in line)
     # both failed checks are in the row, the limiting one first
     assert failing.endswith(
-        # 8 sequences: the sampler warm-up is 8 rows and graphs are captured for 5 sizes, so
-        # the pool is 8,547 blocks, 4.17x; 8 x 2,048 blocks = 16,384 of 8,546 usable = 192 %
-        "| ✗ KV usage at 8 × 32,768 tokens 192% > 90% allowed; ✗ concurrency 4.17x < 5x required |"
+        # 8 sequences: graphs are captured for 5 sizes (the forward stays the activation
+        # peak), so the pool is 8,160 blocks, 3.98x; 8 x 2,048 = 16,384 of 8,159 usable = 201 %
+        "| ✗ KV usage at 8 × 32,768 tokens 201% > 90% allowed; ✗ concurrency 3.98x < 5x required |"
     )
 
 

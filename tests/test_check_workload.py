@@ -23,14 +23,15 @@ GIB = 1 << 30
 BLOCK = 16  # vLLM's default block size, tokens
 MODEL = "qwen3-0.6b"
 OUTPUT = 160  # output tokens per request: 10 blocks
-SMALL = (
-    "gpu: l4, gpu_memory: 4GiB"  # an L4's roofline, a 4 GiB total: a pool of a few hundred blocks
-)
+# an L4's roofline, a 4 GiB total: a pool of a few hundred blocks; gmu 0.8 so that the
+# request leaves vLLM's CUDA context room (at 0.92, 4 GiB less the context is under it)
+SMALL = "gpu: l4, gpu_memory: 4GiB, gpu_memory_utilization: 0.8"
 
 
 def usable_blocks(gpu: str, memory: int | None = None) -> int:
     """The blocks vLLM hands out on that GPU (the pool less its null block), from the planner."""
-    p = plan_for(MODEL, resolve_gpu(gpu, memory), max_model_len=2048)
+    extra = {"gpu_memory_utilization": 0.8} if memory else {}
+    p = plan_for(MODEL, resolve_gpu(gpu, memory), max_model_len=2048, **extra)
     return p.vllm.num_gpu_blocks - 1
 
 

@@ -54,6 +54,7 @@ def v0_plan() -> planner.Plan:
         max_model_len=8192,
         gpu_memory_utilization=0.9,
         cuda_graph_bytes=0,
+        vllm_version="0.6.6",  # the log's release: diagnose plans with its rules
     )
 
 
@@ -561,6 +562,7 @@ def test_a_refusal_in_the_log_is_the_verdict_unless_the_flags_change_the_setting
         gpu("rtx-3090"),
         max_model_len=8192,
         gpu_memory_utilization=0.9,
+        vllm_version="0.11.0",  # the log's release
     )
     running = min(p.vllm.max_num_seqs, (p.vllm.num_gpu_blocks - 1) // 512)
     assert (dg.outcome_source, dg.worst_case_running) == ("plan", running)

@@ -42,6 +42,8 @@ def test_the_logged_kv_memory_is_inside_the_stated_range(rec: dict[str, Any]) ->
     row = BENCH.predict(rec)
     if row["skipped"]:
         pytest.skip(row["skipped"])  # no total, or a quantized checkpoint without its config
+    if not row["release_known"]:
+        pytest.skip("release not in the log: not a regression target (reported only)")
     assert row["in_range"], (
         f"{rec['source']}: logged {row['logged_gib']} GiB outside kvplan's "
         f"{row['low_gib']}-{row['high_gib']} GiB (point {row['predicted_gib']})"

@@ -94,28 +94,79 @@ def test_batch_defaults_follow_the_entrypoint_and_the_release() -> None:
     assert (a100.vllm.max_num_batched_tokens, a100.vllm.max_num_seqs) == (8192, 1024)
 
 
-def test_the_activation_peak_is_the_sampler_warm_up() -> None:
-    spec = load_model_spec("llama-3.1-8b")  # vocab 128,256, hidden 4,096
-    # vllm serve on an H100: 8,192 tokens, 1,024 rows -> CALIBRATION.md's measured 4.76 GiB
-    serve = activation_peak_bytes(spec, 8192, 1024)
-    assert serve == 1024 * 128_256 * 4 * 9515 // 1000 + 8192 * 4096 * 2553 // 1000 + 27_100_000
+V0110, V0190, V0330 = rules_for("0.11.0"), rules_for("0.19.0"), rules_for("0.33.0")
+
+
+def test_the_sampler_per_release() -> None:
+    # topk_topp_sampler.py: the sort of 0.11.0 (:183-204), the Triton masking from 0.18.0
+    # (:251 "if HAS_TRITON and logits.shape[0] >= 8"), FlashInfer by default from 0.24.0
+    # (envs.py 0.24.0:796-800 VLLM_USE_FLASHINFER_SAMPLER ... else True)
+    assert [rules_for(v).sampler for v in ("0.10.1.1", "0.17.1", "0.18.0", "0.23.0", "0.24.0")] == [
+        "sort",
+        "sort",
+        "triton",
+        "triton",
+        "flashinfer",
+    ]
+    assert (V0110.sampler_copies_milli, V0190.sampler_copies_milli) == (9515, 3700)
+    assert V0330.sampler_copies_milli == 1500
+
+
+def test_the_activation_peak_per_release() -> None:
+    spec = load_model_spec("llama-3.1-8b")  # vocab 128,256, hidden 4,096, intermediate 14,336
+    held = 8192 * 4096 * 2553 // 1000
+    forward = 8192 * 2 * (3 * 14_336 + 4 * 4096)  # 0.91 GiB
+    # v0.11.0, vllm serve on an H100 (8,192 / 1,024): CALIBRATION.md's measured 4.76 GiB
+    serve = activation_peak_bytes(spec, 8192, 1024, rules=V0110)
+    assert serve == 1024 * 128_256 * 4 * 9515 // 1000 + held + 27_100_000
     assert round(serve / GIB, 2) == 4.76
+    # 0.19.0: the Triton top-k/top-p keeps 3.70 copies; issue 23 quotes 1.89 GiB logged
+    v19 = activation_peak_bytes(spec, 8192, 1024, rules=V0190)
+    assert v19 == 1024 * 128_256 * 4 * 3700 // 1000 + held + 27_100_000
+    assert round(v19 / GIB, 2) == 1.92
+    # 0.33 (FlashInfer, 1.5 copies: 0.73 GiB + 0.08): the forward over 8,192 tokens is larger
+    v33 = activation_peak_bytes(spec, 8192, 1024, rules=V0330)
+    assert v33 == forward + 27_100_000
+    assert activation_peak_bytes(spec, 8192, 1024) == v33  # the newest by default
     # the rows are min(tokens, max_num_seqs): the LLM class on a small GPU (8,192 / 256) costs
     # a quarter of the sampler term, not four times vllm serve's
-    llm = activation_peak_bytes(spec, 8192, 256)
-    assert llm == 256 * 128_256 * 4 * 9515 // 1000 + 8192 * 4096 * 2553 // 1000 + 27_100_000
-    assert llm < serve / 3
-    # a small max_num_seqs shrinks it again; a pooling runner has no sampler at all
-    assert activation_peak_bytes(spec, 2048, 8) < GIB // 10
-    pooling = activation_peak_bytes(spec, 8192, 1024, runner="pooling")
-    assert pooling == 8192 * 4096 * 2553 // 1000 + 27_100_000
+    llm = activation_peak_bytes(spec, 8192, 256, rules=V0110)
+    assert llm == 256 * 128_256 * 4 * 9515 // 1000 + held + 27_100_000
+    # a pooling runner has no sampler at all: the forward is its peak in every release
+    for rules in (V0110, V0190, V0330):
+        pooling = activation_peak_bytes(spec, 8192, 1024, runner="pooling", rules=rules)
+        assert pooling == forward + 27_100_000
+    # the forward's MLP is sharded: at TP 2 it is 0.58 GiB, under the sampler's 0.73 + 0.08
+    # (the logits are gathered whole on every rank), which is then the peak
+    tp2_forward = 8192 * 2 * (3 * 7168 + 4 * 4096)
+    sampler33 = 1024 * 128_256 * 4 * 1500 // 1000
+    assert tp2_forward < sampler33 + held
+    tp2 = activation_peak_bytes(spec, 8192, 1024, rules=V0330, tp=2)
+    assert tp2 == sampler33 + held + 27_100_000
+
+
+def test_vllm_version_changes_the_activation_and_the_kv() -> None:
+    # gpt-oss-20b (vocab 201,088) on an H100, vllm serve defaults: 1,024 x 201,088 x 4 B =
+    # 0.77 GiB per copy; 9.515 copies in 0.11, 3.70 in 0.19, 1.5 in 0.33
+    plans = {
+        v: plan_for("gpt-oss-20b", "h100", max_model_len=16_000, vllm_version=v)
+        for v in ("0.11.0", "0.19.0", "0.33.0")
+    }
+    acts = {v: p.vllm.activation_peak_bytes for v, p in plans.items()}
+    assert acts["0.11.0"] > acts["0.19.0"] > acts["0.33.0"]
+    one = 1024 * 201_088 * 4
+    assert acts["0.11.0"] - acts["0.19.0"] == one * 9515 // 1000 - one * 3700 // 1000
 
 
 def test_pooling_runner_leaves_more_kv() -> None:
-    gen = plan_for("llama-3.1-8b", "h100", max_model_len=16_000)
-    pool = plan_for("llama-3.1-8b", "h100", max_model_len=16_000, runner="pooling")
+    gen = plan_for("llama-3.1-8b", "h100", max_model_len=16_000, vllm_version="0.11.0")
+    pool = plan_for(
+        "llama-3.1-8b", "h100", max_model_len=16_000, runner="pooling", vllm_version="0.11.0"
+    )
     sampler = 1024 * 128_256 * 4 * 9515 // 1000
-    assert pool.vllm.available_kv_bytes - gen.vllm.available_kv_bytes == sampler
+    held = 8192 * 4096 * 2553 // 1000
+    forward = 8192 * 2 * (3 * 14_336 + 4 * 4096)
+    assert pool.vllm.available_kv_bytes - gen.vllm.available_kv_bytes == sampler + held - forward
 
 
 def test_cuda_graph_sizes_follow_vllms_default_capture_list() -> None:
@@ -133,9 +184,10 @@ def test_cuda_graph_sizes_follow_vllms_default_capture_list() -> None:
 
 
 def test_every_estimated_term_has_its_measured_spread() -> None:
-    p = plan_for("llama-3.1-8b", "h100", max_model_len=16_000)
+    p = plan_for("llama-3.1-8b", "h100", max_model_len=16_000, vllm_version="0.11.0")
     ranges = estimate_ranges(p.vllm, 1)
     act = p.vllm.activation_peak_bytes
+    # the sort sampler: up to 1.1 GiB lower (FlashInfer where installed), 0.1 GiB higher
     assert ranges["activation_peak_bytes"] == (act - round(1.1 * GIB), act + GIB // 10)
     low, high = ranges["available_kv_bytes"]
     assert low < p.vllm.available_kv_bytes < high
@@ -145,6 +197,20 @@ def test_every_estimated_term_has_its_measured_spread() -> None:
     # a fixed pool is exact
     fixed = plan_for("llama-3.1-8b", None, kv_cache_memory_bytes=20 * GIB, max_model_len=16_000)
     assert estimate_ranges(fixed.vllm, 1)["available_kv_bytes"] == (20 * GIB, 20 * GIB)
+
+
+def test_the_activation_range_covers_the_other_sampler() -> None:
+    # 0.33 defaults to FlashInfer's sampler (1.5 copies); without FlashInfer vLLM takes the
+    # Triton path (3.70): the range's top is that peak, 1,024 x 128,256 x 4 x 3.70 + the held
+    # hidden states + 27 MB, plus 8 % of the sampler and 0.1 GiB
+    p = plan_for("llama-3.1-8b", "h100", max_model_len=16_000)
+    low, high = estimate_ranges(p.vllm, 1)["activation_peak_bytes"]
+    sampler = 1024 * 128_256 * 4 * 1500 // 1000
+    triton = 1024 * 128_256 * 4 * 3700 // 1000 + 8192 * 4096 * 2553 // 1000 + 27_100_000
+    forward = 8192 * 2 * (3 * 14_336 + 4 * 4096)
+    # the forward is the plan's peak here, good to 20 % either way
+    assert high == triton + sampler * 8 // 100 + GIB // 10 + forward // 5
+    assert low == forward + 27_100_000 - GIB // 10 - forward // 5
 
 
 def _terms(p):  # type: ignore[no-untyped-def]
@@ -179,3 +245,25 @@ def test_diagnose_takes_the_logs_release() -> None:
     terms = {t.name: t for t in dg.terms}
     # 0.11.0 sized the KV cache before capturing graphs: the plan subtracts none
     assert terms["CUDA graphs"].plan == 0
+
+
+def test_cli_post_allocation_outcome_and_flags() -> None:
+    base = ["estimate", "gpt-oss-20b", "--gpu", "h100", "--vllm-version", "0.19.0"]
+    base += ["--max-model-len", "16000", "--json"]
+    died = runner.invoke(app, [*base, "--gpu-memory-utilization", "0.95"])
+    assert died.exit_code == 1
+    data = json.loads(died.stdout)
+    assert data["outcome"] == "wont_start" and data["wont_start_term"] == "sampler_warmup"
+    assert data["start_changes"][0] == {"gpu_memory_utilization": 0.94}
+    after = data["after_sizing"]
+    assert after["cuda_graph_bytes"] + after["warmup_bytes"] > after["free_bytes"]
+    assert "warming up sampler with 1024 dummy requests" in died.stderr
+    assert "try --gpu-memory-utilization 0.94" in died.stderr
+    started = runner.invoke(app, [*base, "--gpu-memory-utilization", "0.9"])
+    assert started.exit_code == 0, started.stderr
+    busy = runner.invoke(
+        app, ["estimate", "llama-3.1-8b", "--gpu", "h100", "--gpu-free-memory", "40GiB"]
+    )
+    assert busy.exit_code == 1 and "Free memory on device (39.50/79.18 GiB)" in busy.stderr
+    bad = runner.invoke(app, ["estimate", "llama-3.1-8b", "--gpu", "h100", "--interconnect", "x"])
+    assert bad.exit_code == 2 and "--interconnect must be one of nvlink, xgmi, pcie" in bad.stderr

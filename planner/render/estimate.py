@@ -202,6 +202,18 @@ def report_dict(rep: Report) -> dict[str, Any]:
         non_torch_bytes=cap.non_torch_bytes,
         cuda_graph_bytes=cap.cuda_graph_bytes,
         headroom_bytes=cap.headroom_bytes,
+        activation_parts={
+            "forward_bytes": cap.activation_forward_bytes,
+            "sampler_bytes": cap.activation_sampler_bytes,
+        },
+        after_sizing={
+            "cuda_graph_bytes": cap.graphs_after_sizing_bytes,
+            "warmup_bytes": cap.warmup_bytes,
+            "free_bytes": cap.post_allocation_free_bytes,
+            "free_at_start_bytes": cap.free_at_start_bytes,
+        },
+        wont_start_term=cap.wont_start_term,
+        start_changes=[dict(c) for c in cap.start_changes],
         available_kv_bytes=cap.available_kv_bytes,
         num_gpu_blocks=cap.num_gpu_blocks,
         kv_cache_size_tokens=cap.kv_cache_size_tokens,
@@ -482,7 +494,7 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
                 markup=False,
             )
     elif p.outcome == "wont_start":
-        out.print("[bold]Recommended:[/] none on this GPU; see the error below", markup=False)
+        out.print("[bold]Recommended:[/] none on this GPU; see the error below")
     if p.node_commands:
         for node, command in enumerate(p.node_commands):
             out.print(f"  node {node}{' (head)' if node == 0 else ''}:", markup=False)
@@ -751,8 +763,7 @@ def _budget(p: Plan) -> None:
         (
             "activation peak",
             cap.activation_peak_bytes,
-            f"est. {span('activation_peak_bytes')}: sampler over "
-            f"{min(cap.max_num_seqs, cap.max_num_batched_tokens):,} rows",
+            f"est. {span('activation_peak_bytes')}: " + _activation_why(cap, p.vllm_version),
         ),
         ("non-torch", cap.non_torch_bytes, f"est. {span('non_torch_bytes')}: cuBLAS, NCCL"),
         (
@@ -783,9 +794,40 @@ def _budget(p: Plan) -> None:
     if cap.headroom_bytes:
         rows.append(("headroom", cap.headroom_bytes, "--headroom"))
     rows.append(("KV cache", cap.available_kv_bytes, f"what is left: {span('available_kv_bytes')}"))
+    if cap.post_allocation_free_bytes is not None and (
+        cap.graphs_after_sizing_bytes or cap.wont_start_term in ("cuda_graphs", "sampler_warmup")
+    ):
+        need = cap.graphs_after_sizing_bytes + cap.warmup_bytes
+        rows.append(
+            (
+                "after sizing",
+                need,
+                f"graphs {format_gib(cap.graphs_after_sizing_bytes)} + sampler warm-up "
+                f"{format_gib(cap.warmup_bytes)} GiB; {format_gib(cap.post_allocation_free_bytes)}"
+                " GiB free then"
+                + (
+                    " (won't start)"
+                    if cap.wont_start_term in ("cuda_graphs", "sampler_warmup")
+                    else ""
+                ),
+            )
+        )
     for label, size, why in rows:
         legend.add_row(f"  {label}", fmt_bytes(size), f"[dim]{_user(why)}[/]")
     out.print(legend)
+
+
+def _activation_why(cap: Any, version: str) -> str:
+    """Which phase of the profile run the activation peak is: the forward over the token
+    budget or the sampler warm-up over its rows (``version``'s sampler: see --json)."""
+    del version
+    rows = min(cap.max_num_seqs, cap.max_num_batched_tokens)
+    if (
+        cap.activation_sampler_bytes
+        and cap.activation_sampler_bytes >= cap.activation_forward_bytes
+    ):
+        return f"sampler over {rows:,} rows"
+    return f"forward over {cap.max_num_batched_tokens:,} tokens"
 
 
 def _prefix_sharing(p: Plan) -> None:

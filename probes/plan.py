@@ -172,17 +172,17 @@ def read_plan(path: str | Path) -> PlanFile:
     Returns:
         The :class:`PlanFile`.
     """
-    from planner.files import read_text_file
+    from planner import files
 
     label = str(path)
-    text = read_text_file(
+    text = files.read_text_file(
         Path(path),
         limit=MAX_PLAN_BYTES,
         what="kvplan estimate --json plan",
         error=lambda message: UsageError(f"--plan {message}"),
     )
     try:
-        data = json.loads(text)
+        data = files.loads_json(text, where=f"--plan {label}", error=ConfigError)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"--plan {label} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "

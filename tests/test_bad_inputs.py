@@ -116,7 +116,7 @@ CATALOGUE = [
     row(
         "estimate-config-hidden-size-401-digits",  # was: OverflowError int too large to convert to float
         1,
-        "hidden_size of 401 digits is beyond any real model (at most 1,099,511,627,776)",
+        "config.json:1: hidden_size: an integer of 401 digits is out of range; kvplan reads numbers below 2^63",  # the reader refuses it (issue 26)
         lambda t: ["estimate", model_dir(t, {**LLAMA, "hidden_size": 10**400}), "--gpu", "h100"],
     ),
     row(
@@ -144,7 +144,7 @@ CATALOGUE = [
     row(
         "estimate-safetensors-header-nested-deep",  # was: RecursionError
         1,
-        "safetensors header is nested too deeply",
+        "model.safetensors (header):1: nested more than 100 levels deep",
         lambda t: ["estimate", model_dir(t, LLAMA, b"[" * 100_000), "--gpu", "h100"],
     ),
     row(
@@ -248,7 +248,7 @@ CATALOGUE = [
     row(
         "check-size-beyond-1-EiB",
         2,
-        "gpu_memory: is too large (at most 1 EiB)",
+        "plans.yaml:2: deployments[0].gpu_memory: 1000000000000000000000000000000 is out of range; kvplan reads numbers below 2^63",  # the reader refuses 2^63 and more (issue 26)
         lambda t: [
             "check",
             file(
@@ -335,7 +335,7 @@ CATALOGUE = [
     row(
         "simulate-trace-line-nested-deep",  # was: RecursionError
         1,
-        "line 1: JSON nested too deeply",
+        "line 1: nested more than 100 levels deep",
         lambda t: simulate(t, "w.jsonl", "[" * 50_000),
     ),
     row(
@@ -420,7 +420,7 @@ CATALOGUE = [
     row(
         "verify-plan-nested-deep",  # was: RecursionError
         1,
-        "JSON nested too deeply for a plan",
+        "plan.json:1: nested more than 100 levels deep",
         lambda t: ["verify", "--plan", file(t, "plan.json", "[" * 100_000)],
     ),
     row(

@@ -86,7 +86,14 @@ def test_readers_name_what_is_wrong(tmp_path: Path, name: str, message: str) -> 
         list(files.iter_lines(path, max_line_bytes=10, what="log"))
 
 
-def test_read_text_file_reads_at_most_the_limit_of_an_endless_file() -> None:
+def test_read_text_file_reads_at_most_the_limit_of_an_endless_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a device kvplan finds by itself is refused; one the user named is read up to the limit
+    monkeypatch.setattr(files, "_NAMED", set())
+    with pytest.raises(InputFileError, match="a character device, not a regular file"):
+        files.read_text_file(Path("/dev/zero"), limit=1000, what="log")
+    files.name_on_command_line(["/dev/zero"])
     with pytest.raises(InputFileError, match="larger than the 1,000-byte limit for a log"):
         files.read_text_file(Path("/dev/zero"), limit=1000, what="log")
 

@@ -6,6 +6,8 @@ render); this module registers them, so no command module imports the app.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import sys
 from types import TracebackType
@@ -21,7 +23,7 @@ from planner.cli.diagnose import diagnose
 from planner.cli.estimate import estimate
 from planner.cli.simulate import simulate
 from planner.cli.verify import verify
-from planner.errors import KvplanError, one_line
+from planner.errors import KvplanError
 
 app = typer.Typer(
     name="kvplan",
@@ -35,11 +37,22 @@ app = typer.Typer(
 )
 
 
-class ServeCommand(TyperCommand):
+class Command(TyperCommand):
+    """A kvplan command: the words of its command line are the files the user named, which
+    kvplan may read even when they are a pipe or a device (:func:`planner.files.open_input`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer's own click Context
+        from planner.files import name_on_command_line
+
+        name_on_command_line(args)
+        return super().parse_args(ctx, args)
+
+
+class ServeCommand(Command):
     """A command taking vLLM's serve flags, which reads the multi-word ones as vLLM does
     (``--lora-target-modules qkv_proj o_proj``: :func:`join_nargs`)."""
 
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer's own click Context
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         return super().parse_args(ctx, join_nargs(args))
 
 
@@ -74,12 +87,12 @@ def _root(
 
 # `kvplan --help` lists the commands in this order
 app.command(cls=ServeCommand)(estimate)
-app.command()(gpus)
-app.command()(models)
-app.command()(check)
-app.command()(diagnose)
-app.command()(simulate)
-app.command()(verify)
+app.command(cls=Command)(gpus)
+app.command(cls=Command)(models)
+app.command(cls=Command)(check)
+app.command(cls=Command)(diagnose)
+app.command(cls=Command)(simulate)
+app.command(cls=Command)(verify)
 
 
 def _redacted_excepthook(
@@ -93,18 +106,50 @@ def _redacted_excepthook(
     sys.stderr.write(redact("".join(traceback.format_exception(kind, exc, tb))))
 
 
+# errno values that mean the output could not be written (full disk, quota, a file too big,
+# an I/O error, a closed stdout); EPIPE (the reader went away) ends the run quietly
+OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF}
+
+
 def main() -> None:
     """Console entry point: KvplanError -> one line and exit 1; bugs keep their traceback
-    (``KVPLAN_DEBUG=1``: every error does), printed without secrets."""
+    (``KVPLAN_DEBUG=1``: every error does), printed without secrets. Any terminal: a stdout
+    that is not UTF-8 gets ASCII, a closed pipe ends the run quietly (exit 1), and a full disk
+    or closed stdout is one `Error:` line (exit 1), never a traceback."""
+    from planner.render._output import setup_streams
+
+    setup_streams()
     try:
         try:
-            app()
-        finally:  # typer installs its own hook when called; ours prints what escapes
-            sys.excepthook = _redacted_excepthook
+            try:
+                app()
+            finally:  # typer installs its own hook when called; ours prints what escapes
+                sys.excepthook = _redacted_excepthook
+        finally:
+            if sys.stdout is not None:
+                sys.stdout.flush()  # buffered output fails here, not at exit, unhandled
     except KvplanError as exc:  # raised outside a command body (should not happen)
         if os.environ.get("KVPLAN_DEBUG"):
             raise
-        from planner.secrets import redact
+        from planner.secrets import error_line
 
-        print(f"Error: {one_line(redact(str(exc)))}", file=sys.stderr)
+        print(f"Error: {error_line(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        if exc.errno != errno.EPIPE and exc.errno not in OUTPUT_ERRNOS:
+            raise
+        _stdout_failed(exc)
+
+
+def _stdout_failed(exc: OSError) -> None:
+    """End a run whose stdout cannot be written: quietly for a closed pipe (``| head``),
+    else with one `Error:` line; stdout is pointed at /dev/null first, so the exit's own
+    flush cannot fail again with a traceback."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    if exc.errno != errno.EPIPE:
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"Error: cannot write the output: {exc.strerror or exc}\n")
+            sys.stderr.flush()
+    os._exit(1)

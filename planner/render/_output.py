@@ -6,14 +6,15 @@ rich is imported where a console is made, not at the top: ``--json`` prints with
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from planner.errors import one_line
-from planner.secrets import RedactingStream
+from planner.secrets import RedactingStream, redact
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -27,18 +28,118 @@ def _user(text: object) -> str:
     return escape(one_line(str(text)))
 
 
-def console() -> Console:
-    """stdout, with any Hugging Face token redacted (:mod:`planner.secrets`)."""
+MIN_WIDTH, MAX_WIDTH = 20, 1000  # COLUMNS outside these is a mistake, not a terminal
+
+
+def _width() -> int | None:
+    """The console width from ``COLUMNS`` (None: rich asks the terminal): 0, negative or
+    absurd values are clamped, where rich would print nothing at width 0 or pad every line
+    to a million spaces."""
+    import os
+
+    raw = os.environ.get("COLUMNS", "").strip()
+    try:
+        columns = int(raw)
+    except ValueError:
+        return None
+    return 80 if columns < 1 else max(MIN_WIDTH, min(columns, MAX_WIDTH))
+
+
+def _console(stream: IO[str]) -> Console:
+    """A rich console on ``stream`` that redacts every string before rendering it: rich
+    folds a long word across lines and shortens cells, and a token in pieces would slip past
+    the stream's own redaction (which stays, for whatever else is written)."""
     from rich.console import Console
 
-    return Console(file=RedactingStream(sys.stdout), highlight=False)  # type: ignore[arg-type]
+    class RedactingConsole(Console):
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            return super().render_str(redact(text), **kwargs)
+
+    return RedactingConsole(file=RedactingStream(stream), highlight=False, width=_width())  # type: ignore[arg-type]
+
+
+def console() -> Console:
+    """stdout, with any Hugging Face token redacted (:mod:`planner.secrets`)."""
+    return _console(sys.stdout)
 
 
 def err_console() -> Console:
     """stderr for warnings and `Error:` lines, redacted like :func:`console`."""
-    from rich.console import Console
+    return _console(sys.stderr)
 
-    return Console(file=RedactingStream(sys.stderr), highlight=False)  # type: ignore[arg-type]
+
+# What a non-UTF-8 terminal gets instead of the characters kvplan prints (anything else is
+# written as a \u escape): `PYTHONIOENCODING=ascii`, or `LC_ALL=C` where Python does not
+# coerce the locale to UTF-8.
+ASCII = {
+    "\u2713": "ok",  # check mark
+    "\u2717": "x",
+    "\u2588": "#",  # the memory bar's segments, still one character each
+    "\u2593": "=",
+    "\u2592": "+",
+    "\u2591": "-",
+    "\u00b7": ".",
+    "\u2014": "-",
+    "\u2013": "-",
+    "\u2026": "...",
+    "\u2192": "->",
+    "\u2190": "<-",
+    "\u2264": "<=",
+    "\u2265": ">=",
+    "\u00d7": "x",
+    "\u2248": "~",
+    "\u00b1": "+/-",
+    "\u00b5": "u",
+    "\u2018": "'",
+    "\u2019": "'",
+    "\u201c": '"',
+    "\u201d": '"',
+    "\u2502": "|",
+    "\u2500": "-",
+}
+
+
+def _ascii_fallback(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    text = exc.object[exc.start : exc.end]
+    return "".join(
+        ASCII.get(c) or c.encode("ascii", "backslashreplace").decode() for c in text
+    ), exc.end
+
+
+def setup_streams() -> None:
+    """Make stdout and stderr safe for any terminal: on one that is not UTF-8, characters it
+    cannot show become ASCII (:data:`ASCII`) instead of a ``UnicodeEncodeError`` half-way
+    through a table. A closed stdout (``kvplan gpus >&-``) fails its first write with one
+    ``Error:`` line (:func:`planner.cli.app.main`), not an ``AttributeError``."""
+    import codecs
+
+    codecs.register_error("kvplan-ascii", _ascii_fallback)
+    if sys.stdout is None:
+        sys.stdout = _ClosedStream()
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        try:
+            utf8 = codecs.lookup(encoding).name.startswith("utf")
+        except LookupError:
+            utf8 = False
+        if not utf8 and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="kvplan-ascii")
+
+
+class _ClosedStream(io.TextIOBase):
+    """What stdout is when the shell closed it: every write fails as a closed file would."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        import errno
+
+        raise OSError(errno.EBADF, "stdout is closed")
+
+    def isatty(self) -> bool:
+        return False
 
 
 def write_out(text: str) -> None:

@@ -114,10 +114,11 @@ def error_line(message: str) -> str:
     )
 
 
-def redact(text: str) -> str:
-    """``text`` with every token replaced by ``[redacted token]``."""
+def redact(text: str, replacement: str = REDACTED) -> str:
+    """``text`` with every token replaced by ``[redacted token]`` (or ``replacement``: rich
+    markup needs the bracket escaped)."""
     for secret in secrets():
-        text = text.replace(secret, REDACTED)
+        text = text.replace(secret, replacement)
     return text
 
 

@@ -248,7 +248,7 @@ CATALOGUE = [
     row(
         "check-size-beyond-1-EiB",
         2,
-        "plans.yaml:2: deployments[0].gpu_memory: 1000000000000000000000000000000 is out of range; kvplan reads numbers below 2^63",  # the reader refuses 2^63 and more (issue 26)
+        "gpu_memory: is too large (at most 1 EiB)",
         lambda t: [
             "check",
             file(
@@ -450,6 +450,320 @@ CATALOGUE = [
         ["verify", "qwen3-0.6b", "--memory-budget", "6G"],
     ),
 ]
+
+
+# ---------------------------------------------------------------------- round two (issue 26)
+# Rows marked `# was:` crashed or hung before issue 26. Hostile files are made here, in the
+# test's folder (FIFOs with os.mkfifo, links to /dev/zero), never committed.
+DIGITS = "9" * 5000  # past Python's 4,300-digit limit for int("...")
+DEEP = "[" * 50_000 + "]" * 50_000  # JSON nested 50,000 deep
+LIMIT = "kvplan reads numbers below 2^63"
+
+
+def with_literal(obj: dict[str, Any], key: str, literal: str) -> str:
+    """``obj`` as JSON with ``key`` set to the raw ``literal`` (json.dumps cannot write a
+    5,000-digit integer: Python refuses to convert it to text)."""
+    return json.dumps({**obj, key: "@LITERAL@"}).replace('"@LITERAL@"', literal)
+
+
+def raw_model_dir(tmp: Path, config_text: str, header: bytes | None = None) -> str:
+    folder = tmp / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(config_text)
+    if header is not None:
+        (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    return str(folder)
+
+
+def fifo(tmp: Path, name: str) -> str:
+    path = tmp / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    return str(path)
+
+
+def model_with_fifo_weights(tmp: Path) -> str:
+    folder = model_dir(tmp, LLAMA)
+    fifo(tmp, "m/model.safetensors")
+    return folder
+
+
+def hub_snapshot(tmp: Path, repo: str, make: Callable[[Path], None]) -> None:
+    """An HF-cache snapshot of ``repo`` (refs/main -> snapshots/<sha>) whose config.json is
+    made by ``make`` (a FIFO, a link to /dev/zero)."""
+    root = tmp / "hf_home" / "hub" / f"models--{repo.replace('/', '--')}"
+    sha = "0" * 40
+    (root / "snapshots" / sha).mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(sha)
+    make(root / "snapshots" / sha / "config.json")
+
+
+def adapter_to_zero(tmp: Path) -> str:
+    folder = tmp / "adapter"
+    folder.mkdir()
+    os.symlink("/dev/zero", folder / "adapter_config.json")
+    return str(folder)
+
+
+def header_with(literal: str) -> bytes:
+    tensor = '{"dtype": "BF16", "shape": [4096, 4096], "data_offsets": [0, ' + literal + "]}"
+    return ('{"model.embed_tokens.weight": ' + tensor + "}").encode()
+
+
+def plans_with(text: str) -> Callable[[Path], list[str]]:
+    return lambda t: ["check", file(t, "plans.yaml", "deployments:\n" + text)]
+
+
+ROUND_TWO = [
+    # reads that never end: a FIFO or a device kvplan finds by itself is refused at once
+    row(
+        "estimate-fifo-model-safetensors",  # was: hung reading the FIFO
+        1,
+        "model.safetensors: a FIFO (named pipe), not a regular file",
+        lambda t: ["estimate", model_with_fifo_weights(t), "--gpu", "h100"],
+    ),
+    row(
+        "estimate-hf-cache-config-fifo",  # was: hung reading the FIFO
+        1,
+        "config.json: a FIFO (named pipe), not a regular file",
+        lambda t: (
+            hub_snapshot(t, "acme/fifo", os.mkfifo)  # type: ignore[func-returns-value]
+            or ["estimate", "acme/fifo", "--offline"]
+        ),
+    ),
+    row(
+        "estimate-hf-cache-config-dev-zero",  # was: read /dev/zero without limit
+        1,
+        "config.json: a character device, not a regular file",
+        lambda t: (
+            hub_snapshot(t, "acme/zero", lambda p: os.symlink("/dev/zero", p))  # type: ignore[func-returns-value]
+            or ["estimate", "acme/zero", "--offline"]
+        ),
+    ),
+    row(
+        "estimate-lora-adapter-dev-zero",  # was: read /dev/zero without limit
+        2,
+        "adapter_config.json: a character device, not a regular file",
+        lambda t: (
+            ["estimate", "llama-3.1-8b", "--gpu", "h100", "--enable-lora"]
+            + ["--lora-adapter", adapter_to_zero(t)]
+        ),
+    ),
+    row(
+        "estimate-lora-adapter-named-dev-zero",  # named on the command line: read, but bounded
+        2,
+        "--lora-adapter /dev/zero: larger than the 1,048,576-byte limit for a adapter_config.json",
+        [
+            "estimate",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100",
+            "--enable-lora",
+            "--lora-adapter",
+            "/dev/zero",
+        ],
+    ),
+    row(
+        "check-lora-adapter-dev-zero",  # was: read /dev/zero without limit
+        2,
+        "adapter_config.json: a character device, not a regular file",
+        lambda t: (
+            adapter_to_zero(t)
+            and plans_with(  # type: ignore[operator]
+                "  - {name: a, model: llama-3.1-8b, gpu: h100, enable_lora: true, lora_adapter: adapter}\n"
+            )(t)
+        ),
+    ),
+    # numbers that crash: one Error line naming the file, the line and the key
+    row(
+        "estimate-config-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        1,
+        f"config.json:1: num_hidden_layers: an integer of 5,000 digits is out of range; {LIMIT}",
+        lambda t: ["estimate", raw_model_dir(t, with_literal(LLAMA, "num_hidden_layers", DIGITS))],
+    ),
+    row(
+        "estimate-config-2-pow-63",
+        1,
+        f"config.json:1: vocab_size: 9223372036854775808 is out of range; {LIMIT}",
+        lambda t: ["estimate", raw_model_dir(t, with_literal(LLAMA, "vocab_size", str(2**63)))],
+    ),
+    row(
+        "estimate-config-nested-50000-deep",
+        1,
+        "config.json:1: nested more than 100 levels deep",
+        lambda t: ["estimate", raw_model_dir(t, with_literal(LLAMA, "extra", DEEP))],
+    ),
+    row(
+        "estimate-safetensors-header-5000-digits",  # was: ValueError Exceeds the limit
+        1,
+        f"model.safetensors (header):1: model.embed_tokens.weight.data_offsets[1]: an integer of 5,000 digits is out of range; {LIMIT}",
+        lambda t: [
+            "estimate",
+            raw_model_dir(t, json.dumps(LLAMA), header_with(DIGITS)),
+            "--gpu",
+            "h100",
+        ],
+    ),
+    row(
+        "estimate-speculative-config-5000-digits",  # was: ValueError Exceeds the limit
+        2,
+        f"--speculative-config: num_speculative_tokens: an integer of 5,000 digits is out of range; {LIMIT}",
+        [
+            "estimate",
+            "llama-3.1-8b",
+            "--speculative-config",
+            '{"method": "ngram", "num_speculative_tokens": ' + DIGITS + "}",
+        ],
+    ),
+    row(
+        "estimate-speculative-config-nested-deep",  # was: RecursionError
+        2,
+        "--speculative-config: nested more than 100 levels deep",
+        ["estimate", "llama-3.1-8b", "--speculative-config", '{"method": ' + DEEP + "}"],
+    ),
+    row(
+        "check-plans-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        2,
+        f"plans.yaml:2: deployments[0].max_model_len: an integer of 5,000 characters is out of range; {LIMIT}",
+        plans_with(f"  - {{name: a, model: qwen3-0.6b, gpu: h100, max_model_len: {DIGITS}}}\n"),
+    ),
+    row(
+        "check-plans-2-pow-63",
+        2,
+        "plans.yaml:3: deployments[0] (a).max_num_seqs: must be at most",  # range-checked by key
+        plans_with(f"  - name: a\n    max_num_seqs: {2**63}\n    model: qwen3-0.6b\n    gpu: h100\n"),
+    ),
+    row(
+        "simulate-spec-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        1,
+        f"w.yaml:1: prompt_tokens: an integer of 5,000 characters is out of range; {LIMIT}",
+        lambda t: simulate(t, "w.yaml", f"prompt_tokens: {DIGITS}\noutput_tokens: 5\n"),
+    ),
+    row(
+        "simulate-trace-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        1,
+        f"line 1: prompt_tokens: an integer of 5,000 digits is out of range; {LIMIT}",
+        lambda t: simulate(t, "w.jsonl", '{"prompt_tokens": ' + DIGITS + ', "output_tokens": 5}\n'),
+    ),
+    row(
+        "simulate-trace-5000-digits-skip-bad-lines",  # was: ValueError even with --skip-bad-lines
+        1,
+        "w.jsonl: the workload has no requests",
+        lambda t: (
+            simulate(t, "w.jsonl", '{"prompt_tokens": ' + DIGITS + ', "output_tokens": 5}\n')
+            + ["--skip-bad-lines"]
+        ),
+    ),
+    row(
+        "simulate-trace-2-pow-63",  # was: OverflowError int too big to convert
+        1,
+        f"line 1: prompt_tokens: 9223372036854775808 is out of range; {LIMIT}",
+        lambda t: simulate(t, "w.jsonl", f'{{"prompt_tokens": {2**63}, "output_tokens": 5}}\n'),
+    ),
+    row(
+        "simulate-trace-1e19-tokens",  # was: OverflowError int too big to convert
+        1,
+        "line 1: prompt_tokens 10000000000000000000 is out of range (at most 2^63 - 1)",
+        lambda t: simulate(t, "w.jsonl", '{"prompt_tokens": 1e19, "output_tokens": 5}\n'),
+    ),
+    row(
+        "simulate-step-times-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        2,
+        f"steps.json:1: [0].tokens: an integer of 5,000 digits is out of range; {LIMIT}",
+        lambda t: (
+            simulate(t, "w.jsonl", '{"prompt_tokens": 5, "output_tokens": 5}\n')
+            + [
+                "--step-times",
+                file(t, "steps.json", '[{"tokens": ' + DIGITS + ', "seconds": 0.01}]'),
+            ]
+        ),
+    ),
+    row(
+        "simulate-step-times-nested-deep",
+        2,
+        "steps.json:1: nested more than 100 levels deep",
+        lambda t: (
+            simulate(t, "w.jsonl", '{"prompt_tokens": 5, "output_tokens": 5}\n')
+            + ["--step-times", file(t, "steps.json", DEEP)]
+        ),
+    ),
+    row(
+        "verify-plan-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        1,
+        f"plan.json:1: block_size: an integer of 5,000 digits is out of range; {LIMIT}",
+        lambda t: [
+            "verify",
+            "--plan",
+            file(t, "plan.json", with_literal(json.loads(saved_plan()), "block_size", DIGITS)),
+        ],
+    ),
+    row(
+        "verify-cpu-budget-beyond-the-host",  # was: torch RuntimeError can't allocate memory
+        2,
+        "--memory-budget 1,048,576.00 GiB is more than this host can allocate",
+        [
+            "verify",
+            "qwen3-0.6b",
+            "--device",
+            "cpu",
+            "--memory-budget",
+            "1048576GiB",
+            "--max-model-len",
+            "256",
+        ],
+    ),
+    # outputs that destroy: refused before any work, the path left as it was
+    row(
+        "check-output-is-the-plans-file",  # was: the report replaced the plans file
+        2,
+        "plans.yaml), an input of this run; writing the output there would replace it",
+        lambda t: ["check", file(t, "plans.yaml", PLANS), "-o", "plans.yaml"],
+    ),
+    row(
+        "check-output-fifo",  # was: the FIFO became a regular file
+        2,
+        "cannot write there: a FIFO (named pipe); kvplan writes only regular files",
+        lambda t: ["check", file(t, "plans.yaml", PLANS), "-o", fifo(t, "out")],
+    ),
+    row(
+        "check-output-proc-self-fd-1",  # was: failed only after all the work was done
+        2,
+        "-o /proc/self/fd/1: cannot write there:",
+        lambda t: ["check", file(t, "plans.yaml", PLANS), "-o", "/proc/self/fd/1"],
+    ),
+    row(
+        "simulate-output-is-the-trace",  # was: the report replaced the trace (exit 0)
+        2,
+        "-o t.jsonl: is the workload (-w) (t.jsonl), an input of this run",
+        lambda t: (
+            ["simulate", "llama-3.2-1b", "--gpu", "h100", "-w", "t.jsonl", "-o", "t.jsonl"]
+            if file(t, "t.jsonl", '{"prompt_tokens": 5, "output_tokens": 5}\n')
+            else []
+        ),
+    ),
+    row(
+        "simulate-output-and-save-trace-one-file",  # was: the trace was lost
+        2,
+        "--save-trace x.json and -o x.json: both write the same file",
+        ["simulate", "llama-3.2-1b", "--gpu", "h100", "-w", "chat", "--num-requests", "5"]
+        + ["-o", "x.json", "--save-trace", "x.json"],
+    ),
+    row(
+        "simulate-plot-is-a-directory",
+        2,
+        "--plot .: cannot write there: is a directory",
+        ["simulate", "llama-3.2-1b", "--gpu", "h100", "-w", "chat", "--plot", "."],
+    ),
+    # the terminal: an echoed value is cut, whole only in --json
+    row(
+        "estimate-gpu-name-100000-chars",  # was: echoed whole, 100,093 characters
+        2,
+        "...[100,002 characters] (`kvplan gpus` lists them",  # the quoted name: 100,002
+        ["estimate", "llama-3.1-8b", "--gpu", "x" * 100_000],
+    ),
+]
+CATALOGUE += ROUND_TWO
 
 
 @pytest.mark.parametrize(("args", "code", "fragment"), CATALOGUE)

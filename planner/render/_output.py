@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from planner.errors import one_line
-from planner.secrets import RedactingStream, redact
+from planner.secrets import REDACTED, RedactingStream, redact
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -53,7 +53,12 @@ def _console(stream: IO[str]) -> Console:
 
     class RedactingConsole(Console):
         def render_str(self, text: str, **kwargs: Any) -> Any:
-            return super().render_str(redact(text), **kwargs)
+            markup = kwargs.get("markup")
+            if markup is None:
+                markup = self._markup
+            return super().render_str(
+                redact(text, "\\" + REDACTED if markup else REDACTED), **kwargs
+            )
 
     return RedactingConsole(file=RedactingStream(stream), highlight=False, width=_width())  # type: ignore[arg-type]
 

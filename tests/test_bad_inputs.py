@@ -632,7 +632,9 @@ ROUND_TWO = [
         "check-plans-2-pow-63",
         2,
         "plans.yaml:3: deployments[0] (a).max_num_seqs: must be at most",  # range-checked by key
-        plans_with(f"  - name: a\n    max_num_seqs: {2**63}\n    model: qwen3-0.6b\n    gpu: h100\n"),
+        plans_with(
+            f"  - name: a\n    max_num_seqs: {2**63}\n    model: qwen3-0.6b\n    gpu: h100\n"
+        ),
     ),
     row(
         "simulate-spec-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
@@ -877,3 +879,93 @@ def test_control_characters_in_names_keep_every_format_well_formed(tmp_path: Pat
     table = CliRunner().invoke(app, ["check", plans])
     assert "\x1b" not in table.stdout + table.stderr and "f\\x1b[2Jg" in table.stderr
     assert "\x01" not in table.stdout and "a\\x01b\\nc|d`e\\rf" in table.stdout
+
+
+# ---------------------------------------------------------------------- any terminal (issue 26)
+# Run as users run kvplan, in a new process through the console entry point: the encoding of
+# stdout, a full disk and a closed pipe are the process's, which CliRunner replaces.
+MAIN = "import sys; from planner.cli import main; sys.argv[0] = 'kvplan'; main()"
+
+
+def kvplan(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> Any:
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items() if k not in ("KVPLAN_DEBUG", "HF_TOKEN")}
+    full.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", NO_COLOR="1", **(env or {}))
+    if "stdout" not in kwargs:
+        kwargs["capture_output"] = True
+    return subprocess.run(
+        [sys.executable, "-c", MAIN, *args], env=full, timeout=120, check=False, **kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"PYTHONIOENCODING": "ascii"},
+        {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"},
+    ],
+    ids=["PYTHONIOENCODING=ascii", "LC_ALL=C"],
+)
+def test_a_non_utf8_stdout_gets_ascii(env: dict[str, str]) -> None:
+    # was: UnicodeEncodeError half-way through the text (at the check mark)
+    run = kvplan("estimate", "llama-3.1-8b", "--gpu", "h100", env=env)
+    assert run.returncode == 0 and b"Traceback" not in run.stderr, run.stderr
+    text = run.stdout.decode("ascii")  # every byte ASCII
+    assert "ok Starts, queues at worst case" in text and "vllm serve" in text
+
+
+def test_a_full_disk_is_one_line() -> None:
+    # was: OSError [Errno 28] traceback
+    with open("/dev/full", "wb") as full:
+        run = kvplan("gpus", stdout=full, stderr=-1)
+    assert run.returncode == 1
+    assert run.stderr.decode() == "Error: cannot write the output: No space left on device\n"
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    read, write = os.pipe()
+    os.close(read)  # `kvplan gpus | head -c0`: the reader is gone before kvplan writes
+    try:
+        run = kvplan("gpus", stdout=write, stderr=-1)
+    finally:
+        os.close(write)
+    assert run.returncode == 1 and run.stderr == b"", run.stderr
+
+
+def test_a_closed_stdout_is_one_line() -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    shell = f'"{sys.executable}" -c "{MAIN}" gpus >&-'
+    run = subprocess.run(["bash", "-c", shell], env=env, capture_output=True, timeout=120)
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.decode() == "Error: cannot write the output: stdout is closed\n"
+
+
+@pytest.mark.parametrize(("columns", "widest"), [("0", 80), ("-3", 200), ("999999999", 1000)])
+def test_absurd_widths_still_print_the_table(columns: str, widest: int) -> None:
+    # was: COLUMNS=0 printed nothing and exited 0
+    run = kvplan("gpus", env={"COLUMNS": columns})
+    lines = run.stdout.decode().splitlines()
+    assert run.returncode == 0 and any(line.startswith("h100 ") for line in lines), run.stdout
+    assert max(map(len, lines)) <= widest
+
+
+def test_a_token_file_that_is_a_fifo_does_not_hang(tmp_path: Path) -> None:
+    # was: `HF_TOKEN_PATH=fifo kvplan gpus` hung (redaction read the FIFO)
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    run = kvplan("gpus", env={"HF_TOKEN_PATH": str(fifo)})
+    assert run.returncode == 0 and b"h100" in run.stdout, run.stderr
+
+
+def test_diagnose_reads_a_dict_with_a_list_for_a_key(tmp_path: Path) -> None:
+    # was: TypeError unhashable type: 'list' from ast.literal_eval
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO 01-01 00:00:00 [arg_utils.py:1] non-default args: {[1]: 2}\n")
+    result = CliRunner().invoke(app, ["diagnose", str(log)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+    assert result.exit_code in (0, 1) and "Traceback" not in result.stderr

@@ -568,12 +568,9 @@ ROUND_TWO = [
         "check-lora-adapter-dev-zero",  # was: read /dev/zero without limit
         2,
         "adapter_config.json: a character device, not a regular file",
-        lambda t: (
-            adapter_to_zero(t)
-            and plans_with(  # type: ignore[operator]
-                "  - {name: a, model: llama-3.1-8b, gpu: h100, enable_lora: true, lora_adapter: adapter}\n"
-            )(t)
-        ),
+        lambda t: plans_with(
+            f"  - {{name: a, model: llama-3.1-8b, gpu: h100, enable_lora: true, lora_adapter: {adapter_to_zero(t)}}}\n"
+        )(t),
     ),
     # numbers that crash: one Error line naming the file, the line and the key
     row(

@@ -282,7 +282,12 @@ def test_the_token_file_is_read_once(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     monkeypatch.setenv("HF_TOKEN_PATH", str(token))
     opened: list[object] = []
     real = os.open
-    monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(a[0]) or real(*a, **k))
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> int:
+        opened.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counted)
     assert [redact(SECRET), redact(SECRET)] == [REDACTED, REDACTED]
     assert opened.count(token) + opened.count(str(token)) == 1
 

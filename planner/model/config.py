@@ -878,7 +878,7 @@ def _load_local(path: Path, model: str) -> ModelSpec:
     if not _exists(path):
         raise ModelNotFoundError(f"no such file or directory: {_short_path(model)}")
     config_path = path / "config.json" if path.is_dir() else path
-    if not config_path.is_file():
+    if not config_path.exists() or config_path.is_dir():  # a FIFO or device: the reader says
         raise ModelNotFoundError(f"{model} has no config.json")
     raw = read_json_config(config_path, str(config_path))
     name = raw.get("_name_or_path")

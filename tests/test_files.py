@@ -185,6 +185,10 @@ def no_planning(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("device", ["/dev/null", "/dev/zero"])
 def test_a_device_is_never_an_output(tmp_path: Path, device: str) -> None:
     # checked without writing: a regression here must not replace /dev/null on the machine
+    import stat
+
+    if not stat.S_ISCHR(os.stat(device).st_mode):  # a tool run as root already replaced it
+        pytest.skip(f"{device} on this machine is no longer a device")
     with pytest.raises(UsageError, match="cannot write there: a character device"):
         files.check_output("-o", device)
     link = tmp_path / "out.xml"

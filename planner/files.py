@@ -38,15 +38,22 @@ CHUNK_BYTES = 1 << 15  # iter_lines reads plain text in chunks of this many byte
 # by itself (a model folder's config.json, an HF-cache link, the token file, a plans file's
 # workload) must be a regular file, so a FIFO there cannot hang a run or a device feed it forever.
 _NAMED: set[str] = set()
-# (device, inode) -> what it was read as, for every regular file read in this process: an
-# output may not replace one (``check p.yaml -o p.yaml``; a plans file's workload as ``-o``).
-_READ: dict[tuple[int, int], str] = {}
+# (device, inode, change time) -> what it was read as, for every regular file read in this
+# process: an output may not replace one (``check p.yaml -o p.yaml``; a plans file's
+# workload as ``-o``).
+_READ: dict[tuple[int, int, int], str] = {}
 _KINDS = {
     stat.S_IFIFO: "a FIFO (named pipe)",
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
     stat.S_IFSOCK: "a socket",
 }
+
+
+def _identity(info: os.stat_result) -> tuple[int, int, int]:
+    """A file as :data:`_READ` knows it: device, inode and change time (a file deleted after
+    it was read may give its inode to a new one, which is another file)."""
+    return info.st_dev, info.st_ino, info.st_ctime_ns
 
 
 def name_on_command_line(args: Sequence[str]) -> None:
@@ -89,7 +96,7 @@ def open_input(path: Path, what: str, error: ErrorType = InputFileError) -> IO[b
         if stat.S_ISDIR(info.st_mode):
             raise error(f"{path}: is a directory, not a {what}")
         if stat.S_ISREG(info.st_mode):
-            _READ[(info.st_dev, info.st_ino)] = what
+            _READ[_identity(info)] = what
         elif _named(path):
             os.set_blocking(fd, True)  # the user named the pipe: wait for its writer
         else:
@@ -490,7 +497,7 @@ def write_all_atomic(outputs: Sequence[tuple[str, str | Path, bytes | str]]) -> 
     for out in checked:
         with contextlib.suppress(OSError):
             info = os.stat(out.target) if out.target is not None else None
-            read = _READ.get((info.st_dev, info.st_ino)) if info is not None else None
+            read = _READ.get(_identity(info)) if info is not None else None
             if read:
                 raise UsageError(
                     f"{out.name}: is the {read} this run read; writing the output there would "

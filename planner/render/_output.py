@@ -6,7 +6,6 @@ rich is imported where a console is made, not at the top: ``--json`` prints with
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import sys
@@ -71,80 +70,6 @@ def console() -> Console:
 def err_console() -> Console:
     """stderr for warnings and `Error:` lines, redacted like :func:`console`."""
     return _console(sys.stderr)
-
-
-# What a non-UTF-8 terminal gets instead of the characters kvplan prints (anything else is
-# written as a \u escape): `PYTHONIOENCODING=ascii`, or `LC_ALL=C` where Python does not
-# coerce the locale to UTF-8.
-ASCII = {
-    "\u2713": "ok",  # check mark
-    "\u2717": "x",
-    "\u2588": "#",  # the memory bar's segments, still one character each
-    "\u2593": "=",
-    "\u2592": "+",
-    "\u2591": "-",
-    "\u00b7": ".",
-    "\u2014": "-",
-    "\u2013": "-",
-    "\u2026": "...",
-    "\u2192": "->",
-    "\u2190": "<-",
-    "\u2264": "<=",
-    "\u2265": ">=",
-    "\u00d7": "x",
-    "\u2248": "~",
-    "\u00b1": "+/-",
-    "\u00b5": "u",
-    "\u2018": "'",
-    "\u2019": "'",
-    "\u201c": '"',
-    "\u201d": '"',
-    "\u2502": "|",
-    "\u2500": "-",
-}
-
-
-def _ascii_fallback(exc: UnicodeError) -> tuple[str, int]:
-    if not isinstance(exc, UnicodeEncodeError):
-        raise exc
-    text = exc.object[exc.start : exc.end]
-    return "".join(
-        ASCII.get(c) or c.encode("ascii", "backslashreplace").decode() for c in text
-    ), exc.end
-
-
-def setup_streams() -> None:
-    """Make stdout and stderr safe for any terminal: on one that is not UTF-8, characters it
-    cannot show become ASCII (:data:`ASCII`) instead of a ``UnicodeEncodeError`` half-way
-    through a table. A closed stdout (``kvplan gpus >&-``) fails its first write with one
-    ``Error:`` line (:func:`planner.cli.app.main`), not an ``AttributeError``."""
-    import codecs
-
-    codecs.register_error("kvplan-ascii", _ascii_fallback)
-    if sys.stdout is None:
-        sys.stdout = _ClosedStream()
-    for stream in (sys.stdout, sys.stderr):
-        encoding = getattr(stream, "encoding", None) or "utf-8"
-        try:
-            utf8 = codecs.lookup(encoding).name.startswith("utf")
-        except LookupError:
-            utf8 = False
-        if not utf8 and hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="kvplan-ascii")
-
-
-class _ClosedStream(io.TextIOBase):
-    """What stdout is when the shell closed it: every write fails as a closed file would."""
-
-    encoding = "utf-8"
-
-    def write(self, text: str) -> int:
-        import errno
-
-        raise OSError(errno.EBADF, "stdout is closed")
-
-    def isatty(self) -> bool:
-        return False
 
 
 def write_out(text: str) -> None:

@@ -97,9 +97,11 @@ def _finite(value: Any) -> Any:
 def warnings_(messages: list[str]) -> None:
     if not messages:
         return
+    from planner.secrets import error_line
+
     out = err_console()
-    for message in messages:
-        out.print(f"[yellow]Warning:[/] {_user(message)}", soft_wrap=True)
+    for message in messages:  # redacted, then long words cut, like an Error: line
+        out.print(f"[yellow]Warning:[/] {_user(error_line(message))}", soft_wrap=True)
 
 
 BAR_CHARS = {

@@ -43,7 +43,8 @@ read makes the whole file invalid; an entry's makes that entry invalid.
 
 Validation errors name the file, the line (YAML marks) and the key; one invalid deployment does
 not stop the others from being checked, but makes the run exit 2. The YAML is loaded with
-``yaml.SafeLoader``; files over 1 MiB and alias expansions over a million nodes are refused.
+``yaml.SafeLoader`` (on libyaml where PyYAML has it); files over 1 MiB and alias expansions
+over a million nodes are refused.
 
 :func:`parse_plans` turns each valid entry into an :class:`Entry`: a model argument, a
 :class:`planner.deployment.Gpu`, :class:`planner.deployment.ServeSettings` (parsed by
@@ -91,7 +92,9 @@ class PlansFileError(InputFileError):
 
 def load_yaml(path: Path, *, limit_bytes: int = MAX_PLANS_BYTES) -> Any:
     """Parse a plans file (see :func:`planner.files.load_yaml`); errors name the file and line."""
-    return files.load_yaml(path, limit_bytes=limit_bytes, what="plans file", error=PlansFileError)
+    return files.load_yaml(  # every value is range-checked by name: deployments[0] (a).tp
+        path, limit_bytes=limit_bytes, what="plans file", error=PlansFileError, range_checked=False
+    )
 
 
 # --------------------------------------------------------------------------- schema
@@ -914,6 +917,7 @@ class _Cache:
     def __init__(self, offline: bool | None) -> None:
         self.offline = offline
         self.models: dict[str, LoadedModel | KvplanError] = {}
+        self.results: dict[Any, DeploymentResult] = {}  # per distinct deployment (_checked)
 
     def model(self, model: str) -> LoadedModel:
         from planner.model.load import load_model
@@ -938,8 +942,23 @@ def check_file(path: str | Path, *, offline: bool | None = None) -> CheckReport:
     data = load_yaml(file)
     entries, problems = parse_plans(data, file=str(path), base_dir=file.parent)
     cache = _Cache(offline)
-    results = [check_deployment(e, cache=cache) for e in entries]
+    results = [_checked(e, cache) for e in entries]
     return CheckReport(str(path), results, problems)
+
+
+def _checked(entry: Entry, cache: _Cache) -> DeploymentResult:
+    """:func:`check_deployment`, once per distinct deployment of a file: entries that differ
+    only in ``name`` and ``line`` (10,000 deployments of a few dozen models x GPUs x
+    settings) share one plan, their results one verdict under each entry's own name."""
+    key = (entry.model, entry.gpu, entry.settings, entry.requirements, id(entry.workload))
+    try:
+        done = cache.results.get(key)
+    except TypeError:  # a setting that cannot be a key: plan it
+        return check_deployment(entry, cache=cache)
+    if done is None:
+        done = cache.results[key] = check_deployment(entry, cache=cache)
+        return done
+    return replace(done, name=entry.name, line=entry.line)
 
 
 def check_deployment(entry: Entry, *, cache: _Cache | None = None) -> DeploymentResult:

@@ -133,8 +133,10 @@ def parse_speculative(value: Any) -> SpeculativeConfig:
     if isinstance(value, SpeculativeConfig):
         return value
     if isinstance(value, str):
+        from planner.files import loads_json
+
         try:
-            value = json.loads(value)
+            value = loads_json(value, where="--speculative-config", error=UsageError, line=None)
         except json.JSONDecodeError as exc:
             raise UsageError(
                 f"--speculative-config must be JSON, e.g. "

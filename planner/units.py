@@ -68,7 +68,9 @@ def parse_size(text: str, *, flag: str = "size") -> int:
 
 
 def _short(text: str) -> str:
-    return repr(text) if len(text) <= 40 else repr(text[:30] + "...")
+    from planner.secrets import shown_value
+
+    return repr(shown_value(text))  # redacted before it is cut
 
 
 def fmt_bytes(n: int) -> str:

@@ -504,15 +504,18 @@ def _stage_bytes(parts: _Parts, num_layers: int, where: Placement) -> list[int]:
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
     """The JSON header of one safetensors file (reads at most the header, never tensors)."""
+    from planner import files
+
     try:
-        with path.open("rb") as fh:
+        with files.open_input(path, "safetensors file", ConfigError) as fh:
             raw = fh.read(8)
             if len(raw) != 8:
                 raise ConfigError(f"{path} is not a safetensors file (too short)")
             (length,) = struct.unpack("<Q", raw)
             if length > MAX_HEADER_BYTES:
                 raise ConfigError(f"{path}: safetensors header of {length:,} bytes is implausible")
-            header = json.loads(fh.read(length))
+            text = fh.read(length).decode("utf-8")
+        header = files.loads_json(text, where=f"{path} (header)", error=ConfigError)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError):

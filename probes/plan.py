@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from planner.deployment import ServeSettings
 from planner.errors import ConfigError, DoesNotFitError, KvplanError, UsageError
 from planner.model.specs import KVDtype
+from planner.units import GIB, fmt_bytes
 
 if TYPE_CHECKING:
     from planner.deployment import Deployment
@@ -172,17 +173,17 @@ def read_plan(path: str | Path) -> PlanFile:
     Returns:
         The :class:`PlanFile`.
     """
-    from planner.files import read_text_file
+    from planner import files
 
     label = str(path)
-    text = read_text_file(
+    text = files.read_text_file(
         Path(path),
         limit=MAX_PLAN_BYTES,
         what="kvplan estimate --json plan",
         error=lambda message: UsageError(f"--plan {message}"),
     )
     try:
-        data = json.loads(text)
+        data = files.loads_json(text, where=f"--plan {label}", error=ConfigError)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"--plan {label} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
@@ -310,6 +311,32 @@ def check_request(req: VerifyRequest) -> None:
     ):
         if value is not None and value < 1:
             raise UsageError(f"{name} must be positive, got {value:,} B")
+    host = host_memory_available() if req.device.startswith("cpu") else None
+    budget = req.memory_budget_bytes
+    if host is not None and budget is not None and budget > host:
+        raise UsageError(
+            f"--memory-budget {fmt_bytes(budget)} is more than this host can allocate "
+            f"({fmt_bytes(host)} available): --device cpu probes in host memory; pass "
+            f"--memory-budget {host // GIB}GiB or less"
+        )
+
+
+def host_memory_available() -> int | None:
+    """Bytes the host can allocate now (``MemAvailable`` of /proc/meminfo; else its physical
+    memory), None where neither is known."""
+    import os
+
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f.read(1 << 16).decode("ascii", "replace").splitlines():
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True)

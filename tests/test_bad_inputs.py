@@ -116,7 +116,7 @@ CATALOGUE = [
     row(
         "estimate-config-hidden-size-401-digits",  # was: OverflowError int too large to convert to float
         1,
-        "hidden_size of 401 digits is beyond any real model (at most 1,099,511,627,776)",
+        "config.json:1: hidden_size: an integer of 401 digits is out of range; kvplan reads numbers below 2^63",  # the reader refuses it (issue 26)
         lambda t: ["estimate", model_dir(t, {**LLAMA, "hidden_size": 10**400}), "--gpu", "h100"],
     ),
     row(
@@ -144,7 +144,7 @@ CATALOGUE = [
     row(
         "estimate-safetensors-header-nested-deep",  # was: RecursionError
         1,
-        "safetensors header is nested too deeply",
+        "model.safetensors (header):1: nested more than 100 levels deep",
         lambda t: ["estimate", model_dir(t, LLAMA, b"[" * 100_000), "--gpu", "h100"],
     ),
     row(
@@ -335,7 +335,7 @@ CATALOGUE = [
     row(
         "simulate-trace-line-nested-deep",  # was: RecursionError
         1,
-        "line 1: JSON nested too deeply",
+        "line 1: nested more than 100 levels deep",
         lambda t: simulate(t, "w.jsonl", "[" * 50_000),
     ),
     row(
@@ -420,7 +420,7 @@ CATALOGUE = [
     row(
         "verify-plan-nested-deep",  # was: RecursionError
         1,
-        "JSON nested too deeply for a plan",
+        "plan.json:1: nested more than 100 levels deep",
         lambda t: ["verify", "--plan", file(t, "plan.json", "[" * 100_000)],
     ),
     row(
@@ -450,6 +450,319 @@ CATALOGUE = [
         ["verify", "qwen3-0.6b", "--memory-budget", "6G"],
     ),
 ]
+
+
+# ---------------------------------------------------------------------- round two (issue 26)
+# Rows marked `# was:` crashed or hung before issue 26. Hostile files are made here, in the
+# test's folder (FIFOs with os.mkfifo, links to /dev/zero), never committed.
+DIGITS = "9" * 5000  # past Python's 4,300-digit limit for int("...")
+DEEP = "[" * 50_000 + "]" * 50_000  # JSON nested 50,000 deep
+LIMIT = "kvplan reads numbers below 2^63"
+
+
+def with_literal(obj: dict[str, Any], key: str, literal: str) -> str:
+    """``obj`` as JSON with ``key`` set to the raw ``literal`` (json.dumps cannot write a
+    5,000-digit integer: Python refuses to convert it to text)."""
+    return json.dumps({**obj, key: "@LITERAL@"}).replace('"@LITERAL@"', literal)
+
+
+def raw_model_dir(tmp: Path, config_text: str, header: bytes | None = None) -> str:
+    folder = tmp / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(config_text)
+    if header is not None:
+        (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    return str(folder)
+
+
+def fifo(tmp: Path, name: str) -> str:
+    path = tmp / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    return str(path)
+
+
+def model_with_fifo_weights(tmp: Path) -> str:
+    folder = model_dir(tmp, LLAMA)
+    fifo(tmp, "m/model.safetensors")
+    return folder
+
+
+def hub_snapshot(tmp: Path, repo: str, make: Callable[[Path], None]) -> None:
+    """An HF-cache snapshot of ``repo`` (refs/main -> snapshots/<sha>) whose config.json is
+    made by ``make`` (a FIFO, a link to /dev/zero)."""
+    root = tmp / "hf_home" / "hub" / f"models--{repo.replace('/', '--')}"
+    sha = "0" * 40
+    (root / "snapshots" / sha).mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(sha)
+    make(root / "snapshots" / sha / "config.json")
+
+
+def adapter_to_zero(tmp: Path) -> str:
+    folder = tmp / "adapter"
+    folder.mkdir()
+    os.symlink("/dev/zero", folder / "adapter_config.json")
+    return str(folder)
+
+
+def header_with(literal: str) -> bytes:
+    tensor = '{"dtype": "BF16", "shape": [4096, 4096], "data_offsets": [0, ' + literal + "]}"
+    return ('{"model.embed_tokens.weight": ' + tensor + "}").encode()
+
+
+def plans_with(text: str) -> Callable[[Path], list[str]]:
+    return lambda t: ["check", file(t, "plans.yaml", "deployments:\n" + text)]
+
+
+ROUND_TWO = [
+    # reads that never end: a FIFO or a device kvplan finds by itself is refused at once
+    row(
+        "estimate-fifo-model-safetensors",  # was: hung reading the FIFO
+        1,
+        "model.safetensors: a FIFO (named pipe), not a regular file",
+        lambda t: ["estimate", model_with_fifo_weights(t), "--gpu", "h100"],
+    ),
+    row(
+        "estimate-hf-cache-config-fifo",  # was: hung reading the FIFO
+        1,
+        "config.json: a FIFO (named pipe), not a regular file",
+        lambda t: (
+            hub_snapshot(t, "acme/fifo", os.mkfifo)  # type: ignore[func-returns-value]
+            or ["estimate", "acme/fifo", "--offline"]
+        ),
+    ),
+    row(
+        "estimate-hf-cache-config-dev-zero",  # was: read /dev/zero without limit
+        1,
+        "config.json: a character device, not a regular file",
+        lambda t: (
+            hub_snapshot(t, "acme/zero", lambda p: os.symlink("/dev/zero", p))  # type: ignore[func-returns-value]
+            or ["estimate", "acme/zero", "--offline"]
+        ),
+    ),
+    row(
+        "estimate-lora-adapter-dev-zero",  # was: read /dev/zero without limit
+        2,
+        "adapter_config.json: a character device, not a regular file",
+        lambda t: (
+            ["estimate", "llama-3.1-8b", "--gpu", "h100", "--enable-lora"]
+            + ["--lora-adapter", adapter_to_zero(t)]
+        ),
+    ),
+    row(
+        "estimate-lora-adapter-named-dev-zero",  # named on the command line: read, but bounded
+        2,
+        "--lora-adapter /dev/zero: larger than the 1,048,576-byte limit for a adapter_config.json",
+        [
+            "estimate",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100",
+            "--enable-lora",
+            "--lora-adapter",
+            "/dev/zero",
+        ],
+    ),
+    row(
+        "check-lora-adapter-dev-zero",  # was: read /dev/zero without limit
+        2,
+        "adapter_config.json: a character device, not a regular file",
+        lambda t: plans_with(
+            f"  - {{name: a, model: llama-3.1-8b, gpu: h100, enable_lora: true, lora_adapter: {adapter_to_zero(t)}}}\n"
+        )(t),
+    ),
+    # numbers that crash: one Error line naming the file, the line and the key
+    row(
+        "estimate-config-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        1,
+        f"config.json:1: num_hidden_layers: an integer of 5,000 digits is out of range; {LIMIT}",
+        lambda t: ["estimate", raw_model_dir(t, with_literal(LLAMA, "num_hidden_layers", DIGITS))],
+    ),
+    row(
+        "estimate-config-2-pow-63",
+        1,
+        f"config.json:1: vocab_size: 9223372036854775808 is out of range; {LIMIT}",
+        lambda t: ["estimate", raw_model_dir(t, with_literal(LLAMA, "vocab_size", str(2**63)))],
+    ),
+    row(
+        "estimate-config-nested-50000-deep",
+        1,
+        "config.json:1: nested more than 100 levels deep",
+        lambda t: ["estimate", raw_model_dir(t, with_literal(LLAMA, "extra", DEEP))],
+    ),
+    row(
+        "estimate-safetensors-header-5000-digits",  # was: ValueError Exceeds the limit
+        1,
+        f"model.safetensors (header):1: model.embed_tokens.weight.data_offsets[1]: an integer of 5,000 digits is out of range; {LIMIT}",
+        lambda t: [
+            "estimate",
+            raw_model_dir(t, json.dumps(LLAMA), header_with(DIGITS)),
+            "--gpu",
+            "h100",
+        ],
+    ),
+    row(
+        "estimate-speculative-config-5000-digits",  # was: ValueError Exceeds the limit
+        2,
+        f"--speculative-config: num_speculative_tokens: an integer of 5,000 digits is out of range; {LIMIT}",
+        [
+            "estimate",
+            "llama-3.1-8b",
+            "--speculative-config",
+            '{"method": "ngram", "num_speculative_tokens": ' + DIGITS + "}",
+        ],
+    ),
+    row(
+        "estimate-speculative-config-nested-deep",  # was: RecursionError
+        2,
+        "--speculative-config: nested more than 100 levels deep",
+        ["estimate", "llama-3.1-8b", "--speculative-config", '{"method": ' + DEEP + "}"],
+    ),
+    row(
+        "check-plans-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        2,
+        f"plans.yaml:2: deployments[0].max_model_len: an integer of 5,000 characters is out of range; {LIMIT}",
+        plans_with(f"  - {{name: a, model: qwen3-0.6b, gpu: h100, max_model_len: {DIGITS}}}\n"),
+    ),
+    row(
+        "check-plans-2-pow-63",
+        2,
+        "plans.yaml:3: deployments[0] (a).max_num_seqs: must be at most",  # range-checked by key
+        plans_with(
+            f"  - name: a\n    max_num_seqs: {2**63}\n    model: qwen3-0.6b\n    gpu: h100\n"
+        ),
+    ),
+    row(
+        "simulate-spec-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        1,
+        f"w.yaml:1: prompt_tokens: an integer of 5,000 characters is out of range; {LIMIT}",
+        lambda t: simulate(t, "w.yaml", f"prompt_tokens: {DIGITS}\noutput_tokens: 5\n"),
+    ),
+    row(
+        "simulate-trace-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        1,
+        f"line 1: prompt_tokens: an integer of 5,000 digits is out of range; {LIMIT}",
+        lambda t: simulate(t, "w.jsonl", '{"prompt_tokens": ' + DIGITS + ', "output_tokens": 5}\n'),
+    ),
+    row(
+        "simulate-trace-5000-digits-skip-bad-lines",  # was: ValueError even with --skip-bad-lines
+        1,
+        "w.jsonl: the workload has no requests",
+        lambda t: (
+            simulate(t, "w.jsonl", '{"prompt_tokens": ' + DIGITS + ', "output_tokens": 5}\n')
+            + ["--skip-bad-lines"]
+        ),
+    ),
+    row(
+        "simulate-trace-2-pow-63",  # was: OverflowError int too big to convert
+        1,
+        f"line 1: prompt_tokens: 9223372036854775808 is out of range; {LIMIT}",
+        lambda t: simulate(t, "w.jsonl", f'{{"prompt_tokens": {2**63}, "output_tokens": 5}}\n'),
+    ),
+    row(
+        "simulate-trace-1e19-tokens",  # was: OverflowError int too big to convert
+        1,
+        "line 1: prompt_tokens 10000000000000000000 is out of range (at most 2^63 - 1)",
+        lambda t: simulate(t, "w.jsonl", '{"prompt_tokens": 1e19, "output_tokens": 5}\n'),
+    ),
+    row(
+        "simulate-step-times-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        2,
+        f"steps.json:1: [0].tokens: an integer of 5,000 digits is out of range; {LIMIT}",
+        lambda t: (
+            simulate(t, "w.jsonl", '{"prompt_tokens": 5, "output_tokens": 5}\n')
+            + [
+                "--step-times",
+                file(t, "steps.json", '[{"tokens": ' + DIGITS + ', "seconds": 0.01}]'),
+            ]
+        ),
+    ),
+    row(
+        "simulate-step-times-nested-deep",
+        2,
+        "steps.json:1: nested more than 100 levels deep",
+        lambda t: (
+            simulate(t, "w.jsonl", '{"prompt_tokens": 5, "output_tokens": 5}\n')
+            + ["--step-times", file(t, "steps.json", DEEP)]
+        ),
+    ),
+    row(
+        "verify-plan-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
+        1,
+        f"plan.json:1: block_size: an integer of 5,000 digits is out of range; {LIMIT}",
+        lambda t: [
+            "verify",
+            "--plan",
+            file(t, "plan.json", with_literal(json.loads(saved_plan()), "block_size", DIGITS)),
+        ],
+    ),
+    row(
+        "verify-cpu-budget-beyond-the-host",  # was: torch RuntimeError can't allocate memory
+        2,
+        "--memory-budget 1,048,576.00 GiB is more than this host can allocate",
+        [
+            "verify",
+            "qwen3-0.6b",
+            "--device",
+            "cpu",
+            "--memory-budget",
+            "1048576GiB",
+            "--max-model-len",
+            "256",
+        ],
+    ),
+    # outputs that destroy: refused before any work, the path left as it was
+    row(
+        "check-output-is-the-plans-file",  # was: the report replaced the plans file
+        2,
+        "plans.yaml), an input of this run; writing the output there would replace it",
+        lambda t: ["check", file(t, "plans.yaml", PLANS), "-o", "plans.yaml"],
+    ),
+    row(
+        "check-output-fifo",  # was: the FIFO became a regular file
+        2,
+        "cannot write there: a FIFO (named pipe); kvplan writes only regular files",
+        lambda t: ["check", file(t, "plans.yaml", PLANS), "-o", fifo(t, "out")],
+    ),
+    row(
+        "check-output-proc-self-fd-1",  # was: failed only after all the work was done
+        2,
+        "-o /proc/self/fd/1: cannot write there:",
+        lambda t: ["check", file(t, "plans.yaml", PLANS), "-o", "/proc/self/fd/1"],
+    ),
+    row(
+        "simulate-output-is-the-trace",  # was: the report replaced the trace (exit 0)
+        2,
+        "-o t.jsonl: is the workload (-w) (t.jsonl), an input of this run",
+        lambda t: (
+            ["simulate", "llama-3.2-1b", "--gpu", "h100", "-w", "t.jsonl", "-o", "t.jsonl"]
+            if file(t, "t.jsonl", '{"prompt_tokens": 5, "output_tokens": 5}\n')
+            else []
+        ),
+    ),
+    row(
+        "simulate-output-and-save-trace-one-file",  # was: the trace was lost
+        2,
+        "--save-trace x.json and -o x.json: both write the same file",
+        ["simulate", "llama-3.2-1b", "--gpu", "h100", "-w", "chat", "--num-requests", "5"]
+        + ["-o", "x.json", "--save-trace", "x.json"],
+    ),
+    row(
+        "simulate-plot-is-a-directory",
+        2,
+        "--plot .: cannot write there: is a directory",
+        ["simulate", "llama-3.2-1b", "--gpu", "h100", "-w", "chat", "--plot", "."],
+    ),
+    # the terminal: an echoed value is cut, whole only in --json
+    row(
+        "estimate-gpu-name-100000-chars",  # was: echoed whole, 100,093 characters
+        2,
+        "...[100,002 characters] (`kvplan gpus` lists them",  # the quoted name: 100,002
+        ["estimate", "llama-3.1-8b", "--gpu", "x" * 100_000],
+    ),
+]
+CATALOGUE += ROUND_TWO
 
 
 @pytest.mark.parametrize(("args", "code", "fragment"), CATALOGUE)
@@ -563,3 +876,93 @@ def test_control_characters_in_names_keep_every_format_well_formed(tmp_path: Pat
     table = CliRunner().invoke(app, ["check", plans])
     assert "\x1b" not in table.stdout + table.stderr and "f\\x1b[2Jg" in table.stderr
     assert "\x01" not in table.stdout and "a\\x01b\\nc|d`e\\rf" in table.stdout
+
+
+# ---------------------------------------------------------------------- any terminal (issue 26)
+# Run as users run kvplan, in a new process through the console entry point: the encoding of
+# stdout, a full disk and a closed pipe are the process's, which CliRunner replaces.
+MAIN = "import sys; from planner.cli import main; sys.argv[0] = 'kvplan'; main()"
+
+
+def kvplan(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> Any:
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items() if k not in ("KVPLAN_DEBUG", "HF_TOKEN")}
+    full.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", NO_COLOR="1", **(env or {}))
+    if "stdout" not in kwargs:
+        kwargs["capture_output"] = True
+    return subprocess.run(
+        [sys.executable, "-c", MAIN, *args], env=full, timeout=120, check=False, **kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"PYTHONIOENCODING": "ascii"},
+        {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"},
+    ],
+    ids=["PYTHONIOENCODING=ascii", "LC_ALL=C"],
+)
+def test_a_non_utf8_stdout_gets_ascii(env: dict[str, str]) -> None:
+    # was: UnicodeEncodeError half-way through the text (at the check mark)
+    run = kvplan("estimate", "llama-3.1-8b", "--gpu", "h100", env=env)
+    assert run.returncode == 0 and b"Traceback" not in run.stderr, run.stderr
+    text = run.stdout.decode("ascii")  # every byte ASCII
+    assert "ok Starts, queues at worst case" in text and "vllm serve" in text
+
+
+def test_a_full_disk_is_one_line() -> None:
+    # was: OSError [Errno 28] traceback
+    with open("/dev/full", "wb") as full:
+        run = kvplan("gpus", stdout=full, stderr=-1)
+    assert run.returncode == 1
+    assert run.stderr.decode() == "Error: cannot write the output: No space left on device\n"
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    read, write = os.pipe()
+    os.close(read)  # `kvplan gpus | head -c0`: the reader is gone before kvplan writes
+    try:
+        run = kvplan("gpus", stdout=write, stderr=-1)
+    finally:
+        os.close(write)
+    assert run.returncode == 1 and run.stderr == b"", run.stderr
+
+
+def test_a_closed_stdout_is_one_line() -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    shell = f'"{sys.executable}" -c "{MAIN}" gpus >&-'
+    run = subprocess.run(["bash", "-c", shell], env=env, capture_output=True, timeout=120)
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.decode() == "Error: cannot write the output: stdout is closed\n"
+
+
+@pytest.mark.parametrize(("columns", "widest"), [("0", 80), ("-3", 200), ("999999999", 1000)])
+def test_absurd_widths_still_print_the_table(columns: str, widest: int) -> None:
+    # was: COLUMNS=0 printed nothing and exited 0
+    run = kvplan("gpus", env={"COLUMNS": columns})
+    lines = run.stdout.decode().splitlines()
+    assert run.returncode == 0 and any(line.startswith("h100 ") for line in lines), run.stdout
+    assert max(map(len, lines)) <= widest
+
+
+def test_a_token_file_that_is_a_fifo_does_not_hang(tmp_path: Path) -> None:
+    # was: `HF_TOKEN_PATH=fifo kvplan gpus` hung (redaction read the FIFO)
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    run = kvplan("gpus", env={"HF_TOKEN_PATH": str(fifo)})
+    assert run.returncode == 0 and b"h100" in run.stdout, run.stderr
+
+
+def test_diagnose_reads_a_dict_with_a_list_for_a_key(tmp_path: Path) -> None:
+    # was: TypeError unhashable type: 'list' from ast.literal_eval
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO 01-01 00:00:00 [arg_utils.py:1] non-default args: {[1]: 2}\n")
+    result = CliRunner().invoke(app, ["diagnose", str(log)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+    assert result.exit_code in (0, 1) and "Traceback" not in result.stderr

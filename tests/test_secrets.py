@@ -209,3 +209,97 @@ def test_debug_logging_does_not_show_the_token(
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 1
     assert SECRET not in caplog.text
+
+
+# ------------------------------------------------------------------ issue 26: before rendering
+
+
+def pieces(text: str, size: int = 8) -> list[str]:
+    """Every ``size``-character piece of the token found in ``text`` once line breaks and
+    spaces are taken out (a token folded across lines is still a leak)."""
+    flat = "".join(text.split())
+    return [
+        SECRET[i : i + size] for i in range(len(SECRET) - size + 1) if SECRET[i : i + size] in flat
+    ]
+
+
+def token_model(tmp: Path) -> str:
+    """A local model whose folder, and so its name, is the token: ``acme/<token>``."""
+    folder = tmp / "acme" / SECRET
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(LLAMA))
+    return f"acme/{SECRET}"
+
+
+@pytest.mark.parametrize("columns", ["30", "45", "80"])
+def test_rich_never_folds_a_token_into_pieces(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, columns: str
+) -> None:
+    # was: at COLUMNS=30 the model's name printed the token in two pieces, past redaction
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", columns)
+    model = token_model(tmp_path)
+    result = CliRunner().invoke(app, ["estimate", model, "--gpu", "h100"])
+    assert result.exit_code == 0, result.stderr
+    assert REDACTED in result.stdout
+    assert pieces(result.stdout + result.stderr) == []
+
+
+def test_a_value_cut_for_an_error_is_redacted_first() -> None:
+    # was: cut at 30 characters before redaction, 29-30 characters of the token showed
+    long = SECRET + "x" * 40
+    result = CliRunner().invoke(app, ["estimate", "llama-3.1-8b", "--gpu-memory", long])
+    assert result.exit_code == 2 and "--gpu-memory" in result.stderr
+    assert pieces(result.stderr) == [], result.stderr
+
+
+def test_a_token_from_a_pipe_is_redacted_everywhere(tmp_path: Path) -> None:
+    # was: HF_TOKEN_PATH=<(printf TOKEN) gave the token once; the later vllm serve line had it
+    model = token_model(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    main = "import sys; from planner.cli import main; sys.argv[0] = 'kvplan'; main()"
+    shell = f"HF_TOKEN_PATH=<(printf {SECRET}) '{sys.executable}' -c \"{main}\" estimate {model}"
+    run = subprocess.run(
+        ["bash", "-c", shell + " --gpu h100"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    serve = [line for line in run.stdout.splitlines() if "vllm serve" in line]
+    assert serve and all(REDACTED in line for line in serve), run.stdout
+    assert pieces(run.stdout + run.stderr) == []
+
+
+def test_the_token_file_is_read_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+
+    monkeypatch.delenv("HF_TOKEN")
+    token = tmp_path / "token"
+    token.write_text(SECRET)
+    monkeypatch.setenv("HF_TOKEN_PATH", str(token))
+    opened: list[object] = []
+    real = os.open
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> int:
+        opened.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counted)
+    assert [redact(SECRET), redact(SECRET)] == [REDACTED, REDACTED]
+    assert opened.count(token) + opened.count(str(token)) == 1
+
+
+def test_a_plot_keeps_no_token_as_text(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # an SVG or PDF keeps the title as text; the model's name carries the token
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    model = token_model(tmp_path)
+    chat = str(ROOT / "examples" / "workloads" / "chat.yaml")
+    args = ["simulate", model, "--gpu", "h100", "-w", chat, "--num-requests", "5"]
+    result = CliRunner().invoke(app, [*args, "--plot", "plot.svg"])
+    assert result.exit_code == 0, result.stderr
+    svg = (tmp_path / "plot.svg").read_text()
+    assert SECRET not in svg and pieces(svg) == []

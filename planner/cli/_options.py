@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from planner.config.fields import Command, Setting, for_command, setting
-from planner.errors import KvplanError, UsageError, one_line
+from planner.errors import KvplanError, UsageError
 
 if TYPE_CHECKING:
     from planner.deployment import Gpu, ServeSettings
@@ -142,9 +142,9 @@ def user_errors() -> Iterator[None]:
     seen: set[str] = set()
 
     def note(text: str) -> None:
-        from planner.secrets import redact
+        from planner.secrets import error_line
 
-        line = one_line(redact(text))
+        line = error_line(text)
         if line not in seen:
             seen.add(line)
             typer.echo(f"note: {line}", err=True)
@@ -155,9 +155,9 @@ def user_errors() -> Iterator[None]:
     except KvplanError as exc:
         if os.environ.get("KVPLAN_DEBUG"):
             raise
-        from planner.secrets import redact
+        from planner.secrets import error_line
 
-        typer.echo(f"Error: {one_line(redact(str(exc)))}", err=True)
+        typer.echo(f"Error: {error_line(str(exc))}", err=True)
         raise typer.Exit(exc.exit_code) from None
 
 

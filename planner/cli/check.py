@@ -23,7 +23,7 @@ OutputOpt = Annotated[
     typer.Option(
         "--output",
         "-o",
-        help="Write the report to this file (atomically) instead of stdout.",
+        help="Write the report to this file (atomically; - is stdout) instead of stdout.",
         show_default=False,
     ),
 ]
@@ -66,9 +66,11 @@ def check(
         if format_ not in render.CHECK_FORMATS:
             raise UsageError(f"--format {format_!r}: use one of {', '.join(render.CHECK_FORMATS)}")
         if output is not None:
-            from planner.files import check_output_name
+            from planner.files import check_outputs
 
-            check_output_name("-o", output)  # before any model is read or planned
+            # before any model is read or planned; `-o -` is stdout
+            check_outputs([("-o", output)], inputs=[("the plans file", plans)])
+            output = None if output == "-" else output
         from planner.status import quiet
 
         quiet(format_ != "table")  # no status line beside a machine-read report

@@ -238,6 +238,12 @@ def simulate(
     from planner.simulate import build_settings, load_workload, simulate_model, trace_lines
 
     with user_errors():
+        from planner.files import check_outputs
+
+        check_outputs(  # before any work: never an input, a device, or one another
+            [("--save-trace", save_trace), ("-o", output), ("--plot", plot)],
+            inputs=[("the workload (-w)", workload), ("the step times", step_times)],
+        )
         axes: dict[str, list[str]] = {
             "block-size": _values(block_size),
             "kv-cache-dtype": _values(kv_cache_dtype),

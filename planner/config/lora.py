@@ -32,6 +32,9 @@ class LoraAdapter:
         return Path(self.path).name or "adapter"
 
 
+MAX_ADAPTER_BYTES = 1 << 20  # an adapter_config.json is a few hundred bytes
+
+
 def read_adapter(path: str) -> LoraAdapter:
     """The adapter in ``path`` (a folder holding ``adapter_config.json``, or the file).
 
@@ -41,13 +44,19 @@ def read_adapter(path: str) -> LoraAdapter:
     """
     where = Path(path)
     file = where / "adapter_config.json" if where.is_dir() else where
+    from planner import files
+
+    def error(message: str) -> UsageError:
+        return UsageError(f"--lora-adapter {message}")
+
+    if not file.exists() and not file.is_symlink():
+        raise UsageError(f"--lora-adapter {path}: no adapter_config.json there")
+    text = files.read_text_file(
+        file, limit=MAX_ADAPTER_BYTES, what="adapter_config.json", error=error
+    )
     try:
-        data = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"--lora-adapter {path}: no adapter_config.json there") from None
-    except OSError as exc:
-        raise UsageError(f"--lora-adapter {path}: cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = files.loads_json(text, where=str(file), error=error)
+    except json.JSONDecodeError:
         raise UsageError(f"--lora-adapter {file}: not valid JSON") from None
     if not isinstance(data, dict):
         raise UsageError(f"--lora-adapter {file}: not a JSON object")

@@ -17,8 +17,10 @@ MODES = ("weights", "data")
 
 def _json_object(value: Any, flag: str, example: str) -> dict[str, Any]:
     if isinstance(value, str):
+        from planner.files import loads_json
+
         try:
-            value = json.loads(value)
+            value = loads_json(value, where=flag, error=UsageError, line=None)
         except json.JSONDecodeError as exc:
             raise UsageError(f"{flag} must be JSON, e.g. '{example}' ({exc.msg})") from None
     if not isinstance(value, Mapping):

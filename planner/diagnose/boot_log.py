@@ -293,7 +293,7 @@ def _parallel(log: BootLog, args: dict[str, Any], line: int) -> None:
 def _literal(text: str) -> Any:
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # {[1]: 2}
         return text.strip("'")
 
 

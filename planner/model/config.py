@@ -756,27 +756,28 @@ def _gdn_builder(f: _Fields, dtype_bytes: int) -> Callable[[], LayerSpec]:
 
 def read_json_config(path: Path, name: str | None = None) -> dict[str, Any]:
     """Read one config.json with one-line errors for the usual mistakes."""
+    from planner import files
+
     label = name or str(path)
+
+    def error(message: str) -> ConfigError:  # the reader's words, under the config's name
+        return ConfigError(message.replace(str(path), label, 1))
+
+    if not path.exists():
+        raise ModelNotFoundError(f"cannot read {label}: No such file or directory")
+    raw = files.read_bytes(path, limit=CONFIG_MAX_BYTES, what="config.json", error=error)
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise ModelNotFoundError(f"cannot read {label}: {exc.strerror}") from None
-    if size > CONFIG_MAX_BYTES:
-        raise ConfigError(f"{label} is {size:,} bytes; a config.json is a few KB")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot read {label}: {exc}") from None
     if not text.strip():
         raise ConfigError(f"{label} is empty; expected a model's config.json")
     try:
-        data = json.loads(text)
+        data = files.loads_json(text, where=label, error=error)
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{label} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
-    except RecursionError:
-        raise ConfigError(f"{label} is nested too deeply to be a model config") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{label} must hold a JSON object, not {type(data).__name__}")
     return data
@@ -877,7 +878,7 @@ def _load_local(path: Path, model: str) -> ModelSpec:
     if not _exists(path):
         raise ModelNotFoundError(f"no such file or directory: {_short_path(model)}")
     config_path = path / "config.json" if path.is_dir() else path
-    if not config_path.is_file():
+    if not config_path.exists() or config_path.is_dir():  # a FIFO or device: the reader says
         raise ModelNotFoundError(f"{model} has no config.json")
     raw = read_json_config(config_path, str(config_path))
     name = raw.get("_name_or_path")

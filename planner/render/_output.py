@@ -10,11 +10,11 @@ import json
 import math
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from planner.errors import one_line
 from planner.outcome import Outcome
-from planner.secrets import RedactingStream
+from planner.secrets import REDACTED, RedactingStream, redact
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -28,18 +28,49 @@ def _user(text: object) -> str:
     return escape(one_line(str(text)))
 
 
-def console() -> Console:
-    """stdout, with any Hugging Face token redacted (:mod:`planner.secrets`)."""
+MIN_WIDTH, MAX_WIDTH = 20, 1000  # COLUMNS outside these is a mistake, not a terminal
+
+
+def _width() -> int | None:
+    """The console width from ``COLUMNS`` (None: rich asks the terminal): 0, negative or
+    absurd values are clamped, where rich would print nothing at width 0 or pad every line
+    to a million spaces."""
+    import os
+
+    raw = os.environ.get("COLUMNS", "").strip()
+    try:
+        columns = int(raw)
+    except ValueError:
+        return None
+    return 80 if columns < 1 else max(MIN_WIDTH, min(columns, MAX_WIDTH))
+
+
+def _console(stream: IO[str]) -> Console:
+    """A rich console on ``stream`` that redacts every string before rendering it: rich
+    folds a long word across lines and shortens cells, and a token in pieces would slip past
+    the stream's own redaction (which stays, for whatever else is written)."""
     from rich.console import Console
 
-    return Console(file=RedactingStream(sys.stdout), highlight=False)  # type: ignore[arg-type]
+    class RedactingConsole(Console):
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            markup = kwargs.get("markup")
+            if markup is None:
+                markup = self._markup
+            return super().render_str(
+                redact(text, "\\" + REDACTED if markup else REDACTED), **kwargs
+            )
+
+    return RedactingConsole(file=RedactingStream(stream), highlight=False, width=_width())  # type: ignore[arg-type]
+
+
+def console() -> Console:
+    """stdout, with any Hugging Face token redacted (:mod:`planner.secrets`)."""
+    return _console(sys.stdout)
 
 
 def err_console() -> Console:
     """stderr for warnings and `Error:` lines, redacted like :func:`console`."""
-    from rich.console import Console
-
-    return Console(file=RedactingStream(sys.stderr), highlight=False)  # type: ignore[arg-type]
+    return _console(sys.stderr)
 
 
 def write_out(text: str) -> None:
@@ -67,9 +98,11 @@ def _finite(value: Any) -> Any:
 def warnings_(messages: list[str]) -> None:
     if not messages:
         return
+    from planner.secrets import error_line
+
     out = err_console()
-    for message in messages:
-        out.print(f"[yellow]Warning:[/] {_user(message)}", soft_wrap=True)
+    for message in messages:  # redacted, then long words cut, like an Error: line
+        out.print(f"[yellow]Warning:[/] {_user(error_line(message))}", soft_wrap=True)
 
 
 BAR_CHARS = {

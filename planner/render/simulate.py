@@ -277,6 +277,8 @@ def simulate_plot(report: SimReport, path: str) -> bytes:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UsageError("--plot needs matplotlib: pip install 'kvplan[plot]'") from None
+    from planner.secrets import redact  # before matplotlib: PDF and SVG keep text as text
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     for run in report.runs:
         tl = run.result.timeline
@@ -284,15 +286,15 @@ def simulate_plot(report: SimReport, path: str) -> bytes:
             [0.0] + [t for t, _ in tl],
             [0.0] + [u * 100 for _, u in tl],
             where="pre",
-            label=run.label,
+            label=redact(run.label),
         )
     ax1.set_xlabel(f"time (s, {_timing_short(report)})")
     ax1.set_ylabel("KV cache usage (%)")
     ax1.set_ylim(0, 105)
-    ax1.set_title(f"{report.model} · {report.workload} · {report.gpu}")
+    ax1.set_title(redact(f"{report.model} · {report.workload} · {report.gpu}"))
     if len(report.runs) > 1:
         ax1.legend(fontsize="small")
-    labels = [run.label for run in report.runs]
+    labels = [redact(run.label) for run in report.runs]
     ax2.bar(range(len(labels)), [run.result.output_tokens_per_s for run in report.runs])
     ax2.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize="small")
     ax2.set_ylabel(f"output tokens/s ({_timing_short(report)})")

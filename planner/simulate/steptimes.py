@@ -51,7 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from planner import files
 from planner.errors import InputFileError
+from planner.secrets import shown_value
 
 MAX_BYTES = 1 << 20
 MAX_ROWS = 100_000
@@ -165,7 +167,7 @@ def _number(value: Any, where: str, column: str) -> float:
     try:
         return float(str(value).strip())
     except ValueError:
-        shown = str(value)[:40]
+        shown = shown_value(value)
         raise InputFileError(f"{where}: {column} must be a number, got {shown!r}") from None
 
 
@@ -200,7 +202,7 @@ def _rows_from_csv(text: str, source: str) -> list[Row]:
 
 def _rows_from_json(text: str, source: str) -> list[Row]:
     try:
-        data = json.loads(text)
+        data = files.loads_json(text, where=source)
     except json.JSONDecodeError as exc:
         raise InputFileError(f"{source}: not JSON ({exc.msg}, line {exc.lineno})") from None
     except RecursionError:
@@ -268,7 +270,6 @@ def parse_step_times(text: str, source: str, *, as_json: bool) -> StepTable:
 
 def load_step_times(path: str | Path) -> StepTable:
     """The step-time table in ``path`` (``.json``: JSON; otherwise CSV)."""
-    from planner import files
 
     source = str(path)
     text = files.read_text_file(Path(path), limit=MAX_BYTES, what="step-time table")

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.errors import WorkloadError
+from planner import files
+from planner.errors import InputFileError, WorkloadError
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 ARRIVALS = ("poisson", "burst", "all-at-once")
@@ -722,6 +723,8 @@ def _whole(value: Any, key: str, minimum: int) -> tuple[int | None, str | None]:
     if value < minimum:
         word = "negative" if value < 0 else f"less than {minimum}"
         return None, f"{key} {value} is {word}"
+    if value > files.MAX_INT:  # 1e19 as a float: a count no array (or engine) holds
+        return None, f"{key} {_show(value)} is out of range (at most 2^63 - 1)"
     return value, None
 
 
@@ -871,11 +874,12 @@ def parse_trace(
                     problem = f"line {number}: longer than {MAX_LINE_BYTES:,} bytes"
                 else:
                     try:
-                        request = _trace_request(json.loads(line))
+                        obj = files.loads_json(line, where=f"line {number}", line=None)
+                        request = _trace_request(obj)
                     except json.JSONDecodeError as exc:
                         request = f"not JSON ({exc.msg})"
-                    except RecursionError:
-                        request = "JSON nested too deeply"
+                    except InputFileError as exc:  # a number out of range, or too deep
+                        request = str(exc).removeprefix(f"line {number}: ")
                     if isinstance(request, str):
                         problem = f"line {number}: {request}"
                     elif request.prefix_id is not None:

@@ -243,9 +243,19 @@ def as_flags(changes: Mapping[str, Any]) -> str:
             continue
         if isinstance(value, bool):
             words.append(flag if value else "--no-" + flag.removeprefix("--"))
+        elif key.endswith("_bytes") and isinstance(value, int):
+            words.append(f"{flag} {_with_unit(value)}")  # a bare number is refused
         else:
             words.append(f"{flag} {_shown(value)}")
     return " ".join(words)
+
+
+def _with_unit(size: int) -> str:
+    """A byte count as a flag takes it, exactly: ``64GiB``, ``512MiB``, else ``N B``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return f"{size}B"
 
 
 def as_yaml(changes: Mapping[str, Any]) -> str:

@@ -253,9 +253,9 @@ def estimate(
         --limit-mm-per-prompt '{"image":2,"video":0}'
     """
     from planner.deployment import Deployment
-    from planner.errors import DoesNotFitError
+    from planner.errors import DoesNotFitError, WontStartError
     from planner.model.load import load_draft, load_model
-    from planner.recommend import PlanOptions, report, wont_start_error
+    from planner.recommend import PlanOptions, Refusal, report, wont_start_error
     from planner.render import estimate as render
 
     with user_errors():
@@ -323,7 +323,12 @@ def estimate(
         loaded = load_model(model, revision=revision, offline=offline or None)
         settings, draft = load_draft(settings, offline=offline or None)
         dep = Deployment(model=loaded, gpu=gpu_, settings=settings, draft=draft)
-        result = report(dep, options)
+        try:
+            result = report(dep, options)
+        except WontStartError as exc:  # before any plan: its verdict and figures, then the error
+            if isinstance(exc.refusal, Refusal):
+                render.refusal(exc.refusal, as_json=json_)
+            raise
         render.report(result, as_json=json_, show_grid=grid, details=details)
         if result.engine is not None:
             if result.engine_outcome == "wont_start":

@@ -116,3 +116,5 @@ def diagnose(
             offline=offline or None,
         )
         render.diagnose(result, as_json=json_)
+    if result.outcome == "wont_start":  # the log ends before serving, or the plan refuses
+        raise typer.Exit(1)

@@ -379,7 +379,7 @@ def _crash_finding(log: BootLog, p: Plan | None, s: ServeSettings) -> Finding | 
     plan_bytes = None
     if p is not None:
         plan_bytes = getattr(p.vllm, term, None)
-    lines = [n for n in (log.lines.get("error"), log.lines.get("oom")) if n]
+    lines = sorted({n for n in (log.lines.get("error"), log.lines.get("oom")) if n})
     return Finding(
         "startup-crash",
         "error",

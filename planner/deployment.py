@@ -716,7 +716,7 @@ class ServeSettings:
             try:
                 if typed:
                     _check_type(name, value)
-                values.update(_parse_value(name, value, auto_fit=auto_fit))
+                values.update(_parse_value(name, value, auto_fit=auto_fit, units=spelling != "log"))
             except SettingError as exc:
                 problems.append((str(key), word(exc) if word else str(exc)))
             except UsageError as exc:
@@ -888,7 +888,9 @@ def _check_type(name: str, value: Any) -> None:
         raise SettingError(f"expected {expected}, got {value!r}", rule=rule, value=value)
 
 
-def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, Any]:
+def _parse_value(
+    name: str, value: Any, *, auto_fit: bool = True, units: bool = True
+) -> dict[str, Any]:
     """One setting's value, as :class:`ServeSettings` holds it."""
     from planner.units import parse_size
 
@@ -975,7 +977,8 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
     ):
         if isinstance(value, int) and not isinstance(value, bool):
             return {name: value}
-        return {name: parse_size(str(value), flag=SPELLINGS[name].cli)}
+        # a size typed as text needs its unit; a log prints bytes
+        return {name: parse_size(str(value), flag=SPELLINGS[name].cli, unit_required=units)}
     if name in ("vllm_version", "entrypoint", "runner"):
         text = str(value).strip()
         if name == "vllm_version":

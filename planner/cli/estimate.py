@@ -263,6 +263,9 @@ def estimate(
 
         quiet(json_)
         refuse_swap_space(swap_space)
+        from planner.vllm_rules import refuse_unmodelled
+
+        refuse_unmodelled(vllm_version)
         settings = _serve_settings(
             engine=engine,
             tp=tp,

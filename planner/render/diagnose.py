@@ -87,13 +87,17 @@ def finding_text(f: Finding) -> str:
             + "."
         )
     if f.kind == "startup-crash":
-        plan = (
-            f"; the plan's {d['plan_term'].removesuffix('_bytes').replace('_', ' ')} is "
-            f"{_size(d['plan_bytes'], 'bytes')}"
-            if d["plan_bytes"] is not None
-            else ""
-        )
-        return f"vLLM crashed during {d['stage']} and never served: {d['error']}{plan}."
+        term = d["plan_term"].removesuffix("_bytes").replace("_", " ")
+        plan = ""
+        if d["plan_bytes"] == 0 and d["plan_term"] == "cuda_graph_bytes":
+            plan = (
+                "; the plan subtracts no CUDA-graph memory before the pool (this release sizes "
+                "the KV cache first), so the graphs had to fit in what the pool left"
+            )
+        elif d["plan_bytes"] is not None:
+            plan = f"; the plan's {term} is {_size(d['plan_bytes'], 'bytes')}"
+        error = str(d["error"]).rstrip(". ")
+        return f"vLLM crashed during {d['stage']} and never served: {error}{plan}."
     if f.kind == "gpu-shared":
         return (
             f"Another process holds the GPU: {_size(d['free_bytes'], 'bytes')} of "

@@ -1,0 +1,44 @@
+"""Issue 22's smaller untruths: bare byte sizes, releases kvplan does not model."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--gpu-memory", "24"), ("--kv-cache-memory", "10"), ("--headroom", "2")]
+)
+def test_bare_numbers_for_byte_sizes_are_refused(flag: str, value: str) -> None:
+    # "--gpu-memory 24" was read as 24 bytes
+    result = runner.invoke(app, ["estimate", "llama-3.1-8b", flag, value])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"Error: {flag} '{value}': add a unit (GiB, GB), e.g. {value}GiB; a bare number would "
+        "be bytes"
+    )
+
+
+def test_sizes_with_a_unit_and_zero_are_taken() -> None:
+    result = runner.invoke(
+        app, ["estimate", "llama-3.1-8b", "--gpu-memory", "24GiB", "--headroom", "0", "--json"]
+    )
+    assert result.exit_code in (0, 1), result.stderr
+    assert '"memory_bytes": 25769803776' in result.stdout  # 24 x 2^30
+
+
+def test_releases_before_the_v1_engine_are_refused() -> None:
+    # vllm_rules.RULES starts at 0.8.5, the V1 engine; 0.6.3 would print V1 lines for V0
+    result = runner.invoke(
+        app, ["estimate", "llama-3.1-8b", "--gpu", "h100", "--vllm-version", "0.6.3"]
+    )
+    assert result.exit_code == 2
+    assert "give --vllm-version 0.8.5 or newer" in result.stderr
+    ok = runner.invoke(
+        app, ["estimate", "llama-3.1-8b", "--gpu", "h100", "--vllm-version", "0.8.5", "--json"]
+    )
+    assert ok.exit_code in (0, 1), ok.stderr

@@ -34,7 +34,7 @@ from planner.deployment import (
 )
 from planner.errors import DoesNotFitError, UsageError, WontStartError
 from planner.kv_layout import KVEstimate, estimate
-from planner.model.specs import Engine, KVDtype, cdiv
+from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
 from planner.offload import HostRam, KvTier
 from planner.units import GIB, MIB, format_gib
 from planner.vllm_rules import NEWEST_VERSION
@@ -398,6 +398,23 @@ class PlanOptions:
         return None
 
 
+def served_model(spec: ModelSpec) -> tuple[str, str | None]:
+    """What ``vllm serve`` is given for ``spec``: the folder's absolute path for a local
+    directory (its basename only works from the parent folder), with a note naming the hub id
+    to serve instead where the config records one (``_name_or_path``); else the name."""
+    from pathlib import Path
+
+    source = Path(spec.source)
+    if not spec.source.endswith(".json") or not source.parent.is_dir():
+        return spec.name, None
+    folder = str(source.parent.resolve())
+    hub = spec.config.get("_name_or_path")
+    note = f"{spec.name} is a local directory: the commands serve its path ({folder})"
+    if isinstance(hub, str) and hub.count("/") == 1 and not Path(hub).exists():
+        note += f"; to let vLLM fetch the checkpoint, serve the hub id {hub} instead"
+    return folder, note
+
+
 def layout_capacity(d: Deployment) -> tuple[KVEstimate, Weights, VllmCapacity]:
     """One layout planned as :func:`plan` plans the deployment (no grid, no examples)."""
     e = estimate(d.spec, d.settings, d.gpu, batch_sizes=())
@@ -508,8 +525,11 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         length, 1, s.gmu, est.block_size, est.kv_cache_dtype, 0.0, ""
     )
     by_engine = {e.engine: e for e in engines}
+    served, served_note = served_model(spec)
+    if served_note:
+        notes.append(served_note)
     launch = engine_commands(
-        spec.name,
+        served,
         target,
         vllm_default_max_num_seqs=s.default_max_num_seqs(target.max_model_len, dep.gpu),
         tp=s.tp,

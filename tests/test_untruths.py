@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
+from tests.conftest import fixture_config
 
 runner = CliRunner()
 
@@ -42,3 +47,20 @@ def test_releases_before_the_v1_engine_are_refused() -> None:
         app, ["estimate", "llama-3.1-8b", "--gpu", "h100", "--vllm-version", "0.8.5", "--json"]
     )
     assert ok.exit_code in (0, 1), ok.stderr
+
+
+def test_a_local_directory_is_served_by_its_path(tmp_path: Path) -> None:
+    # "vllm serve my-llama" works only from the parent folder: the path, and the hub id
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    config = json.loads(fixture_config("Qwen--Qwen2.5-7B-Instruct").read_text())
+    config["_name_or_path"] = "Qwen/Qwen2.5-7B-Instruct"
+    (folder / "config.json").write_text(json.dumps(config))
+    result = runner.invoke(
+        app, ["estimate", str(folder), "--gpu", "h100", "--max-model-len", "8192", "--json"]
+    )
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    words = shlex.split(data["commands"]["vllm"])
+    assert words[:3] == ["vllm", "serve", str(folder.resolve())]  # not the bare "my-llama"
+    assert any("serve the hub id Qwen/Qwen2.5-7B-Instruct" in n for n in data["plan_notes"])

@@ -1116,6 +1116,12 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
         vllm_plan = _planned(dep.with_settings(engine=Engine.VLLM, block_size=None), options)
         vllm_plan = _with_choice(vllm_plan, choice)
         mine = next(e for e in vllm_plan.engines if e.engine == s.engine.value)
+        if s.engine is Engine.HF:  # a static batch: all of it is allocated up front, or OOM
+            batch = s.max_num_seqs or max(options.batch_sizes, default=1)
+            mine = replace(mine, max_running_requests=batch)
+            held = int(mine.max_concurrency)
+            outcome = FITS_AT_WORST_CASE if held >= batch else WONT_START
+            return Report(base, vllm_plan, [], mine, outcome)
         return Report(base, vllm_plan, [], mine, engine_outcome(mine, base.max_model_len))
     if dep.gpu is not None or s.kv_cache_memory_bytes is not None:
         the_plan = _with_choice(_planned(dep, options), choice)

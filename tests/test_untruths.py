@@ -64,3 +64,20 @@ def test_a_local_directory_is_served_by_its_path(tmp_path: Path) -> None:
     words = shlex.split(data["commands"]["vllm"])
     assert words[:3] == ["vllm", "serve", str(folder.resolve())]  # not the bare "my-llama"
     assert any("serve the hub id Qwen/Qwen2.5-7B-Instruct" in n for n in data["plan_notes"])
+
+
+def test_transformers_naive_cache_is_checked_for_the_batch() -> None:
+    # Qwen2.5-7B: 28 layers x 4 KV heads x 128 x 2 x 2 B = 57,344 B/token; a contiguous
+    # cache for 128 x 8,192 tokens is 128 x 8,192 x 57,344 B = 56 GiB, more than the L40S's
+    # pool; the batch that fits is what the JSON's max_concurrency says
+    args = ["estimate", "qwen2.5-7b", "--engine", "hf", "--gpu", "l40s", "--max-model-len"]
+    big = runner.invoke(app, [*args, "8192", "--batch", "128", "--json"])
+    assert big.exit_code == 1
+    plan = json.loads(big.stdout)["engine_plan"]
+    assert plan["outcome"] == "wont_start" and plan["max_running_requests"] == 128
+    assert 128 * 8192 * 57344 > plan["available_kv_bytes"]
+    assert "56.00 GiB" in big.stderr
+    fits = int(plan["max_concurrency"])
+    small = runner.invoke(app, [*args, "8192", "--batch", str(fits), "--json"])
+    assert small.exit_code == 0
+    assert json.loads(small.stdout)["engine_plan"]["outcome"] == "fits_at_worst_case"

@@ -334,6 +334,17 @@ def estimate(
             raise
         render.report(result, as_json=json_, show_grid=grid, details=details)
         if result.engine is not None:
+            e = result.engine
+            if result.engine_outcome == "wont_start" and e.engine == "hf":
+                raise DoesNotFitError(
+                    f"{result.estimate.model} won't start with these settings (transformers): "
+                    f"a contiguous cache for a batch of {e.max_running_requests:,} x "
+                    f"{result.estimate.max_model_len:,} tokens needs "
+                    f"{e.max_running_requests * result.estimate.request_bytes / 2**30:.2f} GiB; "
+                    f"{max(e.available_kv_bytes, 0) / 2**30:.2f} GiB holds "
+                    f"{int(e.max_concurrency):,}; try --batch {int(e.max_concurrency)} or a "
+                    "smaller --max-model-len"
+                )
             if result.engine_outcome == "wont_start":
                 raise DoesNotFitError(
                     f"{result.estimate.model} won't start with these settings "

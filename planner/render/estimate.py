@@ -471,7 +471,8 @@ def _engine_plan(rep: Report) -> None:
     phrase = OUTCOME_PHRASES[rep.engine_outcome or "wont_start"]
     words = phrase[0].upper() + phrase[1:]
     out.print(
-        f"{mark} {words}: {int(e.max_concurrency):,} of {e.max_running_requests:,} running "
+        f"{mark} {words}: {min(int(e.max_concurrency), e.max_running_requests):,} of "
+        f"{e.max_running_requests:,} running "
         f"requests fit at {est.max_model_len:,} tokens each",
         markup=False,
     )

@@ -820,6 +820,16 @@ def _default_lens(model_max: int, length: int) -> list[int]:
     return sorted(set(lens))[:7]
 
 
+def rejected_words(rejected: int, requests: int, max_model_len: int) -> str:
+    """Requests of a workload longer than ``max_model_len``, which vLLM rejects: 355 of 500
+    -> "355 of 500 requests (71 %) are longer than max_model_len 4,096: vLLM rejects them"."""
+    share = 100 * rejected / requests if requests else 0.0
+    return (
+        f"{rejected:,} of {requests:,} requests ({share:.0f} %) are longer than max_model_len "
+        f"{max_model_len:,}: vLLM rejects them"
+    )
+
+
 def friendly_len(tokens: int) -> int:
     """A length to type: rounded down to a multiple of 1,024 (16 below 2,048 tokens).
     vLLM's auto-fit 28,112 -> 27,648."""
@@ -893,6 +903,10 @@ def _recommend(
         seqs, gmu, basis = r.max_num_seqs, r.gpu_memory_utilization, WORKLOAD
         usable = r.num_gpu_blocks - 1
         reason = advice.reason
+        if advice.rejected:
+            reason = (
+                f"{rejected_words(advice.rejected, advice.requests, est.max_model_len)}; " + reason
+            )
         if gmu != dep.settings.gmu:
             reason += (
                 f"; the pool is more than that needs: gpu_memory_utilization {gmu:g} "

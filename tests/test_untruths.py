@@ -81,3 +81,21 @@ def test_transformers_naive_cache_is_checked_for_the_batch() -> None:
     small = runner.invoke(app, [*args, "8192", "--batch", str(fits), "--json"])
     assert small.exit_code == 0
     assert json.loads(small.stdout)["engine_plan"]["outcome"] == "fits_at_worst_case"
+
+
+def test_rejected_requests_are_counted_in_the_advice(tmp_path: Path) -> None:
+    # 355 of 500 requests are 6,100 tokens, longer than --max-model-len 4,096: 71 %
+    trace = tmp_path / "long.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"prompt_tokens": 6000 if i < 355 else 1000, "output_tokens": 100}) + "\n"
+            for i in range(500)
+        )
+    )
+    args = ["estimate", "qwen2.5-7b", "--gpu", "l40s", "--max-model-len", "4096", "-w", str(trace)]
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert data["workload"]["rejected"] == 355
+    words = "355 of 500 requests (71 %) are longer than max_model_len 4,096"
+    assert data["recommended"]["reason"].startswith(words)
+    text = runner.invoke(app, args).stdout
+    assert f"! {words}" in " ".join(text.split())

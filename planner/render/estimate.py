@@ -583,6 +583,14 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
     else:
         for line in wrap_command(p.commands["vllm"]):
             out.print(f"  {line}", markup=False, soft_wrap=True)
+    if p.advice is not None and p.advice.rejected:
+        from planner.recommend import rejected_words
+
+        out.print(
+            f"  ! {rejected_words(p.advice.rejected, p.advice.requests, cap.max_model_len)}; "
+            "raise --max-model-len to serve them",
+            markup=False,
+        )
     if p.advice is not None:
         y = p.advice.yours
         out.print(

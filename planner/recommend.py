@@ -1118,7 +1118,7 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
     s, spec = dep.settings, dep.spec
     if dep.gpu is None and detect and s.kv_cache_memory_bytes is None:
         dep = dep.on(detect_gpu())
-    choice = None
+    choice: tuple[str, list[LayoutRow]] | None = None
     if dep.gpu is not None or s.kv_cache_memory_bytes is not None:  # a plan: can it start?
         dep, options, choice = _layout_for(dep, options)
         s = dep.settings
@@ -1163,11 +1163,21 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
     return Report(base, None, rows)
 
 
-def _with_choice(p: Plan, choice: str | None) -> Plan:
-    """The plan with kvplan's layout choice: its reason, and its row marked."""
+def _with_choice(p: Plan, choice: tuple[str, list[LayoutRow]] | None) -> Plan:
+    """The plan with kvplan's layout choice: its reason, and the layouts it was picked from
+    (planned with the user's own settings: EP only where that row has it) with its row
+    marked."""
     if choice is None:
         return p
-    return replace(p, layout_choice=choice, layouts=[replace(r, chosen=r.yours) for r in p.layouts])
+    reason, rows = choice
+    s = p.estimate
+    picked = (
+        s.tensor_parallel_size,
+        s.pipeline_parallel_size,
+        p.cluster.data_parallel_size if p.cluster else 1,
+    )
+    marked = [replace(r, chosen=(r.tp, r.pp, r.dp) == picked, yours=False) for r in rows]
+    return replace(p, layout_choice=reason, layouts=marked)
 
 
 def _planned(dep: Deployment, options: PlanOptions) -> Plan:
@@ -1201,7 +1211,7 @@ def _layout_change(row: LayoutRow, s: ServeSettings) -> dict[str, object]:
 
 def _layout_for(
     dep: Deployment, options: PlanOptions
-) -> tuple[Deployment, PlanOptions, str | None]:
+) -> tuple[Deployment, PlanOptions, tuple[str, list[LayoutRow]] | None]:
     """Check that ``dep`` can start on any machine (:func:`planner.cluster.physical_problems`)
     and, for ``--gpus N`` (or ``--nodes``) with no layout typed, pick the layout that holds
     the most: returns the deployment to plan, the options (``--gpus`` above a node's size
@@ -1224,7 +1234,7 @@ def _layout_for(
         if best is None:
             raise _no_layout(dep, rows, total, options.nodes).error()
         length = s.max_model_len or spec.max_model_len
-        choice = choice_reason(best, rows, total, length)
+        choice = (choice_reason(best, rows, total, length), rows)
         dep = dep.with_settings(
             tp=best.tp,
             pp=best.pp,

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.budget import VllmCapacity
-from planner.deployment import Deployment
+from planner.deployment import Deployment, Gpu
 from planner.errors import UsageError
 from planner.kv_layout import KVEstimate
 from planner.weights import Weights
@@ -56,9 +56,27 @@ def cluster_of(dep: Deployment, cap: VllmCapacity) -> Cluster:
     )
 
 
+DEFAULT_NODE_GPUS = 8  # an HGX / DGX node, where the catalog does not say (Gpu.node_gpus)
+
+
+def node_size(gpu: Gpu | None, gpus_per_node: int | None) -> tuple[int, str]:
+    """GPUs one node holds and where that figure comes from: ``--gpus-per-node``, the
+    catalog's ``node_gpus``, else :data:`DEFAULT_NODE_GPUS` (8, an HGX board)."""
+    if gpus_per_node is not None:
+        return gpus_per_node, f"a node of {gpus_per_node} GPUs (--gpus-per-node)"
+    if gpu is not None and gpu.node_gpus:
+        return gpu.node_gpus, f"a {gpu.name} node ({gpu.node_gpus} GPUs)"
+    return DEFAULT_NODE_GPUS, (
+        f"a node of {DEFAULT_NODE_GPUS} GPUs (kvplan's assumption where the catalog does not "
+        "give one)"
+    )
+
+
 @dataclass(frozen=True)
 class LayoutRow:
-    """One way to split ``gpus`` between TP and DP (JSON ``layouts[]``), per GPU and cluster."""
+    """One way to split ``gpus`` between TP, PP and DP (JSON ``layouts[]``), per GPU and for
+    the cluster; ``cluster_max_concurrency`` is the worst case: requests of ``max_model_len``
+    running at once over every DP rank."""
 
     tp: int
     dp: int
@@ -71,6 +89,31 @@ class LayoutRow:
     fits: bool
     yours: bool
     flags: str
+    pp: int = 1
+    chosen: bool = False  # the layout kvplan picked (--gpus without a layout)
+
+    @property
+    def label(self) -> str:
+        """``TP 4 x PP 2``, ``TP 1 x DP 8 + EP``: the axes above 1 (TP always)."""
+        words = f"TP {self.tp}" + (f" x PP {self.pp}" if self.pp > 1 else "")
+        words += f" x DP {self.dp}" if self.dp > 1 else ""
+        return words + (" + EP" if self.expert_parallel else "")
+
+    @property
+    def changes(self) -> dict[str, object]:
+        """The layout as settings (``{"tp": 1, "dp": 8, "enable_expert_parallel": True}``)."""
+        out: dict[str, object] = {"tp": self.tp}
+        if self.pp > 1:
+            out["pp"] = self.pp
+        if self.dp > 1:
+            out["dp"] = self.dp
+        if self.expert_parallel:
+            out["enable_expert_parallel"] = True
+        return out
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def layouts(
@@ -78,59 +121,103 @@ def layouts(
     gpus: int,
     gpus_per_node: int | None,
     capacity: Callable[[Deployment], tuple[KVEstimate, Weights, VllmCapacity]],
+    *,
+    nodes: int = 1,
 ) -> list[LayoutRow]:
-    """Every ``tp x dp = gpus / pp`` split the model takes (TP inside a node when
-    ``gpus_per_node`` is given), planned with the user's other settings; routed experts go
-    expert-parallel whenever dp > 1 on an MoE model (vLLM shards them over dp x tp either
-    way; EP is what DP-attention deployments run)."""
+    """Every ``tp x pp x dp = gpus`` split the model takes, planned with the user's other
+    settings. TP stays inside a node (``gpus_per_node``, the catalog's node size, else 8); over
+    several nodes a whole replica (TP x PP) does, as :func:`node_commands` runs it. Routed
+    experts go expert-parallel whenever dp > 1 on an MoE model (vLLM shards them over dp x tp
+    either way; EP is what DP-attention deployments run)."""
     from planner.weights import _num_experts
 
     s, spec = dep.settings, dep.spec
-    if gpus % s.pp:
-        raise UsageError(f"--gpus {gpus} is not a multiple of --pp {s.pp}")
+    node, _ = node_size(dep.gpu, gpus_per_node)
     moe = bool(_num_experts(spec.config, spec.name))
-    rows = []
-    per_stage = gpus // s.pp
-    for tp in range(1, per_stage + 1):
-        if per_stage % tp or (gpus_per_node and tp > gpus_per_node) or tp % s.dcp:
+    rows: list[LayoutRow] = []
+    for pp in _divisors(gpus):
+        if pp > spec.num_layers:
             continue
-        dp = per_stage // tp
-        ep = s.enable_expert_parallel or (moe and dp > 1)
-        redundant = s.num_redundant_experts if ep else 0
-        try:
-            variant = dep.with_settings(
-                tp=tp, dp=dp, enable_expert_parallel=ep, num_redundant_experts=redundant
+        per_stage = gpus // pp
+        for tp in _divisors(per_stage):
+            if tp > node or tp % s.dcp or (nodes > 1 and tp * pp > node):
+                continue
+            dp = per_stage // tp
+            ep = s.enable_expert_parallel or (moe and dp > 1)
+            redundant = s.num_redundant_experts if ep else 0
+            try:
+                variant = dep.with_settings(
+                    tp=tp, pp=pp, dp=dp, enable_expert_parallel=ep, num_redundant_experts=redundant
+                )
+                est, weights, cap = capacity(variant)
+            except UsageError:  # the model does not split over tp ranks or pp stages
+                continue
+            rank_tokens = max(cap.kv_cache_size_tokens, 0) if cap.fits else 0
+            flags = f"--tensor-parallel-size {tp}"
+            flags += f" --pipeline-parallel-size {pp}" if pp > 1 else ""
+            flags += f" --data-parallel-size {dp}" if dp > 1 else ""
+            if ep and not s.enable_expert_parallel:
+                flags += " --enable-expert-parallel"
+            rows.append(
+                LayoutRow(
+                    tp=tp,
+                    dp=dp,
+                    expert_parallel=ep,
+                    weights_bytes=weights.bytes_per_rank,
+                    available_kv_bytes=cap.available_kv_bytes,
+                    kv_cache_size_tokens=rank_tokens,
+                    cluster_kv_cache_size_tokens=dp * rank_tokens,
+                    cluster_max_concurrency=round(dp * cap.max_concurrency, 4) if cap.fits else 0.0,
+                    fits=cap.fits,
+                    yours=(tp, pp, dp) == (s.tp, s.pp, s.dp),
+                    flags=flags,
+                    pp=pp,
+                )
             )
-            est, weights, cap = capacity(variant)
-        except UsageError:  # the model does not split over tp ranks
-            continue
-        rank_tokens = max(cap.kv_cache_size_tokens, 0) if cap.fits else 0
-        flags = f"--tensor-parallel-size {tp}" + (f" --data-parallel-size {dp}" if dp > 1 else "")
-        if ep and not s.enable_expert_parallel:
-            flags += " --enable-expert-parallel"
-        rows.append(
-            LayoutRow(
-                tp=tp,
-                dp=dp,
-                expert_parallel=ep,
-                weights_bytes=weights.bytes_per_rank,
-                available_kv_bytes=cap.available_kv_bytes,
-                kv_cache_size_tokens=rank_tokens,
-                cluster_kv_cache_size_tokens=dp * rank_tokens,
-                cluster_max_concurrency=round(dp * cap.max_concurrency, 4) if cap.fits else 0.0,
-                fits=cap.fits,
-                yours=(tp, dp) == (s.tp, s.dp),
-                flags=flags,
-            )
-        )
-    return rows
+    return sorted(rows, key=lambda r: (r.pp, r.tp))
+
+
+NEAR_TIE = 0.01  # layouts within 1 % of the most cluster tokens count as holding as much
 
 
 def best_layout(rows: list[LayoutRow]) -> LayoutRow | None:
-    """The layout that starts and holds the most cluster tokens (ties: fewer DP ranks, i.e.
-    fewer weight copies)."""
+    """The layout that starts with the fewest pipeline stages, and among those holds the most
+    cluster tokens; within :data:`NEAR_TIE` of that, fewer DP ranks (fewer weight copies),
+    then fewer TP ranks. PP comes last because vLLM's distributed-serving guide splits TP
+    inside a node and PP across nodes: on one node a pipeline only adds bubbles, so it is
+    picked only where no layout without one starts."""
     started = [r for r in rows if r.fits and r.cluster_kv_cache_size_tokens > 0]
-    return max(started, key=lambda r: (r.cluster_kv_cache_size_tokens, -r.dp), default=None)
+    if not started:
+        return None
+    fewest = min(r.pp for r in started)
+    started = [r for r in started if r.pp == fewest]
+    most = max(r.cluster_kv_cache_size_tokens for r in started)
+    near = [r for r in started if r.cluster_kv_cache_size_tokens >= most * (1 - NEAR_TIE)]
+    return min(near, key=lambda r: (r.dp, -r.cluster_kv_cache_size_tokens, r.tp))
+
+
+def choice_reason(best: LayoutRow, rows: list[LayoutRow], gpus: int, length: int) -> str:
+    """Why ``best`` was picked, with its figures and the runner-up's."""
+    others = [r for r in rows if r is not best and r.fits and r.cluster_kv_cache_size_tokens]
+    runner = max(others, key=lambda r: r.cluster_kv_cache_size_tokens, default=None)
+    why = (
+        f"{best.label} holds {best.cluster_kv_cache_size_tokens:,} KV tokens on the {gpus} GPUs "
+        f"({best.cluster_max_concurrency:.2f} requests of {length:,} tokens at once)"
+    )
+    if best.pp > 1:
+        why += "; no layout without pipeline stages starts"
+    if runner is not None:
+        why += f"; next {runner.label}: {runner.cluster_kv_cache_size_tokens:,}"
+        if runner.cluster_kv_cache_size_tokens >= best.cluster_kv_cache_size_tokens:
+            why += (
+                " (with pipeline stages, which kvplan keeps for spanning nodes)"
+                if runner.pp > best.pp
+                else " (within 1 %: fewer weight copies win)"
+            )
+    failed = [r for r in rows if not r.fits]
+    if failed:
+        why += f"; {len(failed)} layout(s) won't start"
+    return why
 
 
 def node_commands(command: str, dep: Deployment, nodes: int, gpus_per_node: int) -> list[str]:
@@ -173,3 +260,146 @@ def node_commands(command: str, dep: Deployment, nodes: int, gpus_per_node: int)
         out.append(shlex.join([*words, *extra, *address]))
         start += here
     return out
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a deployment cannot start before any memory is counted: ``check`` names the
+    rule (``gpus``, ``node``, ``divisibility``), ``changes`` the fixes as data (a sentence for
+    one that is no setting), best first."""
+
+    check: str
+    reason: str
+    changes: list[dict[str, object] | str]
+
+
+def physical_problems(
+    dep: Deployment, total: int | None, nodes: int, gpus_per_node: int | None
+) -> list[Problem]:
+    """What stops ``dep``'s layout on any machine: more GPUs than given (tp x pp x dp against
+    ``--gpus`` / ``--nodes x --gpus-per-node``), TP wider than a node, a node larger than the
+    GPU's board, and the engines' divisibility rules (heads over TP, the layers over PP, DCP
+    over GQA heads, EP on a dense model). The changes here are the ones that need no plan; a
+    layout that fits the GPUs given is added by the caller, which can plan them."""
+    from planner.kv_layout import _tp_problems, _valid_tp_sizes
+    from planner.weights import _num_experts
+
+    s, spec = dep.settings, dep.spec
+    out: list[Problem] = []
+    node, node_source = node_size(dep.gpu, gpus_per_node)
+    layout = f"tp {s.tp} x pp {s.pp} x dp {s.dp} = {s.gpus} GPUs"
+    if total is not None and s.gpus > total:
+        given = (
+            f"--nodes {nodes} x --gpus-per-node {gpus_per_node} give {total}"
+            if gpus_per_node is not None
+            else f"--gpus gives {total}"
+        )
+        fewer: list[dict[str, object] | str] = []
+        if s.tp * s.pp <= total and s.dp > 1:
+            fewer.append({"dp": total // (s.tp * s.pp)})
+        fewer.append(f"{s.gpus} GPUs (--gpus {s.gpus})")
+        out.append(Problem("gpus", f"{layout}, but {given}", fewer))
+    if gpus_per_node is not None and dep.gpu is not None and dep.gpu.node_gpus:
+        if gpus_per_node > dep.gpu.node_gpus:
+            out.append(
+                Problem(
+                    "node",
+                    f"--gpus-per-node {gpus_per_node}, but a {dep.gpu.name} node holds "
+                    f"{dep.gpu.node_gpus}",
+                    [f"--gpus-per-node {dep.gpu.node_gpus}"],
+                )
+            )
+    if s.tp > node:
+        out.append(
+            Problem(
+                "node",
+                f"TP {s.tp} is wider than {node_source}: kvplan keeps TP inside a "
+                "node, where the GPUs share NVLink (vLLM runs TP across nodes only on a Ray "
+                "cluster, at network speed)",
+                [{"tp": node, "pp": s.pp * s.tp // node}] if s.tp % node == 0 else [{"tp": node}],
+            )
+        )
+    elif nodes > 1 and s.tp * s.pp > node:
+        out.append(
+            Problem(
+                "node",
+                f"one replica needs {s.tp * s.pp} GPUs (tp {s.tp} x pp {s.pp}) but a node has "
+                f"{node}: kvplan runs whole replicas inside a node over several nodes (vLLM runs "
+                "a replica across nodes only on a Ray cluster)",
+                [f"TP x PP of at most {node} GPUs, DP across the nodes"],
+            )
+        )
+    tp_problems = _tp_problems(spec, s.tp)
+    if tp_problems:
+        valid = [t for t in _valid_tp_sizes(spec) if t <= max(s.tp, 1)]
+        out.append(
+            Problem(
+                "divisibility",
+                f"--tp {s.tp} does not divide {' and '.join(tp_problems)} (vLLM's "
+                "ModelConfig.verify_with_parallel_config: heads must split evenly over TP)",
+                [{"tp": valid[-1]}] if valid else [],
+            )
+        )
+    if s.pp > spec.num_layers:
+        out.append(
+            Problem(
+                "divisibility",
+                f"--pp {s.pp} is more than the model's {spec.num_layers} layers",
+                [{"pp": spec.num_layers}],
+            )
+        )
+    if s.enable_expert_parallel and not _num_experts(spec.config, spec.name):
+        out.append(
+            Problem(
+                "divisibility",
+                f"--enable-expert-parallel on {spec.name}, which has no experts (vLLM: "
+                '"Number of experts in the model must be greater than 0 when expert '
+                'parallelism is enabled")',
+                [{"enable_expert_parallel": False}],
+            )
+        )
+    out.extend(_dcp_problems(dep))
+    return out
+
+
+def _dcp_problems(dep: Deployment) -> list[Problem]:
+    """vLLM 0.33's decode-context-parallel rules for GQA/MQA (``vllm/config/model.py``
+    ``verify_with_parallel_config``, lines 1578-1606): TP above the KV heads, DCP at most
+    ``tp // kv_heads``, and the query heads per KV head a multiple of DCP. MLA has none."""
+    from planner.model.specs import MLA
+
+    s, spec = dep.settings, dep.spec
+    if s.dcp <= 1 or any(isinstance(layer, MLA) for layer in spec.layers):
+        return []
+    kv, heads = spec.num_kv_heads, spec.num_attention_heads
+    if not kv:
+        return []
+    if s.tp <= kv:
+        return [
+            Problem(
+                "divisibility",
+                f"--decode-context-parallel-size {s.dcp} on GQA needs --tp above the model's "
+                f"{kv} KV heads, got {s.tp} (vLLM's ModelConfig)",
+                [{"dcp": 1}, {"tp": kv * s.dcp, "dcp": s.dcp}],
+            )
+        ]
+    most = s.tp // kv
+    if s.dcp > most:
+        return [
+            Problem(
+                "divisibility",
+                f"--decode-context-parallel-size {s.dcp} exceeds {most} (tp {s.tp} // {kv} KV "
+                "heads; vLLM's ModelConfig)",
+                [{"dcp": most}],
+            )
+        ]
+    if (heads // kv) % s.dcp:
+        return [
+            Problem(
+                "divisibility",
+                f"{heads // kv} query heads per KV head do not divide by "
+                f"--decode-context-parallel-size {s.dcp} (vLLM's ModelConfig)",
+                [{"dcp": 1}],
+            )
+        ]
+    return []

@@ -212,9 +212,19 @@ def as_flags(changes: Mapping[str, Any]) -> str:
             continue
         if isinstance(value, bool):
             words.append(flag if value else "--no-" + flag.removeprefix("--"))
+        elif key.endswith("_bytes") and isinstance(value, int):
+            words.append(f"{flag} {_with_unit(value)}")  # a bare number is refused
         else:
             words.append(f"{flag} {_shown(value)}")
     return " ".join(words)
+
+
+def _with_unit(size: int) -> str:
+    """A byte count as a flag takes it, exactly: ``64GiB``, ``512MiB``, else ``N B``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return f"{size}B"
 
 
 def as_yaml(changes: Mapping[str, Any]) -> str:
@@ -688,7 +698,7 @@ class ServeSettings:
             try:
                 if typed:
                     _check_type(name, value)
-                values.update(_parse_value(name, value, auto_fit=auto_fit))
+                values.update(_parse_value(name, value, auto_fit=auto_fit, units=spelling != "log"))
             except SettingError as exc:
                 problems.append((str(key), word(exc) if word else str(exc)))
             except UsageError as exc:
@@ -829,7 +839,9 @@ def _check_type(name: str, value: Any) -> None:
         raise SettingError(f"expected {expected}, got {value!r}", rule=rule, value=value)
 
 
-def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, Any]:
+def _parse_value(
+    name: str, value: Any, *, auto_fit: bool = True, units: bool = True
+) -> dict[str, Any]:
     """One setting's value, as :class:`ServeSettings` holds it."""
     from planner.units import parse_size
 
@@ -906,7 +918,8 @@ def _parse_value(name: str, value: Any, *, auto_fit: bool = True) -> dict[str, A
     if name in _SIZE_FIELDS:
         if isinstance(value, int) and not isinstance(value, bool):
             return {name: value}
-        return {name: parse_size(str(value), flag=SPELLINGS[name].cli)}
+        # a size typed as text needs its unit; a log prints bytes
+        return {name: parse_size(str(value), flag=SPELLINGS[name].cli, unit_required=units)}
     if name in ("vllm_version", "entrypoint", "runner"):
         text = str(value).strip()
         if name == "vllm_version":

@@ -46,6 +46,22 @@ class DoesNotFitError(KvplanError):
         self.changes = changes or []
 
 
+class WontStartError(DoesNotFitError):
+    """A deployment that cannot start, with what was computed before it failed: ``refusal``
+    (a :class:`planner.recommend.Refusal`: the rule that failed, the figures, the layouts) lets
+    ``kvplan estimate`` print its verdict and JSON object before the ``Error:`` line."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        changes: list[dict[str, object] | str] | None = None,
+        refusal: object = None,
+    ) -> None:
+        super().__init__(message, changes=changes)
+        self.refusal = refusal
+
+
 class WorkloadError(KvplanError):
     """A workload file (JSONL trace or YAML spec) that cannot be read or makes no requests."""
 

@@ -32,12 +32,12 @@ from planner.deployment import (
     positive_count,
     render_changes,
 )
-from planner.errors import DoesNotFitError, UsageError
+from planner.errors import DoesNotFitError, UsageError, WontStartError
 from planner.kv_layout import KVEstimate, estimate
-from planner.model.specs import Engine, KVDtype, cdiv
+from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
 from planner.offload import HostRam, KvTier
 from planner.outcome import Outcome
-from planner.units import GIB
+from planner.units import GIB, MIB, format_gib
 from planner.vllm_rules import NEWEST_VERSION
 from planner.weights import Weights, for_deployment
 
@@ -126,6 +126,46 @@ def wont_start_error(p: Plan) -> DoesNotFitError:
         f"{(p.outcome_reason or '').rstrip('.')}{hint}",
         changes=changes,
     )
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A deployment that won't start, as ``kvplan estimate`` shows it (text and JSON) before
+    its ``Error:`` line: the rule that failed (``check``: ``gpus``, ``node``,
+    ``divisibility``, ``weights``, ``kv_cache_memory``, ``layouts``), why, the changes that
+    start (data, best first), and every figure computed before it failed."""
+
+    model: str
+    gpu: Gpu | None
+    settings: ServeSettings
+    check: str
+    reason: str
+    changes: list[dict[str, object] | str]
+    estimate: KVEstimate | None = None
+    weights: Weights | None = None
+    vllm: VllmCapacity | None = None
+    layouts: list[LayoutRow] = field(default_factory=list)
+    gpus: int | None = None  # the GPUs given (--gpus, --nodes x --gpus-per-node)
+    message: str = ""  # the error's wording when not "MODEL won't start: REASON"
+
+    @property
+    def hints(self) -> list[str]:
+        """The changes as flags (a sentence stays one)."""
+        return [
+            f"a bigger GPU ({as_flags(c)})"
+            if isinstance(c, dict) and "gpu" in c
+            else render_changes(c, "cli")
+            for c in self.changes
+        ]
+
+    def error(self) -> WontStartError:
+        hints = self.hints
+        return WontStartError(
+            (self.message or f"{self.model} won't start: {self.reason}")
+            + (f"; try {', or '.join(hints)}" if hints else ""),
+            changes=self.changes,
+            refusal=self,
+        )
 
 
 @dataclass(frozen=True)
@@ -284,6 +324,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)  # printed as the estimate's are
     mm: MMProfile | None = None  # a multimodal model's tower and encoder (planner.multimodal)
     mm_levers: list[MMLever] = field(default_factory=list)  # what turning them down buys
+    layout_choice: str | None = None  # --gpus without a layout: why kvplan picked this one
 
 
 @dataclass(frozen=True)
@@ -373,6 +414,30 @@ class PlanOptions:
         return None
 
 
+def served_model(spec: ModelSpec) -> tuple[str, str | None]:
+    """What ``vllm serve`` is given for ``spec``: the folder's absolute path for a local
+    directory (its basename only works from the parent folder), with a note naming the hub id
+    to serve instead where the config records one (``_name_or_path``); else the name."""
+    from pathlib import Path
+
+    source = Path(spec.source)
+    if not spec.source.endswith(".json") or not source.parent.is_dir():
+        return spec.name, None
+    folder = str(source.parent.resolve())
+    hub = spec.config.get("_name_or_path")
+    note = f"{spec.name} is a local directory: the commands serve its path ({folder})"
+    if isinstance(hub, str) and hub.count("/") == 1 and not Path(hub).exists():
+        note += f"; to let vLLM fetch the checkpoint, serve the hub id {hub} instead"
+    return folder, note
+
+
+def layout_capacity(d: Deployment) -> tuple[KVEstimate, Weights, VllmCapacity]:
+    """One layout planned as :func:`plan` plans the deployment (no grid, no examples)."""
+    e = estimate(d.spec, d.settings, d.gpu, batch_sizes=())
+    w = for_deployment(d)
+    return e, w, vllm_budget(d, e, w, estimate_at_length(d))
+
+
 # A plan when the user named no GPU, only a KV pool (--kv-cache-memory).
 NO_GPU = Gpu(name="unspecified", memory_bytes=0, source="--kv-cache-memory")
 
@@ -415,6 +480,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     at_length = dep.with_settings(max_model_len=length, auto_fit_max_model_len=False)
     est = est_at(length)
     cap = capacity(at_length, est)
+    _check_kv_memory(at_length, est, cap, weights, capacity)
     act = cap.activation_peak_bytes
 
     def other(engine: Engine) -> KVEstimate:
@@ -481,8 +547,11 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         length, 1, s.gmu, est.block_size, est.kv_cache_dtype, 0.0, ""
     )
     by_engine = {e.engine: e for e in engines}
+    served, served_note = served_model(spec)
+    if served_note:
+        notes.append(served_note)
     launch = engine_commands(
-        spec.name,
+        served,
         target,
         vllm_default_max_num_seqs=s.default_max_num_seqs(target.max_model_len, dep.gpu),
         tp=s.tp,
@@ -500,13 +569,9 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     total = options.total_gpus
     layout_rows = []
     if total is not None and gpu.memory_bytes:
-
-        def layout_capacity(d: Deployment) -> tuple[KVEstimate, Weights, VllmCapacity]:
-            e = estimate(d.spec, d.settings, d.gpu, batch_sizes=())
-            w = for_deployment(d)
-            return e, w, capacity(d, e, w)
-
-        layout_rows = layouts(at_length, total, options.gpus_per_node, layout_capacity)
+        layout_rows = layouts(
+            at_length, total, options.gpus_per_node, layout_capacity, nodes=options.nodes
+        )
         best = best_layout(layout_rows)
         mine = next((r for r in layout_rows if r.yours), None)
         if best is not None and not best.yours:
@@ -660,23 +725,78 @@ def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
         if -(-weights.bytes_per_rank // more) < requested * 0.8:
             changes.append({"tp": s.tp * more})
             break
-    if weights.quantization is None and spec.dtype_bytes >= 2:
+    if weights.quantization is None and spec.dtype_bytes >= 2 and _runs_fp8_weights(gpu):
         changes.append("an fp8 checkpoint (about half the weight bytes)")
     bigger = [g for g in GPUS if g.memory_bytes * gmu > weights.bytes_per_rank * 1.2]
     if bigger:
         changes.append({"gpu": min(bigger, key=lambda g: g.memory_bytes).name})
-    hints = [
-        f"a bigger GPU ({as_flags(c)})"
-        if isinstance(c, dict) and "gpu" in c
-        else render_changes(c, "cli")
-        for c in changes
-    ]
-    raise DoesNotFitError(
-        f"{spec.name} weights need {weights.bytes_per_rank / GIB:.2f} GiB per GPU but vLLM may "
+    reason = (
+        f"weights need {weights.bytes_per_rank / GIB:.2f} GiB per GPU but vLLM may "
         f"use {requested / GIB:.2f} GiB of {gpu.name} (gpu_memory_utilization {gmu}): "
-        f"{short / GIB:.2f} GiB short" + (f"; try {', or '.join(hints)}" if hints else ""),
-        changes=changes,
+        f"{short / GIB:.2f} GiB short"
     )
+    at = replace(s, auto_fit_max_model_len=False)
+    refusal = Refusal(
+        spec.name,
+        dep.gpu,
+        s,
+        "weights",
+        reason,
+        changes,
+        estimate=estimate(spec, at, dep.gpu, batch_sizes=()),
+        weights=weights,
+    )
+    raise replace(refusal, message=f"{spec.name} {reason}").error()
+
+
+def _runs_fp8_weights(gpu: Gpu) -> bool:
+    """Whether vLLM serves an fp8 checkpoint on ``gpu``: natively from compute capability 8.9,
+    as weight-only FP8 Marlin on 8.0-8.6 (vLLM's ``fp8.py`` falls back to Marlin below 8.9;
+    Marlin needs 8.0). A GPU known only by its memory is given the benefit of the doubt."""
+    if not gpu.compute_capability:
+        return True
+    major, _, minor = gpu.compute_capability.partition(".")
+    return (int(major), int(minor or 0)) >= (8, 0)
+
+
+def _check_kv_memory(
+    dep: Deployment,
+    est: KVEstimate,
+    cap: VllmCapacity,
+    weights: Weights,
+    capacity: Callable[[Deployment, KVEstimate], VllmCapacity],
+) -> None:
+    """Refuse a ``--kv-cache-memory`` pool that, with the weights and non-torch memory, is more
+    than the GPU has: vLLM skips its memory profile with ``kv_cache_memory_bytes`` and
+    allocates the pool as given (``gpu_worker.determine_available_memory``), so the allocation
+    itself runs out of memory. The change is the pool vLLM's own profile would leave."""
+    gpu = dep.gpu
+    if gpu is None or not gpu.memory_bytes or not cap.kv_cache_memory_override:
+        return
+    need = cap.weights_bytes + cap.non_torch_bytes + cap.available_kv_bytes
+    if need <= gpu.memory_bytes:
+        return
+    profiled = capacity(dep.with_settings(kv_cache_memory_bytes=None), est)
+    changes: list[dict[str, object] | str] = []
+    if profiled.available_kv_bytes > 0:
+        changes.append({"kv_cache_memory_bytes": profiled.available_kv_bytes // MIB * MIB})
+    reason = (
+        f"--kv-cache-memory {format_gib(cap.available_kv_bytes)} GiB + weights "
+        f"{format_gib(cap.weights_bytes)} GiB + non-torch {format_gib(cap.non_torch_bytes)} GiB "
+        f"= {format_gib(need)} GiB, more than {gpu.name}'s {format_gib(gpu.memory_bytes)} GiB: "
+        "vLLM allocates the pool as given (no memory profile) and runs out of memory"
+    )
+    raise Refusal(
+        dep.spec.name,
+        gpu,
+        dep.settings,
+        "kv_cache_memory",
+        reason,
+        changes,
+        estimate=est,
+        weights=weights,
+        vllm=cap,
+    ).error()
 
 
 def _grid(
@@ -721,6 +841,16 @@ def _default_lens(model_max: int, length: int) -> list[int]:
     if length not in lens:
         lens.append(length)
     return sorted(set(lens))[:7]
+
+
+def rejected_words(rejected: int, requests: int, max_model_len: int) -> str:
+    """Requests of a workload longer than ``max_model_len``, which vLLM rejects: 355 of 500
+    -> "355 of 500 requests (71 %) are longer than max_model_len 4,096: vLLM rejects them"."""
+    share = 100 * rejected / requests if requests else 0.0
+    return (
+        f"{rejected:,} of {requests:,} requests ({share:.0f} %) are longer than max_model_len "
+        f"{max_model_len:,}: vLLM rejects them"
+    )
 
 
 def friendly_len(tokens: int) -> int:
@@ -816,6 +946,10 @@ def _recommend(
         seqs, gmu, basis = r.max_num_seqs, r.gpu_memory_utilization, WORKLOAD
         usable = r.num_gpu_blocks - 1
         reason = advice.reason
+        if advice.rejected:
+            reason = (
+                f"{rejected_words(advice.rejected, advice.requests, est.max_model_len)}; " + reason
+            )
         if gmu != dep.settings.gmu:
             reason += (
                 f"; the pool is more than that needs: gpu_memory_utilization {gmu:g} "
@@ -1029,18 +1163,29 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
     s, spec = dep.settings, dep.spec
     if dep.gpu is None and detect and s.kv_cache_memory_bytes is None:
         dep = dep.on(detect_gpu())
+    choice: tuple[str, list[LayoutRow]] | None = None
+    if dep.gpu is not None or s.kv_cache_memory_bytes is not None:  # a plan: can it start?
+        dep, options, choice = _layout_for(dep, options)
+        s = dep.settings
     base = estimate(spec, s, dep.gpu, batch_sizes=options.batch_sizes)  # validates the flags
     if s.engine is not Engine.VLLM:
         if dep.gpu is None or s.kv_cache_memory_bytes is not None:
             return Report(base, None, [])
         # that engine on that GPU, next to vLLM's plan of the same deployment
-        vllm_plan = plan(dep.with_settings(engine=Engine.VLLM, block_size=None), options)
+        vllm_plan = _planned(dep.with_settings(engine=Engine.VLLM, block_size=None), options)
+        vllm_plan = _with_choice(vllm_plan, choice)
         mine = next(e for e in vllm_plan.engines if e.engine == s.engine.value)
+        if s.engine is Engine.HF:  # a static batch: all of it is allocated up front, or OOM
+            batch = s.max_num_seqs or max(options.batch_sizes, default=1)
+            mine = replace(mine, max_running_requests=batch)
+            held = int(mine.max_concurrency)
+            static = FITS_AT_WORST_CASE if held >= batch else WONT_START
+            return Report(base, vllm_plan, [], mine, static, batch)
         outcome = engine_outcome(mine, base.max_model_len, s.max_num_seqs)
         limit = s.max_num_seqs or mine.max_running_requests
         return Report(base, vllm_plan, [], mine, outcome, limit)
     if dep.gpu is not None or s.kv_cache_memory_bytes is not None:
-        the_plan = plan(dep, options)
+        the_plan = _with_choice(_planned(dep, options), choice)
         return Report(the_plan.estimate, the_plan, [])
     weights = for_deployment(dep)
     rows = []
@@ -1063,3 +1208,159 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
             )
         )
     return Report(base, None, rows)
+
+
+def _with_choice(p: Plan, choice: tuple[str, list[LayoutRow]] | None) -> Plan:
+    """The plan with kvplan's layout choice: its reason, and the layouts it was picked from
+    (planned with the user's own settings: EP only where that row has it) with its row
+    marked."""
+    if choice is None:
+        return p
+    reason, rows = choice
+    s = p.estimate
+    picked = (
+        s.tensor_parallel_size,
+        s.pipeline_parallel_size,
+        p.cluster.data_parallel_size if p.cluster else 1,
+    )
+    marked = [replace(r, chosen=(r.tp, r.pp, r.dp) == picked, yours=False) for r in rows]
+    return replace(p, layout_choice=reason, layouts=marked)
+
+
+def _planned(dep: Deployment, options: PlanOptions) -> Plan:
+    """:func:`plan`, whose refusals carry the layouts of the GPUs given and the one that
+    starts there first."""
+    try:
+        return plan(dep, options)
+    except WontStartError as exc:
+        r = exc.refusal
+        total = options.total_gpus
+        if not isinstance(r, Refusal) or total is None or r.layouts or dep.gpu is None:
+            raise
+        from planner.cluster import best_layout, layouts
+
+        rows = layouts(dep, total, options.gpus_per_node, layout_capacity, nodes=options.nodes)
+        best = best_layout(rows)
+        changes = ([_layout_change(best, dep.settings)] if best else []) + r.changes
+        raise replace(r, layouts=rows, gpus=total, changes=changes).error() from None
+
+
+def _layout_change(row: LayoutRow, s: ServeSettings) -> dict[str, object]:
+    """The settings that turn ``s``'s layout into ``row``'s (TP always named)."""
+    out: dict[str, object] = {"tp": row.tp}
+    for key, mine, theirs in (("pp", s.pp, row.pp), ("dp", s.dp, row.dp)):
+        if mine != theirs:
+            out[key] = theirs
+    if row.expert_parallel != s.enable_expert_parallel:
+        out["enable_expert_parallel"] = row.expert_parallel
+    return out
+
+
+def _layout_for(
+    dep: Deployment, options: PlanOptions
+) -> tuple[Deployment, PlanOptions, tuple[str, list[LayoutRow]] | None]:
+    """Check that ``dep`` can start on any machine (:func:`planner.cluster.physical_problems`)
+    and, for ``--gpus N`` (or ``--nodes``) with no layout typed, pick the layout that holds
+    the most: returns the deployment to plan, the options (``--gpus`` above a node's size
+    spread over whole nodes) and why that layout, or raises the refusal."""
+    from planner.cluster import best_layout, choice_reason, layouts, node_size, physical_problems
+
+    total = options.total_gpus
+    node, _ = node_size(dep.gpu, options.gpus_per_node)
+    if options.gpus is not None and options.gpus_per_node is None and options.nodes == 1:
+        if options.gpus > node and options.gpus % node == 0:
+            options = replace(options, nodes=options.gpus // node, gpus_per_node=node)
+    s, spec = dep.settings, dep.spec
+    rows: list[LayoutRow] = []
+    choice = None
+    gpu = dep.gpu
+    planned = dep.with_settings(engine=Engine.VLLM, block_size=None)  # layouts: vLLM's budget
+    if total is not None and total > 1 and s.gpus == 1 and gpu is not None and gpu.memory_bytes:
+        rows = layouts(planned, total, options.gpus_per_node, layout_capacity, nodes=options.nodes)
+        best = best_layout(rows) or _closest(rows)
+        if best is None:
+            raise _no_layout(dep, rows, total, options.nodes).error()
+        length = s.max_model_len or spec.max_model_len
+        choice = (choice_reason(best, rows, total, length), rows)
+        dep = dep.with_settings(
+            tp=best.tp,
+            pp=best.pp,
+            dp=best.dp,
+            enable_expert_parallel=best.expert_parallel,
+            num_redundant_experts=s.num_redundant_experts if best.expert_parallel else 0,
+        )
+    problems = physical_problems(dep, total, options.nodes, options.gpus_per_node)
+    if not problems:
+        return dep, options, choice
+    first = problems[0]
+    changes = list(first.changes)
+    if first.check in ("gpus", "node") and total is not None and gpu is not None:
+        rows = rows or layouts(
+            planned, total, options.gpus_per_node, layout_capacity, nodes=options.nodes
+        )
+        best = best_layout(rows)
+        if best is not None:
+            changes.insert(0, _layout_change(best, dep.settings))
+    changes = _distinct(changes, dep.settings)
+    reason = "; also ".join(p.reason for p in problems)
+    raise Refusal(
+        spec.name, gpu, dep.settings, first.check, reason, changes, layouts=rows, gpus=total
+    ).error()
+
+
+def _closest(rows: list[LayoutRow]) -> LayoutRow | None:
+    """Where no layout starts but some hold the weights: the one with the most KV memory (its
+    plan says what length fits)."""
+    held = [r for r in rows if r.available_kv_bytes > 0]
+    return max(held, key=lambda r: (r.available_kv_bytes * r.dp, -r.pp, -r.dp), default=None)
+
+
+def _no_layout(dep: Deployment, rows: list[LayoutRow], total: int, nodes: int) -> Refusal:
+    """No split of ``total`` GPUs holds the weights: the least weights per GPU against what
+    vLLM may use, and the changes that start (more GPUs, a bigger GPU, an fp8 checkpoint)."""
+    from planner.gpus import GPUS
+
+    gpu, s, spec = dep.gpu, dep.settings, dep.spec
+    assert gpu is not None
+    requested = -(-int(gpu.memory_bytes * s.gmu * 1000) // 1000)
+    changes: list[dict[str, object] | str] = []
+    if nodes == 1:
+        changes.append(f"{2 * total} GPUs (--gpus {2 * total})")
+    if not rows:
+        reason = f"{spec.name} splits over no layout of {total} GPUs"
+    else:
+        least = min(rows, key=lambda r: r.weights_bytes)
+        reason = (
+            f"no layout of the {total} GPUs holds the weights: the least per GPU is "
+            f"{least.weights_bytes / GIB:.2f} GiB ({least.label}), and vLLM may use "
+            f"{requested / GIB:.2f} GiB of {gpu.name} (gpu_memory_utilization {s.gmu})"
+        )
+        if nodes > 1:
+            reason += f"; over {nodes} nodes each replica (TP x PP) stays inside one node"
+        bigger = [g for g in GPUS if g.memory_bytes * s.gmu > least.weights_bytes * 1.2]
+        if bigger:
+            changes.append({"gpu": min(bigger, key=lambda g: g.memory_bytes).name})
+    if spec.dtype_bytes >= 2 and _runs_fp8_weights(gpu):
+        w = for_deployment(dep)
+        if w.quantization is None:
+            changes.append("an fp8 checkpoint (about half the weight bytes)")
+    return Refusal(spec.name, gpu, s, "layouts", reason, changes, layouts=rows, gpus=total)
+
+
+def _distinct(
+    changes: list[dict[str, object] | str], s: ServeSettings
+) -> list[dict[str, object] | str]:
+    """The changes less those that lead to the same settings as one before them."""
+    seen: list[ServeSettings] = []
+    out: list[dict[str, object] | str] = []
+    for change in changes:
+        if isinstance(change, dict) and set(change) <= {"tp", "pp", "dp", "enable_expert_parallel"}:
+            try:
+                result = s.but(**change)
+            except UsageError:
+                continue
+            if result in seen:
+                continue
+            seen.append(result)
+        out.append(change)
+    return out

@@ -28,12 +28,14 @@ MAX_SIZE_BYTES = 1 << 60  # 1 EiB: no GPU, node or budget comes near it
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
 
-def parse_size(text: str, *, flag: str = "size") -> int:
+def parse_size(text: str, *, flag: str = "size", unit_required: bool = False) -> int:
     """Bytes in ``text``: an integer, or a number with B/KB/MB/GB/TB/KiB/MiB/GiB/TiB.
 
     Args:
         text: the user's string.
         flag: the option name, for the error message.
+        unit_required: refuse a bare number other than 0 (a flag or plans-file string, where
+            ``24`` meant 24 GiB, not 24 bytes).
 
     Returns:
         Integer bytes (rounded down).
@@ -63,6 +65,11 @@ def parse_size(text: str, *, flag: str = "size") -> int:
     if value > MAX_SIZE_BYTES:
         raise UsageError(
             f"{flag} {_short(text)} is too large (at most 1 EiB = {MAX_SIZE_BYTES:,} B)"
+        )
+    if unit_required and not unit and value:  # "--gpu-memory 24" is not 24 bytes
+        raise UsageError(
+            f"{flag} {_short(text)}: add a unit (GiB, GB), e.g. {number}GiB; a bare number "
+            "would be bytes"
         )
     return value
 

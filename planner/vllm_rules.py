@@ -243,6 +243,20 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def refuse_unmodelled(version: str | None) -> None:
+    """Refuse a ``--vllm-version`` older than the oldest release kvplan models (the V1 engine,
+    from 0.8.5): its V0 engine sizes the cache by other rules, so a plan would print V1 log
+    lines for it. A boot log of such a release is still read (``kvplan diagnose``)."""
+    if version is None:
+        return
+    oldest = RULES[0]
+    if parse_version(version) < oldest.since:
+        raise UsageError(
+            f"--vllm-version {version}: kvplan models vLLM's V1 engine from {oldest.name} "
+            f"on; give --vllm-version {oldest.name} or newer"
+        )
+
+
 def rules_for(version: str | None) -> VllmRules:
     """The rules of ``version`` (the newest kvplan knows when None). A version older than
     the oldest row gets the oldest row; a newer one the newest."""

@@ -200,6 +200,13 @@ def assert_one_error_line(result: Any, args: list[str]) -> None:
     # `estimate` on settings vLLM would refuse prints its plan (outcome wont_start, the reason,
     # the length that starts) and then exits 1, as `check` prints a report with a FAIL row.
     # Every other failure writes nothing to stdout.
-    wont_start = args[:1] == ["estimate"] and "won't start with these settings" in lines[-1]
+    # Issue 22: so does a deployment refused before it is planned (its verdict and JSON
+    # object first: "✗ Won't start"), and `diagnose` on a log that shows vLLM not starting.
+    wont_start = args[:1] == ["estimate"] and (
+        "won't start with these settings" in lines[-1]
+        or "✗ Won't start" in result.stdout
+        or '"outcome": "wont_start"' in result.stdout
+    )
+    wont_start = wont_start or (args[:1] == ["diagnose"] and "won't start" in lines[-1])
     if not wont_start:
         assert result.stdout == "", (args, result.stdout)

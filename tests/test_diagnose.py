@@ -191,7 +191,9 @@ def test_v0_runtime_rules_pinned_and_prefix_off() -> None:
     p = v0_plan()
     # 90 % of the usable blocks over 512 blocks per 8,192-token request
     fewer = int(0.9 * (p.vllm.num_gpu_blocks - 1) // 512)
-    assert pinned.fix[0].startswith(f"fewer sequences: max_num_seqs {fewer} ")
+    # the README table's order: more memory, then (with preemptions) fewer sequences
+    assert pinned.fix[0].startswith("more KV memory")
+    assert pinned.fix[1].startswith(f"fewer sequences: max_num_seqs {fewer} ")
     assert any(fix.startswith("fp8 KV") for fix in pinned.fix)
     assert any("prefix" in fix for fix in pinned.fix)
     assert found["prefix-off"].fix[0] == "--enable-prefix-caching"
@@ -268,7 +270,7 @@ def test_cli_diagnose_as_in_the_issue() -> None:
     result = runner.invoke(
         app, ["diagnose", str(V1_3090), "--model", "llama-3.1-8b", "--gpu", "rtx-3090"]
     )
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # the log shows vLLM refusing to start
     assert "vLLM refused max_model_len 131072" in result.stdout
     assert "estimated maximum model length is 37744" in result.stdout
     assert "→ max_model_len 37744 (vLLM's estimate)" in result.stdout
@@ -346,7 +348,11 @@ def test_model_named_only_by_the_log_and_not_cached_is_a_note(tmp_path: Path) ->
     path.write_text(V1_H100.read_text().replace("meta-llama/Llama-3.1-8B-Instruct", "acme/nope-7b"))
     dg = diagnose_file(path, gpu=gpu("h100"))
     assert any("pass --model" in note for note in dg.notes)
-    assert by_kind(dg.findings)["kv-pinned"].fix[0] == "fewer max_num_seqs"
+    pinned = by_kind(dg.findings)["kv-pinned"]
+    # saturated with 0 preemptions: fewer sequences would only cut throughput (issue 22)
+    assert pinned.data["preemptions"] == 0
+    assert pinned.fix[0].startswith("more KV memory")
+    assert not any("fewer" in fix for fix in pinned.fix)
     # the log's own model, meta-llama/Llama-3.1-8B-Instruct, resolves to the catalog's
     # llama-3.1-8b (same geometry), so that log is planned
     planned = diagnose_file(V1_H100, gpu=gpu("h100"))

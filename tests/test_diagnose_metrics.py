@@ -347,8 +347,11 @@ def test_pool_against_the_plan_matches_the_boot_log_diagnosis() -> None:
     it are the log diagnosis' plan blocks, and the available KV the blocks imply is
     22,211 x the plan's bytes per block."""
     a100 = get_gpu("a100-40gb")
-    dg = m.diagnose_metrics(str(V0), gpu=a100, max_model_len=8192, offline=True)
     log = diagnose_file(LOGS / "vllm-v0-qwen7b-a100.log", gpu=a100, offline=True)
+    # a scrape names no release: the log's (0.6.6.post1) is given, as its plan uses it
+    dg = m.diagnose_metrics(
+        str(V0), gpu=a100, max_model_len=8192, offline=True, vllm_version=log.log.version
+    )
     blocks = {t.name: t for t in dg.terms}
     log_blocks = next(t for t in log.terms if t.name == "GPU blocks")
     assert blocks["GPU blocks"].log == 22_211

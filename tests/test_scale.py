@@ -261,8 +261,16 @@ def test_on_8_h200s_deepseek_v3_holds_most_with_dp_attention() -> None:
         settings=ServeSettings(tp=8),
     )
     p = plan(dep, PlanOptions(gpus=8))
-    by = {(r.tp, r.dp): r for r in p.layouts}
+    by = {(r.tp, r.dp): r for r in p.layouts if r.pp == 1}  # the PP rows come after
     assert set(by) == {(1, 8), (2, 4), (4, 2), (8, 1)}
+    assert {(r.tp, r.pp, r.dp) for r in p.layouts if r.pp > 1} == {
+        (1, 2, 4),
+        (2, 2, 2),
+        (4, 2, 1),
+        (1, 4, 2),
+        (2, 4, 1),
+        (1, 8, 1),
+    }
     assert by[(8, 1)].yours and not by[(8, 1)].expert_parallel
     assert by[(1, 8)].expert_parallel
     assert by[(8, 1)].cluster_kv_cache_size_tokens == by[(8, 1)].kv_cache_size_tokens

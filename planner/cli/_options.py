@@ -184,7 +184,7 @@ def _gpu_arg(gpu: str | None, gpu_memory: str | None) -> Gpu | None:
     from planner.gpus import resolve_gpu
     from planner.units import parse_size
 
-    memory = parse_size(gpu_memory, flag="--gpu-memory") if gpu_memory else None
+    memory = parse_size(gpu_memory, flag="--gpu-memory", unit_required=True) if gpu_memory else None
     return resolve_gpu(gpu, memory)
 
 

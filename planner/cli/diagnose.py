@@ -119,3 +119,11 @@ def diagnose(
             **serve.typed(),
         )
         render.diagnose(result, as_json=json_)
+    if result.outcome == "wont_start":  # the log ends before serving, or the plan refuses
+        from planner.errors import one_line
+        from planner.secrets import redact
+
+        why = f": {result.outcome_reason}" if result.outcome_reason else ""
+        message = f"{log} won't start{why}"
+        typer.echo(f"Error: {one_line(redact(message))}", err=True)
+        raise typer.Exit(1)

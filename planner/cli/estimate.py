@@ -151,9 +151,9 @@ def estimate(
         --limit-mm-per-prompt '{"image":2,"video":0}'
     """
     from planner.deployment import Deployment
-    from planner.errors import DoesNotFitError
+    from planner.errors import DoesNotFitError, WontStartError
     from planner.model.load import load_draft, load_model
-    from planner.recommend import PlanOptions, report, wont_start_error
+    from planner.recommend import PlanOptions, Refusal, report, wont_start_error
     from planner.render import estimate as render
 
     with user_errors():
@@ -161,6 +161,9 @@ def estimate(
 
         quiet(json_)
         refuse_swap_space(swap_space)
+        from planner.vllm_rules import refuse_unmodelled
+
+        refuse_unmodelled(serve.given().get("vllm_version"))
         settings = serve.settings()
         options = PlanOptions(
             shared_prefix_tokens=shared_prefix,
@@ -180,9 +183,25 @@ def estimate(
         loaded = load_model(model, revision=revision, offline=offline or None)
         settings, draft = load_draft(settings, offline=offline or None)
         dep = Deployment(model=loaded, gpu=gpu_, settings=settings, draft=draft)
-        result = report(dep, options)
+        try:
+            result = report(dep, options)
+        except WontStartError as exc:  # before any plan: its verdict and figures, then the error
+            if isinstance(exc.refusal, Refusal):
+                render.refusal(exc.refusal, as_json=json_)
+            raise
         render.report(result, as_json=json_, show_grid=grid, details=details)
         if result.engine is not None:
+            e = result.engine
+            if result.engine_outcome == "wont_start" and e.engine == "hf":
+                raise DoesNotFitError(
+                    f"{result.estimate.model} won't start with these settings (transformers): "
+                    f"a contiguous cache for a batch of {e.max_running_requests:,} x "
+                    f"{result.estimate.max_model_len:,} tokens needs "
+                    f"{e.max_running_requests * result.estimate.request_bytes / 2**30:.2f} GiB; "
+                    f"{max(e.available_kv_bytes, 0) / 2**30:.2f} GiB holds "
+                    f"{int(e.max_concurrency):,}; try --batch {int(e.max_concurrency)} or a "
+                    "smaller --max-model-len"
+                )
             if result.engine_outcome == "wont_start":
                 raise DoesNotFitError(
                     f"{result.estimate.model} won't start with these settings "

@@ -179,7 +179,7 @@ SETTINGS: tuple[Setting, ...] = (
             "sglang": _KVPLAN,
             "trtllm": _KVPLAN,
         },
-        commands=frozenset({"estimate", "simulate"}),
+        commands=frozenset({"estimate", "simulate", "diagnose"}),
         example="0.10.2",
     ),
     Setting(

@@ -167,6 +167,39 @@ class BootLog:
     expert_parallel: bool | None = None
     ranks: dict[int, RankFigures] = field(default_factory=dict)
     speculative: SpecDecodeLog | None = None
+    max_running: int = 0  # the most "Running: N reqs" of the stat lines
+    # (prompt, generation) tokens/s of each stat line that states both
+    throughput: list[tuple[float, float]] = field(default_factory=list)
+    # "Free memory on device (60.87/79.19 GiB) on startup": memory another process holds
+    startup_free_bytes: int | None = None
+    # start-up milestones reached, by name (STAGES), each with its line; "serving" once the
+    # API server is up or a stat line is printed
+    milestones: dict[str, int] = field(default_factory=dict)
+    error: str | None = None  # the first error line vLLM printed (its own words)
+    # PP ranks' weights ("(Worker_PP1 pid=...) Model loading took 31.2 GiB"), by PP rank
+    pp_weights: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def crash_stage(self) -> str | None:
+        """The start-up step a log that ends in an error before serving was in: the step after
+        the last milestone it reached, or the one vLLM's error names; None for a log that
+        reached serving or shows no error."""
+        if self.served or (self.error is None and self.oom_tried_bytes is None):
+            return None
+        error = (self.error or "").lower()
+        if "free memory on device" in error:
+            return "the start-up memory check"
+        if "warming up sampler" in error:
+            return "sampler warm-up"
+        if "cuda graph" in error or "cudagraph" in error:
+            return "CUDA-graph capture"
+        steps = {k: v for k, v in self.milestones.items() if k != "serving"}
+        return max(steps, key=lambda k: steps[k]) if steps else "start-up"
+
+    @property
+    def served(self) -> bool:
+        """The log reached serving: the API server came up or a stat line was printed."""
+        return "serving" in self.milestones
 
     @property
     def data_parallel(self) -> bool:
@@ -293,8 +326,8 @@ def _parallel(log: BootLog, args: dict[str, Any], line: int) -> None:
 def _literal(text: str) -> Any:
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # {[1]: 2}
-        return text.strip("'")
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text.strip("'")  # TypeError: {[1]: 2}, {[1]} (unhashable keys and members)
 
 
 def _non_default(log: BootLog, m: re.Match[str], line: int) -> None:
@@ -398,6 +431,15 @@ def _usage(log: BootLog, m: re.Match[str], line: int) -> None:
     log.kv_usage_pct.append(_float(m.group(1)))
     log.lines.setdefault("kv_usage_first", line)
     log.lines["kv_usage_last"] = line
+    prompt = re.search(r"Avg prompt throughput: ([\d.]{1,12}) tokens/s", m.string)
+    generation = re.search(r"Avg generation throughput: ([\d.]{1,12}) tokens/s", m.string)
+    if prompt and generation:
+        with contextlib.suppress(ValueError):
+            log.throughput.append((_float(prompt.group(1)), _float(generation.group(1))))
+    running = re.search(r"Running: (\d{1,9}) reqs", m.string)
+    if running:
+        log.max_running = max(log.max_running, int(running.group(1)))
+    log.milestones.setdefault("serving", line)
     waiting = re.search(r"(?:Waiting|Pending): (\d+) reqs", m.string)
     if waiting:
         log.max_waiting = max(log.max_waiting, int(waiting.group(1)))
@@ -450,6 +492,61 @@ def _v0_profile(log: BootLog, m: re.Match[str], line: int) -> None:
             log.settings["gpu_memory_utilization"] = _float(values["gpu_memory_utilization"])
             log.lines["gpu_memory_utilization"] = line
     log.engine = log.engine or "V0"
+
+
+def _banner(log: BootLog, m: re.Match[str], line: int) -> None:
+    """``vLLM API server version 0.11.0``: the release, wherever it is printed (a log that
+    fails before the engine's config line has only this)."""
+    if log.version is None:
+        log.version = m.group(1)
+        log.lines["version"] = line
+
+
+# Start-up milestones, in the order vLLM V1 reaches them (gpu_worker: load_model,
+# determine_available_memory, initialize_from_config, compile_or_warm_up_model), each by a line
+# it prints once the step is done or under way; "serving" last.
+STAGES = (
+    ("Starting to load model", "weights load"),
+    ("Model loading took", "profiling"),
+    ("Loading model weights took", "profiling"),
+    ("Available KV cache memory", "KV allocation"),
+    ("# GPU blocks:", "KV allocation"),
+    ("GPU KV cache size", "KV allocation"),
+    ("Capturing CUDA graph", "CUDA-graph capture"),
+    ("Graph capturing finished", "sampler warm-up"),
+    ("init engine (profile, create kv cache, warmup model) took", "serving"),
+    ("Starting vLLM API server", "serving"),
+    ("Application startup complete", "serving"),
+    ("Avg prompt throughput", "serving"),
+)
+
+
+def _milestone(stage: str) -> Handler:
+    def handler(log: BootLog, m: re.Match[str], line: int) -> None:
+        log.milestones.setdefault(stage, line)
+        rank = re.search(r"\((?:\w*_)?PP(\d{1,3})(?=[_\s])[^)]*pid=", m.string)
+        if rank and stage == "profiling":
+            size = re.search(rf"took {_NUM} ?(?:GiB|GB)", m.string)
+            if size:
+                log.pp_weights[int(rank.group(1))] = _gib(size.group(1))
+
+    handler.quiet = True  # type: ignore[attr-defined]  # a milestone alone: not recognised
+    return handler
+
+
+# vLLM's own error lines: an exception's last line, the sampler warm-up's message
+_ERROR = re.compile(
+    r"\b((?:torch\.)?(?:OutOfMemoryError|(?:torch\.cuda\.)?OutOfMemoryError|RuntimeError|"
+    r"ValueError|AssertionError|NotImplementedError|KeyError|TypeError|"
+    r"torch\.AcceleratorError)): (.{1,400})"
+)
+
+
+def _error(log: BootLog, m: re.Match[str], line: int) -> None:
+    """The first error line vLLM printed, as it printed it (cut at 400 characters)."""
+    if log.error is None:
+        log.error = m.group(0).strip()
+        log.lines["error"] = line
 
 
 # (literal that must be in the line, pattern, handler); the literal keeps 50 MiB logs fast.
@@ -532,7 +629,15 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
     (
         "Free memory on device",
         re.compile(rf"Free memory on device \({_NUM}/{_NUM} GiB\) on startup"),
-        _set("total_gpu_bytes", _g(2)),
+        _many(("startup_free_bytes", _g(1)), ("total_gpu_bytes", _g(2))),
+    ),
+    ("version", re.compile(r"vLLM API server version ([\w.+-]+)"), _banner),
+    *[(literal, re.compile(re.escape(literal)), _milestone(stage)) for literal, stage in STAGES],
+    ("Error: ", _ERROR, _error),
+    (
+        "Engine core initialization failed",
+        re.compile(r"Engine core initialization failed.*"),
+        _error,
     ),
     (
         "Desired GPU memory utilization",
@@ -688,7 +793,7 @@ def parse_log(text: str) -> BootLog:
                         continue
                     if before is not None:
                         _move_to_rank(log, before, rank)
-                    matched = True
+                    matched = matched or not getattr(handler, "quiet", False)
         log.recognised += matched
     if log.data_parallel:
         _rank_zero(log)
@@ -699,6 +804,8 @@ def parse_log(text: str) -> BootLog:
             log.engine = "V0"
         elif log.kv_cache_tokens is not None or log.available_kv_bytes is not None:
             log.engine = "V1"
+    if len(log.pp_weights) > 1:  # PP ranks: the plan is the most-loaded stage's
+        log.weights_bytes = max(log.pp_weights.values())
     if log.concurrency_len and "max_model_len" not in log.settings:
         log.settings["max_model_len"] = log.concurrency_len
         log.lines["max_model_len"] = log.lines["concurrency_len"]

@@ -269,6 +269,9 @@ def _verdict(
         if f.kind == "startup-no-memory":
             reason = "no memory left for KV cache blocks" + where
             return _Verdict(WONT_START, 0, reason=reason, source="log")
+        if f.kind == "startup-crash":
+            reason = f"crashed during {f.data['stage']}: {f.data['error']}" + where
+            return _Verdict(WONT_START, 0, reason=reason, source="log")
     weights = next((f for f in findings if f.kind == "plan-does-not-fit"), None)
     if weights is not None:
         verdict = _Verdict(WONT_START, 0, reason=str(weights.data["message"]), source="plan")

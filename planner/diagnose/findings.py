@@ -22,6 +22,7 @@ LOG_ROUNDING_BYTES = GIB // 200  # format_gib rounds to 0.01 GiB: +-0.005 GiB
 PINNED_PCT = 95.0  # "KV usage pinned near 100 %"
 LOW_PCT = 50.0  # "usage under 50 %"
 MIN_SAMPLES = 3  # runtime stat lines needed before judging usage
+TARGET_PCT = 85.0  # the field guide's 80-90 % KV usage: where raising max_num_seqs aims
 
 # Changes a fix suggests, as data (rendered by as_flags, or by as_named beside the log's names).
 FP8_KV: dict[str, Any] = {"kv_cache_dtype": KVDtype.FP8}
@@ -250,6 +251,13 @@ def troubleshoot(
                 [log.lines["no_kv_memory"]],
             )
         )
+    crash = _crash_finding(log, p, s)
+    if crash is not None and not any(f.kind.startswith("startup-") for f in out):
+        out.append(crash)
+    if log.startup_free_bytes is not None and log.total_gpu_bytes:
+        shared = _shared_gpu_finding(log, s)
+        if shared is not None:
+            out.append(shared)
     if log.oom_tried_bytes is not None:
         out.append(_oom_finding(log, p))
     if log.encoder_budget_tokens is not None:
@@ -329,6 +337,97 @@ def _oom_finding(log: BootLog, p: Plan | None) -> Finding:
     )
 
 
+# The crashed step, the plan's term that sizes it, and what to change (vLLM V1's order:
+# gpu_worker load_model, determine_available_memory, initialize_from_config,
+# compile_or_warm_up_model).
+CRASH_TERMS: dict[str, tuple[str, list[str]]] = {
+    "start-up": ("weights_bytes", ["a lower gpu_memory_utilization", "more TP"]),
+    "the start-up memory check": (
+        "requested_bytes",
+        ["free the GPU (another process holds memory)", "a lower gpu_memory_utilization"],
+    ),
+    "weights load": ("weights_bytes", ["more TP or PP", "a quantized checkpoint", "a bigger GPU"]),
+    "profiling": (
+        "activation_peak_bytes",
+        ["a smaller max_num_batched_tokens (the profile run's tokens)", "a lower max_num_seqs"],
+    ),
+    "KV allocation": (
+        "available_kv_bytes",
+        ["a lower gpu_memory_utilization (or --kv-cache-memory-bytes below the GPU's free memory)"],
+    ),
+    "CUDA-graph capture": (
+        "cuda_graph_bytes",
+        ["a lower gpu_memory_utilization leaves room for the graphs", "--enforce-eager"],
+    ),
+    "sampler warm-up": (
+        "activation_peak_bytes",
+        [
+            "a lower max_num_seqs (the sampler runs over max_num_seqs rows)",
+            "a lower gpu_memory_utilization",
+        ],
+    ),
+}
+
+
+def _crash_finding(log: BootLog, p: Plan | None, s: ServeSettings) -> Finding | None:
+    """A log that ends in an error before serving: the step it crashed in, vLLM's own error
+    line, the plan's term for that step and the fix."""
+    stage = log.crash_stage
+    if stage is None:
+        return None
+    term, fix = CRASH_TERMS.get(stage, CRASH_TERMS["start-up"])
+    plan_bytes = None
+    if p is not None:
+        plan_bytes = getattr(p.vllm, term, None)
+    lines = sorted({n for n in (log.lines.get("error"), log.lines.get("oom")) if n})
+    return Finding(
+        "startup-crash",
+        "error",
+        {
+            "stage": stage,
+            "error": log.error or "CUDA out of memory",
+            "plan_term": term,
+            "plan_bytes": plan_bytes,
+            "last_milestone_line": max(
+                (v for k, v in log.milestones.items() if k != "serving"), default=None
+            ),
+        },
+        list(fix),
+        lines or [0],
+    )
+
+
+def _shared_gpu_finding(log: BootLog, s: ServeSettings) -> Finding | None:
+    """``Free memory on device (60.87/79.19 GiB) on startup``: what another process holds
+    (more than the 1 GiB a CUDA context and the driver take), and what vLLM can use of the
+    rest: it refuses to start when ``gpu_memory_utilization x total`` exceeds the free memory
+    (vLLM's ``request_memory``)."""
+    free, total = log.startup_free_bytes, log.total_gpu_bytes
+    assert free is not None and total
+    held = total - free
+    if held <= GIB:
+        return None
+    gmu = s.gmu
+    fits_gmu = math.floor(free / total * 100) / 100
+    fix = [f"stop the other process (it holds {held / GIB:.2f} GiB)"]
+    if gmu * total > free:
+        fix.insert(0, f"gpu_memory_utilization {fits_gmu:g} (what the free memory allows)")
+    return Finding(
+        "gpu-shared",
+        "error" if gmu * total > free else "warning",
+        {
+            "free_bytes": free,
+            "total_bytes": total,
+            "held_bytes": held,
+            "requested_bytes": math.ceil(gmu * total),
+            "planned_headroom_bytes": held,
+            "fitting_gpu_memory_utilization": fits_gmu,
+        },
+        fix,
+        [log.lines.get("startup_free_bytes", 0)],
+    )
+
+
 def _usage_findings(
     log: BootLog, p: Plan | None, s: ServeSettings, fp8_caveat: list[str]
 ) -> list[Finding]:
@@ -339,18 +438,51 @@ def _usage_findings(
         len(usage) >= MIN_SAMPLES and (high * 4 >= len(usage) or max(usage) >= 99.0)
     )
     lines = [n for n in (log.lines.get("kv_usage_first"), log.lines.get("preemption_first")) if n]
-    if pinned:
-        fix = []
-        if p is not None and p.vllm.fits:
-            from planner.recommend import worst_case_seqs
-
-            fewer = {"max_num_seqs": worst_case_seqs(p.vllm)}
-            fix.append(
-                f"fewer sequences: {as_named(fewer)} keeps "
-                f"{p.estimate.max_model_len:,}-token requests at ~90 % of the blocks"
+    seqs = s.max_num_seqs or (p.vllm.max_num_seqs if p is not None else None)
+    capped = (
+        seqs is not None
+        and log.max_running >= seqs
+        and log.max_waiting > 0
+        and len(usage) >= MIN_SAMPLES
+        and max(usage) < LOW_PCT
+    )
+    if capped and seqs is not None:
+        # at the observed lengths, max_running sequences used the peak share of the pool:
+        # the target usage holds target / peak times as many
+        peak = max(usage)
+        more = int(seqs * TARGET_PCT / peak) if peak > 0 else seqs * 2
+        out.append(
+            Finding(
+                "seqs-capped",
+                "warning",
+                {
+                    "max_num_seqs": seqs,
+                    "max_running": log.max_running,
+                    "max_waiting": log.max_waiting,
+                    "peak_pct": peak,
+                    "suggested_max_num_seqs": more,
+                },
+                [
+                    f"{as_named({'max_num_seqs': more})}: at the lengths seen, {log.max_running}"
+                    f" sequences used {peak:.1f} % of the pool; {more} keep it near "
+                    f"{TARGET_PCT:.0f} %"
+                ],
+                lines,
             )
-        else:
-            fix.append("fewer max_num_seqs")
+        )
+    if pinned:
+        fix = ["more KV memory: a higher gpu_memory_utilization, or more TP"]
+        if log.preemptions > 0:  # only preemption is helped by running fewer at once
+            if p is not None and p.vllm.fits:
+                from planner.recommend import worst_case_seqs
+
+                fewer = {"max_num_seqs": worst_case_seqs(p.vllm)}
+                fix.append(
+                    f"fewer sequences: {as_named(fewer)} keeps "
+                    f"{p.estimate.max_model_len:,}-token requests at ~90 % of the blocks"
+                )
+            else:
+                fix.append("fewer max_num_seqs")
         # KVDtype is a str: the alternative's {"kv_cache_dtype": "fp8"} equals FP8_KV
         fp8 = next((a for a in p.alternatives if a.changes == FP8_KV), None) if p else None
         fix.append(
@@ -359,7 +491,6 @@ def _usage_findings(
             else f"fp8 KV ({as_flags(FP8_KV)})"
         )
         fix += [
-            "more KV memory: a higher gpu_memory_utilization, or more TP",
             "prefix sharing: enable prefix caching and put the shared part of prompts first",
         ]
         out.append(
@@ -378,7 +509,7 @@ def _usage_findings(
                 fp8_caveat,
             )
         )
-    elif len(usage) >= MIN_SAMPLES and max(usage) < LOW_PCT:
+    elif len(usage) >= MIN_SAMPLES and max(usage) < LOW_PCT and not capped:
         gmu = _lower_gmu(log, p, s, max(usage))
         out.append(
             Finding(
@@ -393,6 +524,9 @@ def _usage_findings(
                 lines,
             )
         )
+    slow = _long_prefill_finding(log, p, s, fp8_caveat)
+    if slow is not None:
+        out.append(slow)
     if not s.enable_prefix_caching:
         out.append(
             Finding(
@@ -436,3 +570,50 @@ def _lower_gmu(log: BootLog, p: Plan | None, s: ServeSettings, peak_pct: float) 
     keep = available * peak_pct / 100 / 0.8
     new = math.ceil((requested - (available - keep)) / total * 100) / 100
     return new if new < gmu else None
+
+
+LONG_CONTEXT = 16_384  # the guide's "long context": prompts beyond what a chat turn holds
+PREFILL_HEAVY = 4.0  # prompt tokens/s over generation tokens/s: steps are mostly prefill
+
+
+def _long_prefill_finding(
+    log: BootLog, p: Plan | None, s: ServeSettings, fp8_caveat: list[str]
+) -> Finding | None:
+    """The guide's "long context is slow" row: long requests (max_model_len from 16,384) whose
+    stat lines are mostly prefill (prompt throughput at least 4x the generation throughput,
+    averaged over the busy lines) while requests wait. The remedies, in the guide's order:
+    chunked prefill with a token budget per step, a GQA model, a quantised KV cache."""
+    length = p.estimate.max_model_len if p is not None else s.max_model_len
+    busy = [(a, g) for a, g in log.throughput if a > 0 or g > 0]
+    if not length or length < LONG_CONTEXT or len(busy) < MIN_SAMPLES or log.max_waiting <= 0:
+        return None
+    prompt = sum(a for a, _ in busy) / len(busy)
+    generation = sum(g for _, g in busy) / len(busy)
+    if prompt < PREFILL_HEAVY * max(generation, 1e-9):
+        return None
+    budget = s.max_num_batched_tokens or (p.vllm.max_num_batched_tokens if p else None)
+    fix = [
+        "chunked prefill: --enable-chunked-prefill with --max-num-batched-tokens "
+        + (f"{min(budget * 2, 16384)} (now {budget:,})" if budget else "8192")
+        + " so long prompts share steps with decodes"
+    ]
+    if p is not None and p.estimate.num_kv_heads == p.estimate.num_attention_heads:
+        fix.append("a GQA model: this one keeps a KV head per query head (MHA)")
+    elif p is None:
+        fix.append("a GQA model (fewer KV heads than query heads)")
+    fix.append(f"a quantised KV cache ({as_flags(FP8_KV)})")
+    return Finding(
+        "long-prefill",
+        "warning",
+        {
+            "max_model_len": length,
+            "samples": len(busy),
+            "prompt_tokens_per_s": round(prompt, 1),
+            "generation_tokens_per_s": round(generation, 1),
+            "max_waiting": log.max_waiting,
+            "max_num_batched_tokens": budget,
+        },
+        fix,
+        [n for n in (log.lines.get("kv_usage_first"),) if n] or [0],
+        fp8_caveat,
+    )

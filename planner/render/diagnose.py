@@ -86,6 +86,38 @@ def finding_text(f: Finding) -> str:
             + (f" (the plan's: {plan_est:,})" if plan_est else "")
             + "."
         )
+    if f.kind == "startup-crash":
+        term = d["plan_term"].removesuffix("_bytes").replace("_", " ")
+        plan = ""
+        if d["plan_bytes"] == 0 and d["plan_term"] == "cuda_graph_bytes":
+            plan = (
+                "; the plan subtracts no CUDA-graph memory before the pool (this release sizes "
+                "the KV cache first), so the graphs had to fit in what the pool left"
+            )
+        elif d["plan_bytes"] is not None:
+            plan = f"; the plan's {term} is {_size(d['plan_bytes'], 'bytes')}"
+        error = str(d["error"]).rstrip(". ")
+        return f"vLLM crashed during {d['stage']} and never served: {error}{plan}."
+    if f.kind == "gpu-shared":
+        return (
+            f"Another process holds the GPU: {_size(d['free_bytes'], 'bytes')} of "
+            f"{_size(d['total_bytes'], 'bytes')} free at start-up, "
+            f"{_size(d['held_bytes'], 'bytes')} held; vLLM asks for "
+            f"{_size(d['requested_bytes'], 'bytes')} and plans with what is free."
+        )
+    if f.kind == "seqs-capped":
+        return (
+            f"Concurrency capped by max_num_seqs: {d['max_running']} running (= max_num_seqs "
+            f"{d['max_num_seqs']}), up to {d['max_waiting']} waiting, KV usage at most "
+            f"{d['peak_pct']:.1f} %: the GPU idles while requests queue."
+        )
+    if f.kind == "long-prefill":
+        return (
+            f"Long requests are prefill-bound: prompt throughput {d['prompt_tokens_per_s']:,} "
+            f"tokens/s against generation {d['generation_tokens_per_s']:,} over "
+            f"{d['samples']} stat lines, up to {d['max_waiting']} waiting, max_model_len "
+            f"{d['max_model_len']:,}: first tokens are slow."
+        )
     if f.kind == "startup-no-memory":
         return "vLLM found no memory for KV blocks: weights and activations fill the budget."
     if f.kind in ("oom", "oom-fragmentation"):

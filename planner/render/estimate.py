@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from planner.kv_layout import KVEstimate
-    from planner.recommend import Plan, Report
+    from planner.recommend import Plan, Refusal, Report
 
 
 def estimate_dict(est: KVEstimate) -> dict[str, Any]:
@@ -170,6 +170,8 @@ def _vllm_layout(out: Console, est: KVEstimate) -> None:
 
 def report_dict(rep: Report) -> dict[str, Any]:
     """The JSON of ``kvplan estimate``: the estimate's keys, plus the plan's when a GPU is set."""
+    from planner.recommend import wont_start_error
+
     data = estimate_dict(rep.estimate)
     if rep.plan is not None and rep.plan.warnings:
         data["warnings"] = [*data["warnings"], *rep.plan.warnings]
@@ -257,6 +259,9 @@ def report_dict(rep: Report) -> dict[str, Any]:
         command_files=p.command_files,
         workload=_advice_dict(p),
         plan_notes=p.notes,
+        **({"layout_choice": p.layout_choice} if p.layout_choice else {}),
+        # the change that starts, as data (only when the settings won't start)
+        **({"changes": _plain(wont_start_error(p).changes)} if p.outcome == "wont_start" else {}),
         estimates_note=(
             "weights are exact only from safetensors headers; activation, non-torch and "
             "CUDA-graph terms are estimates calibrated on measured vLLM startups — "
@@ -264,6 +269,95 @@ def report_dict(rep: Report) -> dict[str, Any]:
         ),
     )
     return data
+
+
+def _plain(changes: list[dict[str, object] | str]) -> list[Any]:
+    """Changes as JSON data: enum values by their names."""
+    return [
+        {k: getattr(v, "value", v) for k, v in c.items()} if isinstance(c, dict) else c
+        for c in changes
+    ]
+
+
+def refusal_dict(r: Refusal) -> dict[str, Any]:
+    """The JSON of a deployment that won't start before it is planned: the estimate's keys
+    where the KV layout was computed, the figures computed before it failed, and the verdict
+    (``outcome`` ``wont_start``, ``outcome_reason``, ``wont_start_check``, ``changes`` as
+    data, ``change_flags`` as flags); no commands."""
+    data: dict[str, Any] = estimate_dict(r.estimate) if r.estimate else {"model": r.model}
+    s = r.settings
+    data.update(
+        tensor_parallel_size=s.tp,
+        pipeline_parallel_size=s.pp,
+        data_parallel_size=s.dp,
+        expert_parallel=s.enable_expert_parallel,
+        gpu=(
+            {"name": r.gpu.name, "memory_bytes": r.gpu.memory_bytes, "source": r.gpu.source}
+            if r.gpu
+            else None
+        ),
+        gpus=r.gpus,
+        gpu_memory_utilization=s.gmu,
+        requested_bytes=(-(-int(r.gpu.memory_bytes * s.gmu * 1000) // 1000) if r.gpu else None),
+    )
+    if r.weights is not None:
+        data.update(
+            weights_bytes=r.weights.bytes_per_rank,
+            weights_total_bytes=r.weights.total_bytes,
+            weights_source=r.weights.source,
+            parameter_count=r.weights.parameter_count,
+        )
+    cap = r.vllm
+    if cap is not None:
+        data.update(
+            activation_peak_bytes=cap.activation_peak_bytes,
+            non_torch_bytes=cap.non_torch_bytes,
+            cuda_graph_bytes=cap.cuda_graph_bytes,
+            available_kv_bytes=cap.available_kv_bytes,
+            num_gpu_blocks=cap.num_gpu_blocks,
+            kv_cache_size_tokens=cap.kv_cache_size_tokens,
+        )
+    data.update(
+        layouts=[asdict(row) for row in r.layouts] if r.layouts else None,
+        fits=False,
+        outcome="wont_start",
+        worst_case_running=0,
+        outcome_reason=r.reason,
+        wont_start_check=r.check,
+        changes=_plain(r.changes),
+        change_flags=r.hints,
+        commands={},
+    )
+    return data
+
+
+def refusal(r: Refusal, *, as_json: bool = False) -> None:
+    """Print a deployment that won't start before it is planned: the verdict, why, the
+    changes that start and the layouts of the GPUs given; never a command."""
+    if as_json:
+        if r.estimate is not None:
+            warnings_(r.estimate.warnings)
+        write_out(to_json(refusal_dict(r)))
+        return
+    out = console()
+    s = r.settings
+    where = f" on {r.gpu.name} ({fmt_bytes(r.gpu.memory_bytes)})" if r.gpu else ""
+    engine = ENGINE_NAMES.get(s.engine.value, "vLLM")
+    if r.check == "layouts":  # no layout was picked: the GPUs, not the default TP 1
+        head = f"{r.gpus} x {r.gpu.name if r.gpu else 'GPU'}, {engine}"
+        out.print(f"[bold]{_user(r.model)}[/] on {_user(head)}")
+    else:
+        out.print(
+            f"[bold]{_user(r.model)}[/]{_user(where)}, {engine}, TP {s.tp}"
+            + (f", PP {s.pp}" if s.pp > 1 else "")
+            + (f", DP {s.dp}" if s.dp > 1 else "")
+            + (" + EP" if s.enable_expert_parallel else "")
+        )
+    out.print(f"✗ Won't start: {r.reason}", markup=False)
+    for hint in r.hints:
+        out.print(f"  try: {hint}", markup=False)
+    if r.layouts:
+        _layout_table(r.layouts, r.gpus or 0, "")
 
 
 def _advice_dict(p: Plan) -> dict[str, Any] | None:
@@ -441,6 +535,8 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
     out.print(f"{mark} {verdict[0].upper()}{verdict[1:]}", markup=False)
     if p.outcome_reason:
         out.print(f"  {_short_reason(p)}", markup=False)
+    if p.layout_choice:
+        out.print(f"  layout picked: {p.layout_choice}", markup=False)
     out.print(
         f"  KV: {fmt_bytes(est.kv_bytes_per_token)}/token, {fmt_bytes(est.request_bytes)}/"
         f"request; pool {max(cap.kv_cache_size_tokens, 0):,} tokens = "
@@ -503,6 +599,14 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
     else:
         for line in wrap_command(p.commands["vllm"]):
             out.print(f"  {line}", markup=False, soft_wrap=True)
+    if p.advice is not None and p.advice.rejected:
+        from planner.recommend import rejected_words
+
+        out.print(
+            f"  ! {rejected_words(p.advice.rejected, p.advice.requests, cap.max_model_len)}; "
+            "raise --max-model-len to serve them",
+            markup=False,
+        )
     if p.advice is not None:
         y = p.advice.yours
         out.print(
@@ -660,32 +764,41 @@ def _host_ram_line(p: Plan) -> str:
 
 
 def _layouts(p: Plan) -> None:
-    """``--gpus``: every TP x DP split, per GPU and for the cluster."""
+    """``--gpus``: every TP x PP x DP split, per GPU and for the cluster."""
+    rows = p.layouts
+    gpus = rows[0].tp * rows[0].dp * rows[0].pp
+    _layout_table(rows, gpus, "")
+
+
+def _layout_table(rows: list[Any], gpus: int, choice: str) -> None:
+    """The layouts side by side: weights per GPU, the cluster's KV tokens and requests of
+    max_model_len at once; the one kvplan picked (and why) or the user's marked."""
     from planner.render._output import Column, print_fitted
 
-    rows = p.layouts
-    gpus = rows[0].tp * rows[0].dp * p.estimate.pipeline_parallel_size
+    out = console()
     print_fitted(
-        console(),
-        f"Layouts on {gpus} GPUs:",
+        out,
+        f"Layouts on {gpus} GPU{'s' if gpus != 1 else ''}:",
         [
-            Column(
-                "layout",
-                [f"TP {r.tp} x DP {r.dp}" + (" + EP" if r.expert_parallel else "") for r in rows],
-                identifier=True,
-            ),
+            Column("layout", [r.label for r in rows], identifier=True),
+            Column("weights/GPU", [fmt_bytes(r.weights_bytes) for r in rows], right=True),
             Column(
                 "cluster tokens",
                 [f"{r.cluster_kv_cache_size_tokens:,}" if r.fits else "won't start" for r in rows],
                 identifier=True,
                 right=True,
             ),
-            Column("tokens/rank", [f"{r.kv_cache_size_tokens:,}" for r in rows], right=True),
-            Column("weights/GPU", [fmt_bytes(r.weights_bytes) for r in rows], right=True),
-            Column("", ["yours" if r.yours else "" for r in rows]),
+            Column(
+                "at once",
+                [f"{r.cluster_max_concurrency:.2f}x" if r.fits else "—" for r in rows],
+                right=True,
+            ),
+            Column("", ["chosen" if r.chosen else "yours" if r.yours else "" for r in rows]),
         ],
         note="--json: layouts",
     )
+    if choice:
+        out.print(f"  chosen: {choice}", markup=False)
 
 
 def _other_commands(p: Plan) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from planner.recommend import PlanOptions, Report
     from planner.simulate.workload import Workload
 
 from planner.cli._options import (
@@ -64,6 +65,7 @@ from planner.cli._options import (
     refuse_swap_space,
     user_errors,
 )
+from planner.errors import UsageError
 
 GmuOpt = Annotated[
     float | None,
@@ -153,6 +155,25 @@ WorstCaseOpt = Annotated[
         "(no queueing even when every request is that long).",
     ),
 ]
+EmitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--emit",
+        help="Kubernetes manifests for the plan: k8s (Deployment + Service), kserve, llm-d "
+        "(Helm values), lws (LeaderWorkerSet, with --nodes), comma-separated, or all. "
+        "Printed as YAML instead of the report, or written with --emit-dir.",
+        show_default=False,
+    ),
+]
+EmitDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--emit-dir",
+        help="Write the --emit files to this folder (made if missing; files of the same name "
+        "in it are replaced) and print the report.",
+        show_default=False,
+    ),
+]
 DetailsOpt = Annotated[
     bool,
     typer.Option(
@@ -222,6 +243,8 @@ def estimate(
     target_kv_usage: TargetUsageOpt = 0.9,
     worst_case: WorstCaseOpt = False,
     details: DetailsOpt = False,
+    emit: EmitOpt = None,
+    emit_dir: EmitDirOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """KV-cache bytes per token and per sequence for MODEL, per GPU rank; with a GPU, what
@@ -251,6 +274,8 @@ def estimate(
       kvplan estimate llama-3.1-8b --gpu h100 --kv-offloading-size 64
       kvplan estimate qwen2.5-vl-7b-instruct --gpu h100 \\
         --limit-mm-per-prompt '{"image":2,"video":0}'
+      kvplan estimate qwen2.5-7b --gpu l40s --emit k8s | kubectl apply -f -
+      kvplan estimate qwen2.5-7b --gpu l40s --emit all --emit-dir deploy/
     """
     from planner.deployment import Deployment
     from planner.errors import DoesNotFitError
@@ -261,7 +286,8 @@ def estimate(
     with user_errors():
         from planner.status import quiet
 
-        quiet(json_)
+        kinds = _emit_kinds(emit, emit_dir, json_)
+        quiet(json_ or (kinds is not None and emit_dir is None))
         refuse_swap_space(swap_space)
         settings = _serve_settings(
             engine=engine,
@@ -324,7 +350,15 @@ def estimate(
         settings, draft = load_draft(settings, offline=offline or None)
         dep = Deployment(model=loaded, gpu=gpu_, settings=settings, draft=draft)
         result = report(dep, options)
+        files = _manifests(result, kinds, options) if kinds is not None else None
+        if files is not None and emit_dir is None:
+            print("---\n".join(files.values()), end="")
+            return
         render.report(result, as_json=json_, show_grid=grid, details=details)
+        if files is not None and emit_dir is not None:
+            from planner.deploy import write_manifests
+
+            write_manifests(files, emit_dir)
         if result.engine is not None:
             if result.engine_outcome == "wont_start":
                 raise DoesNotFitError(
@@ -335,6 +369,31 @@ def estimate(
                 )
         elif result.plan is not None and result.plan.outcome == "wont_start":
             raise wont_start_error(result.plan)  # after the plan: it says why, then exit 1
+
+
+def _emit_kinds(emit: str | None, emit_dir: str | None, json_: bool) -> list[str] | None:
+    if emit is None:
+        if emit_dir is not None:
+            raise UsageError("--emit-dir needs --emit KINDS (k8s, kserve, llm-d, lws or all)")
+        return None
+    from planner.deploy import parse_kinds
+
+    if json_ and emit_dir is None:
+        raise UsageError("--emit prints YAML; with --json give --emit-dir DIR for the files")
+    return parse_kinds(emit)
+
+
+def _manifests(result: Report, kinds: list[str], options: PlanOptions) -> dict[str, str]:
+    from planner.deploy import manifests, target_of
+
+    p = result.plan
+    if p is None or result.engine is not None:
+        raise UsageError("--emit needs a vLLM plan: name the GPU (--gpu) and keep --engine vllm")
+    if p.outcome == "wont_start":
+        from planner.recommend import wont_start_error
+
+        raise wont_start_error(p)
+    return manifests(target_of(p), kinds)
 
 
 def _load(path: str) -> Workload:

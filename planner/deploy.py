@@ -508,8 +508,9 @@ def to_yaml(docs: list[dict[str, Any]], *, header: str = "") -> str:
     return header + body
 
 
-def write_manifests(files: dict[str, str], folder: str) -> list[str]:
-    """Write every file into ``folder`` (made if missing), all or none; print each path."""
+def write_manifests(files: dict[str, str], folder: str, *, stream: Any = None) -> list[str]:
+    """Write every file into ``folder`` (made if missing), all or none; print each path (to
+    ``stream``: stdout by default)."""
     from pathlib import Path
 
     from planner.files import check_output_name, write_all_atomic
@@ -528,5 +529,45 @@ def write_manifests(files: dict[str, str], folder: str) -> list[str]:
         [("--emit-dir", path, text) for path, text in zip(paths, files.values(), strict=True)]
     )
     for path in paths:
-        print(f"wrote {path}")
+        print(f"wrote {path}", file=stream)
     return [str(p) for p in paths]
+
+
+def plans_manifests(
+    path: str, kinds: Sequence[str], *, offline: bool | None = None
+) -> tuple[dict[str, str], list[str]]:
+    """The manifests of every deployment of a plans file (``kvplan check --emit``), named
+    ``vllm-<name>-<kind>.yaml``, and one line for each deployment left out (not vLLM, won't
+    start, cannot be planned). Each deployment is planned as ``kvplan estimate`` plans it."""
+    from pathlib import Path
+
+    from planner.check import _Cache, load_yaml, parse_plans
+    from planner.deployment import Deployment
+    from planner.errors import KvplanError
+    from planner.model.load import load_draft
+    from planner.model.specs import Engine
+    from planner.recommend import WONT_START, PlanOptions, plan
+
+    file = Path(path)
+    entries, problems = parse_plans(load_yaml(file), file=str(path), base_dir=file.parent)
+    if problems:
+        return {}, []  # the check reports them (exit 2)
+    cache = _Cache(offline)
+    files: dict[str, str] = {}
+    skipped: list[str] = []
+    for entry in entries:
+        if entry.settings.engine is not Engine.VLLM:
+            skipped.append(f"{entry.name}: engine {entry.settings.engine.value}: no manifest")
+            continue
+        try:
+            s, draft = load_draft(entry.settings, offline=cache.offline)
+            dep = Deployment(model=cache.model(entry.model), gpu=entry.gpu, settings=s, draft=draft)
+            p = plan(dep, PlanOptions(grid_lens=(), batch_sizes=()))
+        except KvplanError as exc:
+            skipped.append(f"{entry.name}: not planned: {exc}")
+            continue
+        if p.outcome == WONT_START:
+            skipped.append(f"{entry.name}: won't start: no manifest")
+            continue
+        files.update(manifests(target_of(p, name=resource_name(entry.name)), kinds))
+    return files, skipped

@@ -266,3 +266,29 @@ def test_upstream_schemas() -> None:
     for args in (SINGLE, MULTI):
         (values,) = emitted(args, "llm-d")
         jsonschema.validate(values, values_schema)
+
+
+def test_check_emits_one_manifest_per_deployment(tmp_path: Path) -> None:
+    plans = Path(__file__).parents[1] / "examples" / "plans.yaml"
+    out = tmp_path / "k8s"
+    result = run(["check", str(plans), "--emit", "k8s", "--emit-dir", str(out)])
+    assert result.exit_code == 1  # examples/plans.yaml: one deployment fails, as without --emit
+    names = sorted(p.name for p in out.iterdir())
+    entries = yaml.safe_load(plans.read_text())["deployments"]
+    assert names == sorted(f"vllm-{e['name']}-k8s.yaml" for e in entries)
+    for name in names:
+        deployment, service = yaml.safe_load_all((out / name).read_text())
+        validate(deployment, K8S, "Deployment")
+        validate(service, K8S, "Service")
+    chat = yaml.safe_load_all((out / "vllm-chat-8b-h100-k8s.yaml").read_text())
+    container = next(chat)["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    # the entry's own settings reach vllm serve
+    assert args[args.index("--max-model-len") + 1] == "16384"
+    assert args[args.index("--max-num-seqs") + 1] == "16"
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.9"
+
+
+def test_check_emit_needs_both_flags() -> None:
+    plans = str(Path(__file__).parents[1] / "examples" / "plans.yaml")
+    assert run(["check", plans, "--emit", "k8s"]).exit_code == 2

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from planner.deployment import Deployment
     from planner.recommend import PlanOptions, Report
     from planner.simulate.workload import Workload
 
@@ -174,6 +175,15 @@ EmitDirOpt = Annotated[
         show_default=False,
     ),
 ]
+PricesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prices",
+        help="With --gpu any: a JSON price table (planner/data/prices.json's keys: "
+        '{"prices": {"h100": {"usd_per_hour": 2.5}}}) instead of the shipped one.',
+        show_default=False,
+    ),
+]
 DetailsOpt = Annotated[
     bool,
     typer.Option(
@@ -243,6 +253,7 @@ def estimate(
     target_kv_usage: TargetUsageOpt = 0.9,
     worst_case: WorstCaseOpt = False,
     details: DetailsOpt = False,
+    prices: PricesOpt = None,
     emit: EmitOpt = None,
     emit_dir: EmitDirOpt = None,
     json_: JsonOpt = False,
@@ -274,6 +285,7 @@ def estimate(
       kvplan estimate llama-3.1-8b --gpu h100 --kv-offloading-size 64
       kvplan estimate qwen2.5-vl-7b-instruct --gpu h100 \\
         --limit-mm-per-prompt '{"image":2,"video":0}'
+      kvplan estimate qwen2.5-7b --gpu any --max-model-len 8192 --max-num-seqs 32
       kvplan estimate qwen2.5-7b --gpu l40s --emit k8s | kubectl apply -f -
       kvplan estimate qwen2.5-7b --gpu l40s --emit all --emit-dir deploy/
     """
@@ -345,10 +357,18 @@ def estimate(
             nodes=nodes,
             gpus_per_node=gpus_per_node,
         )
-        gpu_ = _gpu_arg(gpu, gpu_memory)
+        any_gpu = gpu is not None and gpu.strip().lower() == "any"
+        if not any_gpu and prices is not None:
+            raise UsageError("--prices goes with --gpu any")
+        if any_gpu and (gpu_memory is not None or kinds is not None):
+            raise UsageError("--gpu any ranks catalog GPUs: drop --gpu-memory / --emit")
+        gpu_ = None if any_gpu else _gpu_arg(gpu, gpu_memory)
         loaded = load_model(model, revision=revision, offline=offline or None)
         settings, draft = load_draft(settings, offline=offline or None)
         dep = Deployment(model=loaded, gpu=gpu_, settings=settings, draft=draft)
+        if any_gpu:
+            _rank(dep, options, max_num_seqs, prices, json_)
+            return
         result = report(dep, options)
         files = _manifests(result, kinds, options) if kinds is not None else None
         if files is not None and emit_dir is None:
@@ -369,6 +389,29 @@ def estimate(
                 )
         elif result.plan is not None and result.plan.outcome == "wont_start":
             raise wont_start_error(result.plan)  # after the plan: it says why, then exit 1
+
+
+def _rank(
+    dep: Deployment, options: PlanOptions, concurrency: int | None, prices: str | None, json_: bool
+) -> None:
+    from planner.advise import synthetic_workload
+    from planner.errors import DoesNotFitError
+    from planner.ranking import load_prices, rank_gpus
+    from planner.render import ranking as render
+
+    table = load_prices(prices)
+    work = options.workload
+    if work is None and options.avg_prompt_tokens and options.avg_output_tokens:
+        length = dep.settings.max_model_len or dep.spec.max_model_len
+        work = synthetic_workload(options.avg_prompt_tokens, options.avg_output_tokens, length)
+    result = rank_gpus(dep, concurrency=concurrency, workload=work, prices=table)
+    render.ranking(result, as_json=json_)
+    if not result.rows:
+        raise DoesNotFitError(
+            f"no priced catalog GPU x 1-8 GPUs runs {result.concurrency:,} requests of "
+            f"{result.max_model_len:,} tokens at once: try --kv-cache-dtype fp8, a smaller "
+            "--max-model-len or --max-num-seqs"
+        )
 
 
 def _emit_kinds(emit: str | None, emit_dir: str | None, json_: bool) -> list[str] | None:

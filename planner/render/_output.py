@@ -63,6 +63,27 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def print_wrapped(
+    out: Console, text: str, *, indent: str = "", hang: str | None = None, style: str = ""
+) -> None:
+    """Prose at ``out``'s width, broken between words only: every word (an identifier, a
+    number, a flag with its value) stays whole, on the next line when it does not fit, behind
+    ``hang`` (default: ``indent`` plus two spaces). ``text`` is plain: no rich markup is read,
+    so none leaks; ``style`` colours whole lines."""
+    import textwrap
+
+    lines = textwrap.wrap(
+        text,
+        width=max(out.width, 20),
+        initial_indent=indent,
+        subsequent_indent=indent + "  " if hang is None else hang,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    for line in lines or [indent]:
+        out.print(line, markup=False, highlight=False, soft_wrap=True, style=style or None)
+
+
 def warnings_(messages: list[str]) -> None:
     if not messages:
         return

@@ -789,7 +789,7 @@ def _prefix_sharing(p: Plan) -> None:
     assert ps is not None
     out = console()
     out.print(
-        f"[bold]Prefix sharing[/]: {ps.requests:,} requests × a shared "
+        f"Prefix sharing: {ps.requests:,} requests × a shared "
         f"{ps.shared_prefix_tokens:,}-token prefix save {ps.blocks_saved:,} blocks "
         f"({fmt_bytes(ps.bytes_saved)})",
         markup=False,

@@ -91,7 +91,7 @@ def diagnose(
     Examples:
       kvplan diagnose vllm-startup.log --model llama-3.1-8b --gpu rtx-3090
       kvplan diagnose server.log --gpu h100 --json
-      kvplan diagnose dp8-server.log --json    # --data-parallel-size 8: ranks, cluster
+      kvplan diagnose dp8-server.log --json   # a DP log: each rank, and the sum
     """
     from planner.diagnose import diagnose_file
     from planner.model.specs import KVDtype

@@ -274,14 +274,17 @@ def estimate(
     Examples:
       kvplan estimate qwen2.5-7b --gpu rtx-4090 -w examples/workloads/chat.yaml
       kvplan estimate llama-3.1-8b --gpu l4 --max-model-len -1
-      kvplan estimate Qwen/Qwen3-8B --tp 2 --kv-cache-dtype fp8 --max-model-len 32768
+      kvplan estimate Qwen/Qwen3-8B --tp 2 --kv-cache-dtype fp8 \\
+        --max-model-len 32768
       kvplan estimate qwen2.5-7b --gpu rtx-4090 --grid
       kvplan estimate qwen3-14b --kv-cache-memory 6.51GiB --max-model-len 32768
       kvplan estimate deepseek-v3 --gpu h200 --tp 8 --gpus 8
       kvplan estimate deepseek-v3 --gpu h200 --dp 8 --enable-expert-parallel \\
         --speculative-config '{"method":"mtp","num_speculative_tokens":1}'
-      kvplan estimate llama-3.1-8b --gpu l4 --enable-lora --max-loras 4 --max-lora-rank 64
-      kvplan estimate qwen2.5-7b --gpu l40s --enable-lora --lora-adapter ./my-adapter
+      kvplan estimate llama-3.1-8b --gpu l4 --enable-lora --max-loras 4 \\
+        --max-lora-rank 64
+      kvplan estimate qwen2.5-7b --gpu l40s --enable-lora \\
+        --lora-adapter ./my-adapter
       kvplan estimate llama-3.1-8b --gpu h100 --kv-offloading-size 64
       kvplan estimate qwen2.5-vl-7b-instruct --gpu h100 \\
         --limit-mm-per-prompt '{"image":2,"video":0}'

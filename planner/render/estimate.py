@@ -677,7 +677,7 @@ def _other_commands(p: Plan) -> None:
     for name, command in p.commands.items():
         if name == "vllm":
             continue
-        for i, line in enumerate(wrap_command(command)):
+        for i, line in enumerate(wrap_command(command, out.width - 10)):
             out.print(f"  {name if i == 0 else '':7} {line}", markup=False, soft_wrap=True)
     _command_files(p)
     for note in p.command_notes:

@@ -60,8 +60,8 @@ def _error_table(
             lambda e: (
                 f"{repo}{rev} is not in the local Hugging Face cache {why}"
                 + "; run once online (HF_HUB_OFFLINE=0, no --offline: only config.json and "
-                "safetensors headers are fetched), pass a local path (a folder with its config.json), "
-                "or use a catalog name (`kvplan models`)"
+                "safetensors headers are fetched), pass a local path (a folder with its "
+                "config.json), or use a catalog name (`kvplan models`)"
             ),
         ),
         (errors.EntryNotFoundError, lambda e: f"{repo}{rev} has no config.json"),

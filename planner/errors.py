@@ -63,7 +63,10 @@ class WontStartError(DoesNotFitError):
 
 
 class WorkloadError(KvplanError):
-    """A workload file (JSONL trace or YAML spec) that cannot be read or makes no requests."""
+    """A workload file (JSONL trace or YAML spec) that cannot be read or makes no requests:
+    exit code 2, like any invalid file named on the command line (``-w``)."""
+
+    exit_code = 2
 
 
 class ProbeUnavailableError(KvplanError):

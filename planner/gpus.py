@@ -185,6 +185,13 @@ def lookup_gpu(
 
 
 def _unknown(name: str, memory_hint: str) -> str:
+    size = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:g|gb|gib|gi)\s*", name, re.IGNORECASE)
+    if size:  # `--gpu 24gb`: a size, not a GPU; no nearest-name guess
+        flag = memory_hint.rsplit(" ", 1)[0]
+        return (
+            f"GPU {name.strip()!r} is a memory size, not a GPU name: give it as {flag} "
+            f"{size.group(1)}GiB (or name a catalog GPU: `kvplan gpus`)"
+        )
     spellings = _spellings()
     close = difflib.get_close_matches(_key(name), list(spellings), n=8, cutoff=0.5)
     names = list(dict.fromkeys(spellings[c] for c in close))[:3]

@@ -316,19 +316,19 @@ CATALOGUE = [
     # ------------------------------------------------------------------ simulate
     row(
         "simulate-endless-trace",  # was: MemoryError reading /dev/zero whole
-        1,
+        2,
         "binary file (NUL bytes on line 1), not a JSONL trace",
         lambda t: ["simulate", "llama-3.2-1b", "--gpu", "h100", "-w", device(t, "w.jsonl")],
     ),
     row(
         "simulate-nul-in-workload-path",  # was: ValueError embedded null byte
-        1,
+        2,
         "'w\\x00.jsonl': not a usable file name",
         ["simulate", "llama-3.2-1b", "--gpu", "h100", "-w", "w\0.jsonl"],
     ),
     row(
         "simulate-10^20-requests",  # was: hung generating 10^20 requests
-        1,
+        2,
         "100000000000000000000 requests is more than the 2,000,000 kvplan simulates",
         ["simulate", "llama-3.2-1b", "--gpu", "h100", "-w", CHAT, "--num-requests", "1" + "0" * 20],
     ),
@@ -340,7 +340,7 @@ CATALOGUE = [
     ),
     row(
         "simulate-trace-line-of-1-MiB",
-        1,
+        2,
         "line 2: longer than 65,536 bytes",
         lambda t: simulate(
             t, "w.jsonl", '{"prompt_tokens": 5, "output_tokens": 5}\n"' + "x" * (1 << 20) + '"\n'
@@ -348,7 +348,7 @@ CATALOGUE = [
     ),
     row(
         "simulate-spec-alias-bomb",  # was: out of memory: str() of the name expanded the bomb
-        1,
+        2,
         "refused: more than 1,000,000 YAML nodes once aliases are expanded",
         lambda t: simulate(
             t, "w.yaml", f"name: [{NESTED_BOMB}]\nprompt_tokens: 5\noutput_tokens: 5\n"
@@ -356,7 +356,7 @@ CATALOGUE = [
     ),
     row(
         "simulate-spec-infinite-mean",  # was: OverflowError cannot convert float infinity to integer
-        1,
+        2,
         "prompt_tokens: 'mean' must be a number, got Infinity",
         lambda t: simulate(
             t, "w.yaml", "prompt_tokens: {dist: normal, mean: .inf, std: 1}\noutput_tokens: 5\n"
@@ -364,7 +364,7 @@ CATALOGUE = [
     ),
     row(
         "simulate-spec-arrivals-past-1e9-s",  # was: OverflowError, an infinite arrival time
-        1,
+        2,
         "arrivals reach inf s, past the 1e+09 s kvplan simulates",
         lambda t: simulate(
             t,
@@ -375,7 +375,7 @@ CATALOGUE = [
     ),
     row(
         "simulate-trace-arrival-1e300-s",  # was: simulated, with every latency 0.0 s
-        1,
+        2,
         "arrival_s 1e+300 is not a finite time >= 0 (at most 1e+09 s)",
         lambda t: simulate(
             t, "w.jsonl", '{"prompt_tokens": 5, "output_tokens": 5, "arrival_s": 1e300}\n'

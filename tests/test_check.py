@@ -674,7 +674,7 @@ def test_examples_plans_file_has_one_pass_and_one_fail() -> None:
 def test_readme_shows_the_markdown_this_build_prints(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     result = runner.invoke(app, ["check", "examples/plans.yaml", "-f", "markdown"])
-    assert "```markdown\n" + result.stdout + "```" in (ROOT / "README.md").read_text()
+    assert "```markdown\n" + result.stdout + "```" in (ROOT / "docs" / "check.md").read_text()
 
 
 def test_a_pipeline_longer_than_the_model_is_an_error_not_a_crash(tmp_path: Path) -> None:

@@ -328,7 +328,7 @@ def test_bad_workloads(tmp_path: Path, text: str, name: str, message: str) -> No
     path = tmp_path / name
     path.write_text(text)
     code, out, err = run("llama-3.1-8b", "--gpu", "h100", "-w", str(path))
-    assert code == 1
+    assert code == 2  # an invalid file, as every command says it (tests/test_exit_codes.py)
     assert err.startswith("Error: ") and message in err and out == ""
 
 

@@ -167,7 +167,7 @@ def test_cli_reports_the_timing_model(tmp_path: Path) -> None:
 
     code, out, err = _run(tmp_path, "--step-times", str(table))
     assert code == 0, err
-    assert f"Times are measured step times ({table}) by tokens per step" in out
+    assert f"Times are measured step times ({table}) by tokens per step" in " ".join(out.split())
     assert "roofline model, not a measurement" not in out
 
     code, out, err = _run(tmp_path, "--json")

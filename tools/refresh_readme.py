@@ -1,10 +1,24 @@
-"""Re-run the README's complete example commands and paste their current output.
+"""Re-run the examples of README.md and docs/*.md and paste their current output.
 
-    python tools/refresh_readme.py [--check]
+    python tools/refresh_readme.py [--check] [FILE ...]
 
-A fenced block whose first line is ``$ kvplan ...`` and that has no ``...`` elision line is
-regenerated (COLUMNS=100, NO_COLOR=1). Curated blocks with ``...`` are left alone.
-``--check`` exits 1 when the README is out of date instead of writing it.
+A fenced block whose first line is ``$ kvplan ...`` is an example. Each runs as
+``python -m planner.cli ...`` from the repository root (COLUMNS=100, NO_COLOR=1,
+HF_HUB_OFFLINE=1; files it writes, after ``-o``, ``--output``, ``--emit-dir`` or ``--plot``, go
+to a scratch folder).
+
+- A whole block (no ``...`` line) is replaced by the command's output.
+- A curated block (with ``...`` lines eliding parts) is left as written, and checked: its
+  other lines must appear in the output, in order.
+
+Timings are masked: in ``kvplan verify`` output, measured durations (``12.3 ms``, ``1.02 s``)
+compare as ``<time>``, so a faster machine does not make the docs out of date.
+
+``kvplan verify`` examples run the torch probes (minutes on a CPU): they are run only with
+``--slow``, and kept as written otherwise.
+
+``--check`` writes nothing and exits 1 when any file is out of date or a curated block no longer
+matches, naming each.
 """
 
 from __future__ import annotations
@@ -19,34 +33,92 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"```\n(\$ kvplan [^\n]*)\n(.*?)```", re.S)
+OUTPUT_FLAGS = ("-o", "--output", "--emit-dir", "--plot")
+TIME = re.compile(r"\b\d[\d,]*(?:\.\d+)?\s?(?:ms|µs|s)\b")
+
+
+def files(args: list[str]) -> list[Path]:
+    named = [ROOT / a for a in args if not a.startswith("--")]
+    return named or [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def run(command: str) -> str:
     env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
-    args = shlex.split(command[2:])
+    words = shlex.split(command[2:])
     with tempfile.TemporaryDirectory() as tmp:
-        # output files (--plot, -o) land in a scratch dir; relative inputs stay in the repo
-        args = [str(Path(tmp) / a) if a.endswith(".png") else a for a in args]
-        proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
+        args = []
+        for i, word in enumerate(words[1:]):
+            previous = words[i]  # the word before this one
+            if previous in OUTPUT_FLAGS or word.endswith(".png"):
+                word = str(Path(tmp) / Path(word).name)
+            args.append(word)
+        proc = subprocess.run(
+            [sys.executable, "-m", "planner.cli", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
     return (proc.stderr + proc.stdout).rstrip() + "\n"
 
 
-def main() -> int:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+def masked(command: str, text: str) -> str:
+    return TIME.sub("<time>", text) if command.startswith("$ kvplan verify") else text
 
-    def refresh(match: re.Match[str]) -> str:
+
+def curated_mismatch(shown: list[str], actual: list[str]) -> str | None:
+    """The first shown line (``...`` skipped) that is not found after the previous one in
+    the output, or None when they all are, in order."""
+    at = 0
+    actual = [a.rstrip() for a in actual]
+    for line in shown:
+        if line.strip() == "...":
+            continue
+        try:
+            at = actual.index(line.rstrip(), at) + 1
+        except ValueError:
+            return line
+    return None
+
+
+def refresh(path: Path, problems: list[str]) -> str:
+    text = path.read_text()
+
+    def one(match: re.Match[str]) -> str:
         command, body = match.group(1), match.group(2)
-        if any(line.strip() == "..." for line in body.splitlines()):
+        if command.startswith("$ kvplan verify") and not SLOW:
             return match.group(0)
-        return f"```\n{command}\n{run(command)}```"
+        actual = run(command)
+        if any(line.strip() == "..." for line in body.splitlines()):
+            bad = curated_mismatch(body.splitlines(), masked(command, actual).splitlines())
+            if bad is not None:
+                where = path.relative_to(ROOT)
+                problems.append(f"{where}: `{command[2:]}` no longer prints: {bad}")
+            return match.group(0)
+        if masked(command, actual) == masked(command, body):
+            return match.group(0)
+        return f"```\n{command}\n{actual}```"
 
-    new = BLOCK.sub(refresh, text)
-    if "--check" in sys.argv:
-        return int(new != text)
-    readme.write_text(new)
-    return 0
+    return BLOCK.sub(one, text)
+
+
+SLOW = "--slow" in sys.argv
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    problems: list[str] = []
+    for path in files(argv):
+        new = refresh(path, problems)
+        if new != path.read_text():
+            if check:
+                problems.append(f"{path.relative_to(ROOT)}: out of date (tools/refresh_readme.py)")
+            else:
+                path.write_text(new)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return int(bool(problems))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

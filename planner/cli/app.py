@@ -27,6 +27,15 @@ from planner.cli.simulate import simulate
 from planner.cli.verify import verify
 from planner.errors import KvplanError
 
+# One table for every command (README "Exit codes"; tests/test_exit_codes.py).
+EXIT_CODES = {
+    0: "ok: vLLM starts with these settings (it may queue at worst case), a check passed",
+    1: "won't start, a check failed, or the model cannot be read",
+    2: "a bad flag or an invalid file (plans, log, -w workload, --prices, --plan)",
+    3: "verify measured less than the plan",
+    141: "stdout closed early (| head): ended by SIGPIPE, nothing written half-way",
+}
+
 app = typer.Typer(
     name="kvplan",
     help="KV-cache memory planner for vLLM, SGLang and TensorRT-LLM: what fits, before launch. "
@@ -83,7 +92,7 @@ def _root(
 
     \b
     Exit codes (every command): 0 ok; 1 won't start / a check failed / the model cannot be
-    read; 2 a bad flag or an invalid file.
+    read; 2 a bad flag or an invalid file (-w too); 3 verify measured less; 141 | head.
     """
 
 
@@ -188,11 +197,24 @@ class _ClosedStream(io.TextIOBase):
 OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF}
 
 
+def _quiet_on_closed_pipe() -> None:
+    """``kvplan ... | head``: a write to a closed pipe ends the process as the shell's own
+    tools end (SIGPIPE, status 141), not with click's exit 1 (the code of "won't start") or a
+    BrokenPipeError traceback. Output files are written to a temporary name and renamed, so
+    none is left half-written."""
+    import signal
+
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
 def main() -> None:
     """Console entry point: KvplanError -> one line and exit 1; bugs keep their traceback
     (``KVPLAN_DEBUG=1``: every error does), printed without secrets. Any terminal: a stdout
     that is not UTF-8 gets ASCII, a closed pipe ends the run quietly (exit 1), and a full disk
-    or closed stdout is one `Error:` line (exit 1), never a traceback."""
+    or closed stdout is one `Error:` line (exit 1), never a traceback. Exit codes:
+    :data:`EXIT_CODES`."""
+    _quiet_on_closed_pipe()
     setup_streams()
     try:
         try:

@@ -29,11 +29,32 @@ OutputOpt = Annotated[
 ]
 
 
+EmitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--emit",
+        help="Also write Kubernetes manifests for every vLLM deployment that starts "
+        "(k8s, kserve, llm-d, lws, comma-separated, or all) into --emit-dir.",
+        show_default=False,
+    ),
+]
+EmitDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--emit-dir",
+        help="Folder for the --emit files (made if missing; same-named files are replaced).",
+        show_default=False,
+    ),
+]
+
+
 def check(
     plans: PlansArg,
     format_: FormatOpt = "table",
     output: OutputOpt = None,
     offline: OfflineOpt = False,
+    emit: EmitOpt = None,
+    emit_dir: EmitDirOpt = None,
     json_: Annotated[
         bool, typer.Option("--json", help="Same as --format json (every command takes --json).")
     ] = False,
@@ -54,6 +75,7 @@ def check(
       kvplan check deploy/plans.yaml
       kvplan check deploy/plans.yaml --format junit -o kvplan.xml
       kvplan check deploy/plans.yaml --format markdown >> "$GITHUB_STEP_SUMMARY"
+      kvplan check deploy/plans.yaml --emit k8s --emit-dir deploy/k8s/
     """
     from planner.check import check_file
     from planner.render import check as render
@@ -65,6 +87,13 @@ def check(
             format_ = "json"
         if format_ not in render.CHECK_FORMATS:
             raise UsageError(f"--format {format_!r}: use one of {', '.join(render.CHECK_FORMATS)}")
+        kinds = None
+        if emit is not None or emit_dir is not None:
+            from planner.deploy import parse_kinds
+
+            if emit is None or emit_dir is None:
+                raise UsageError("--emit KINDS and --emit-dir DIR go together")
+            kinds = parse_kinds(emit)
         if output is not None:
             from planner.files import check_outputs
 
@@ -76,4 +105,18 @@ def check(
         quiet(format_ != "table")  # no status line beside a machine-read report
         result = check_file(plans, offline=offline or None)
         render.check(result, fmt=format_, output=output)
+        if kinds is not None and emit_dir is not None and not result.problems:
+            _emit(plans, kinds, emit_dir, offline=offline or None)
     raise typer.Exit(result.exit_code)
+
+
+def _emit(plans: str, kinds: list[str], folder: str, *, offline: bool | None) -> None:
+    import sys
+
+    from planner.deploy import plans_manifests, write_manifests
+
+    files, skipped = plans_manifests(plans, kinds, offline=offline)
+    for line in skipped:
+        print(f"note: {line}", file=sys.stderr)
+    if files:
+        write_manifests(files, folder, stream=sys.stderr)

@@ -84,7 +84,7 @@ def diagnose(
     Examples:
       kvplan diagnose vllm-startup.log --model llama-3.1-8b --gpu rtx-3090
       kvplan diagnose server.log --gpu h100 --json
-      kvplan diagnose dp8-server.log --json    # --data-parallel-size 8: ranks, cluster
+      kvplan diagnose dp8-server.log --json   # a DP log: each rank, and the sum
       kvplan diagnose --metrics http://localhost:8000/metrics --gpu h100 --watch
     """
     if metrics is not None or log is None or save_workload is not None or watch:

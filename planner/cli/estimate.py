@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from planner.deployment import Deployment
+    from planner.recommend import PlanOptions, Report
     from planner.simulate.workload import Workload
 
 from planner.cli._options import (
@@ -28,6 +30,7 @@ from planner.cli._options import (
     serve_options,
     user_errors,
 )
+from planner.errors import UsageError
 
 GridOpt = Annotated[
     bool, typer.Option("--grid", help="Show the max_model_len x max_num_seqs grid.")
@@ -89,6 +92,34 @@ WorstCaseOpt = Annotated[
         "(no queueing even when every request is that long).",
     ),
 ]
+EmitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--emit",
+        help="Kubernetes manifests for the plan: k8s (Deployment + Service), kserve, llm-d "
+        "(Helm values), lws (LeaderWorkerSet, with --nodes), comma-separated, or all. "
+        "Printed as YAML instead of the report, or written with --emit-dir.",
+        show_default=False,
+    ),
+]
+EmitDirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--emit-dir",
+        help="Write the --emit files to this folder (made if missing; files of the same name "
+        "in it are replaced) and print the report.",
+        show_default=False,
+    ),
+]
+PricesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prices",
+        help="With --gpu any: a JSON price table (planner/data/prices.json's keys: "
+        '{"prices": {"h100": {"usd_per_hour": 2.5}}}) instead of the shipped one.',
+        show_default=False,
+    ),
+]
 DetailsOpt = Annotated[
     bool,
     typer.Option(
@@ -120,6 +151,9 @@ def estimate(
     target_kv_usage: TargetUsageOpt = 0.9,
     worst_case: WorstCaseOpt = False,
     details: DetailsOpt = False,
+    prices: PricesOpt = None,
+    emit: EmitOpt = None,
+    emit_dir: EmitDirOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """KV-cache bytes per token and per sequence for MODEL, per GPU rank; with a GPU, what
@@ -138,17 +172,23 @@ def estimate(
     Examples:
       kvplan estimate qwen2.5-7b --gpu rtx-4090 -w examples/workloads/chat.yaml
       kvplan estimate llama-3.1-8b --gpu l4 --max-model-len -1
-      kvplan estimate Qwen/Qwen3-8B --tp 2 --kv-cache-dtype fp8 --max-model-len 32768
+      kvplan estimate Qwen/Qwen3-8B --tp 2 --kv-cache-dtype fp8 \\
+        --max-model-len 32768
       kvplan estimate qwen2.5-7b --gpu rtx-4090 --grid
       kvplan estimate qwen3-14b --kv-cache-memory 6.51GiB --max-model-len 32768
       kvplan estimate deepseek-v3 --gpu h200 --tp 8 --gpus 8
       kvplan estimate deepseek-v3 --gpu h200 --dp 8 --enable-expert-parallel \\
         --speculative-config '{"method":"mtp","num_speculative_tokens":1}'
-      kvplan estimate llama-3.1-8b --gpu l4 --enable-lora --max-loras 4 --max-lora-rank 64
-      kvplan estimate qwen2.5-7b --gpu l40s --enable-lora --lora-adapter ./my-adapter
+      kvplan estimate llama-3.1-8b --gpu l4 --enable-lora --max-loras 4 \\
+        --max-lora-rank 64
+      kvplan estimate qwen2.5-7b --gpu l40s --enable-lora \\
+        --lora-adapter ./my-adapter
       kvplan estimate llama-3.1-8b --gpu h100 --kv-offloading-size 64
       kvplan estimate qwen2.5-vl-7b-instruct --gpu h100 \\
         --limit-mm-per-prompt '{"image":2,"video":0}'
+      kvplan estimate qwen2.5-7b --gpu any --max-model-len 8192 --max-num-seqs 32
+      kvplan estimate qwen2.5-7b --gpu l40s --emit k8s | kubectl apply -f -
+      kvplan estimate qwen2.5-7b --gpu l40s --emit all --emit-dir deploy/
     """
     from planner.deployment import Deployment
     from planner.errors import DoesNotFitError, WontStartError
@@ -159,7 +199,8 @@ def estimate(
     with user_errors():
         from planner.status import quiet
 
-        quiet(json_)
+        kinds = _emit_kinds(emit, emit_dir, json_)
+        quiet(json_ or (kinds is not None and emit_dir is None))
         refuse_swap_space(swap_space)
         from planner.vllm_rules import refuse_unmodelled
 
@@ -179,17 +220,33 @@ def estimate(
             nodes=nodes,
             gpus_per_node=gpus_per_node,
         )
-        gpu_ = _gpu_arg(gpu, gpu_memory)
+        any_gpu = gpu is not None and gpu.strip().lower() == "any"
+        if not any_gpu and prices is not None:
+            raise UsageError("--prices goes with --gpu any")
+        if any_gpu and (gpu_memory is not None or kinds is not None):
+            raise UsageError("--gpu any ranks catalog GPUs: drop --gpu-memory / --emit")
+        gpu_ = None if any_gpu else _gpu_arg(gpu, gpu_memory)
         loaded = load_model(model, revision=revision, offline=offline or None)
         settings, draft = load_draft(settings, offline=offline or None)
         dep = Deployment(model=loaded, gpu=gpu_, settings=settings, draft=draft)
+        if any_gpu:
+            _rank(dep, options, settings.max_num_seqs, prices, json_)
+            return
         try:
             result = report(dep, options)
         except WontStartError as exc:  # before any plan: its verdict and figures, then the error
             if isinstance(exc.refusal, Refusal):
                 render.refusal(exc.refusal, as_json=json_)
             raise
+        files = _manifests(result, kinds, options) if kinds is not None else None
+        if files is not None and emit_dir is None:
+            print("---\n".join(files.values()), end="")
+            return
         render.report(result, as_json=json_, show_grid=grid, details=details)
+        if files is not None and emit_dir is not None:
+            from planner.deploy import write_manifests
+
+            write_manifests(files, emit_dir)
         if result.engine is not None:
             e = result.engine
             if result.engine_outcome == "wont_start" and e.engine == "hf":
@@ -211,6 +268,54 @@ def estimate(
                 )
         elif result.plan is not None and result.plan.outcome == "wont_start":
             raise wont_start_error(result.plan)  # after the plan: it says why, then exit 1
+
+
+def _rank(
+    dep: Deployment, options: PlanOptions, concurrency: int | None, prices: str | None, json_: bool
+) -> None:
+    from planner.advise import synthetic_workload
+    from planner.errors import DoesNotFitError
+    from planner.ranking import load_prices, rank_gpus
+    from planner.render import ranking as render
+
+    table = load_prices(prices)
+    work = options.workload
+    if work is None and options.avg_prompt_tokens and options.avg_output_tokens:
+        length = dep.settings.max_model_len or dep.spec.max_model_len
+        work = synthetic_workload(options.avg_prompt_tokens, options.avg_output_tokens, length)
+    result = rank_gpus(dep, concurrency=concurrency, workload=work, prices=table)
+    render.ranking(result, as_json=json_)
+    if not result.rows:
+        raise DoesNotFitError(
+            f"no priced catalog GPU x 1-8 GPUs runs {result.concurrency:,} requests of "
+            f"{result.max_model_len:,} tokens at once: try --kv-cache-dtype fp8, a smaller "
+            "--max-model-len or --max-num-seqs"
+        )
+
+
+def _emit_kinds(emit: str | None, emit_dir: str | None, json_: bool) -> list[str] | None:
+    if emit is None:
+        if emit_dir is not None:
+            raise UsageError("--emit-dir needs --emit KINDS (k8s, kserve, llm-d, lws or all)")
+        return None
+    from planner.deploy import parse_kinds
+
+    if json_ and emit_dir is None:
+        raise UsageError("--emit prints YAML; with --json give --emit-dir DIR for the files")
+    return parse_kinds(emit)
+
+
+def _manifests(result: Report, kinds: list[str], options: PlanOptions) -> dict[str, str]:
+    from planner.deploy import manifests, target_of
+
+    p = result.plan
+    if p is None or result.engine is not None:
+        raise UsageError("--emit needs a vLLM plan: name the GPU (--gpu) and keep --engine vllm")
+    if p.outcome == "wont_start":
+        from planner.recommend import wont_start_error
+
+        raise wont_start_error(p)
+    return manifests(target_of(p), kinds)
 
 
 def _load(path: str) -> Workload:

@@ -86,7 +86,9 @@ def verify(
     """Prove the plan: allocate the paged KV cache next to real-shaped weights, run attention,
     and bisect the largest pool that still fits (exit 3 when it is below the plan).
 
-    Example: kvplan verify qwen3-0.6b --device cpu --memory-budget 3GiB --max-model-len 4096
+    \b
+    Example: kvplan verify qwen3-0.6b --device cpu --memory-budget 3GiB \\
+      --max-model-len 4096
     """
     import planner
     from planner.render import verify as render

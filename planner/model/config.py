@@ -849,7 +849,11 @@ def load_model_spec(
     raise ModelNotFoundError(
         f"unknown model {_short_path(model)!r}: not a local path, catalog name or hub id "
         "(org/name)"
-        + (f"; did you mean {', '.join(hint)}?" if hint else "; `kvplan models` lists the catalog")
+        + (
+            f"; did you mean {', '.join(hint)}?"
+            if hint
+            else "; `kvplan models` lists the catalog, or pass a folder with its config.json"
+        )
     )
 
 

@@ -59,8 +59,9 @@ def _error_table(
             errors.LocalEntryNotFoundError,
             lambda e: (
                 f"{repo}{rev} is not in the local Hugging Face cache {why}"
-                + "; download it once online, pass a local path, or use a catalog name "
-                "(`kvplan models`)"
+                + "; run once online (HF_HUB_OFFLINE=0, no --offline: only config.json and "
+                "safetensors headers are fetched), pass a local path (a folder with its "
+                "config.json), or use a catalog name (`kvplan models`)"
             ),
         ),
         (errors.EntryNotFoundError, lambda e: f"{repo}{rev} has no config.json"),

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def _user(text: object) -> str:
+def user_text(text: object) -> str:
     """Text that came from the user's files or flags, safe to print: one line without control
     characters (:func:`planner.errors.one_line`), and rich markup in it shown, not applied."""
     from rich.markup import escape
@@ -95,6 +95,27 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def print_wrapped(
+    out: Console, text: str, *, indent: str = "", hang: str | None = None, style: str = ""
+) -> None:
+    """Prose at ``out``'s width, broken between words only: every word (an identifier, a
+    number, a flag with its value) stays whole, on the next line when it does not fit, behind
+    ``hang`` (default: ``indent`` plus two spaces). ``text`` is plain: no rich markup is read,
+    so none leaks; ``style`` colours whole lines."""
+    import textwrap
+
+    lines = textwrap.wrap(
+        text,
+        width=max(out.width, 20),
+        initial_indent=indent,
+        subsequent_indent=indent + "  " if hang is None else hang,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    for line in lines or [indent]:
+        out.print(line, markup=False, highlight=False, soft_wrap=True, style=style or None)
+
+
 def warnings_(messages: list[str]) -> None:
     if not messages:
         return
@@ -102,7 +123,7 @@ def warnings_(messages: list[str]) -> None:
 
     out = err_console()
     for message in messages:  # redacted, then long words cut, like an Error: line
-        out.print(f"[yellow]Warning:[/] {_user(error_line(message))}", soft_wrap=True)
+        out.print(f"[yellow]Warning:[/] {user_text(error_line(message))}", soft_wrap=True)
 
 
 BAR_CHARS = {

@@ -11,11 +11,11 @@ from rich.console import Console
 from planner.errors import one_line
 from planner.render._output import (
     Column,
-    _user,
     console,
     err_console,
     outcome_words,
     print_fitted,
+    print_wrapped,
     to_json,
     write_out,
 )
@@ -313,16 +313,14 @@ def _check_table(rep: CheckReport, out: Console) -> None:
         Column("limiting", [r.limiting or "—" for r in rows]),
     ]
     print_fitted(out, f"kvplan check {one_line(rep.file)}: {headline(rep)}", columns)
-    for r in rep.results:
-        out.print(
-            f"[bold]{_user(r.name)}[/]: {_user(_summary(r))}", soft_wrap=True, highlight=False
-        )
+    for r in rep.results:  # prose at the terminal's width, broken between words only
+        print_wrapped(out, f"{one_line(r.name)}: {one_line(_summary(r))}", hang="  ")
         if r.simulated is not None:
-            out.print(f"  {_replayed(r)}", soft_wrap=True, highlight=False, markup=False)
+            print_wrapped(out, _replayed(r), indent="  ", hang="    ")
         if r.fix:
-            out.print(f"  fix: {r.fix}", soft_wrap=True, highlight=False, markup=False)
+            print_wrapped(out, f"fix: {r.fix}", indent="  ", hang="    ")
     for caveat in caveats(rep):
-        out.print(f"note: {caveat}", soft_wrap=True, highlight=False, markup=False)
+        print_wrapped(out, f"note: {caveat}", hang="  ")
     out.print(
         "[dim]worst case: of max_num_seqs requests all max_model_len long, how many run at once "
         "(the rest queue; vLLM still starts). vLLM figures use vLLM 0.33's formulas; "

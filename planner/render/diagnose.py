@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from planner.render._output import _user, console, outcome_words, to_json, write_out
+from planner.errors import one_line
+from planner.render._output import (
+    console,
+    outcome_words,
+    print_wrapped,
+    to_json,
+    user_text,
+    write_out,
+)
 from planner.units import GIB, fmt_bytes
 
 if TYPE_CHECKING:
@@ -337,17 +345,19 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
         if log.kv_usage_pct or log.preemptions
         else ""
     )
-    out.print(f"[bold]{_user(dg.file)}[/]: {kind} log, {log.recognised} lines recognised{runtime}")
+    out.print(
+        f"[bold]{user_text(dg.file)}[/]: {kind} log, {log.recognised} lines recognised{runtime}"
+    )
     if dg.settings:
         parts = []
         for key, value in dg.settings.items():
             where = dg.sources.get(key, "")
             shown = fmt_bytes(value) if key == "gpu_memory_bytes" else value
             parts.append(f"{key} {shown}" + (f" ({where})" if where else ""))
-        out.print("Plan settings: " + " · ".join(parts), soft_wrap=True, markup=False)
+        print_wrapped(out, "Plan settings: " + " · ".join(parts))
     verdict = verdict_text(dg)
     if verdict:
-        out.print(verdict, soft_wrap=True, markup=False)
+        print_wrapped(out, verdict)
     dp = dg.data_parallel
     if dg.terms:
         title = "Log vs plan, per GPU rank"
@@ -365,21 +375,21 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
         out.print(table)
     if dp is not None:
         out.print(_ranks_table(dp))
-        out.print(cluster_text(dp), soft_wrap=True, markup=False)
+        print_wrapped(out, cluster_text(dp))
     if log.speculative is not None:
-        out.print(speculative_text(log.speculative), soft_wrap=True, markup=False)
+        print_wrapped(out, speculative_text(log.speculative))
     for note in dg.notes:
-        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
+        print_wrapped(out, f"note: {one_line(note)}", style="dim")
     if dg.findings:
         out.print("[bold]Findings:[/]")
     mark = {"info": "·", "warning": "!", "error": "✗"}
     for f in dg.findings:
         where = f" (line {', '.join(str(n) for n in f.lines if n)})" if any(f.lines) else ""
-        out.print(f"  {mark[f.severity]} {finding_text(f)}{where}", soft_wrap=True, markup=False)
+        print_wrapped(out, f"{mark[f.severity]} {finding_text(f)}{where}", indent="  ")
         for fix in f.fix:
-            out.print(f"      → {fix}", soft_wrap=True, markup=False)
+            print_wrapped(out, f"→ {fix}", indent="      ", hang="        ")
         for caveat in f.caveats:
-            out.print(f"      note: {caveat}", soft_wrap=True, markup=False)
+            print_wrapped(out, f"note: {caveat}", indent="      ", hang="        ")
     if not dg.findings and not dg.terms:
         out.print("Nothing to compare: the log has no startup figures and no runtime problems.")
     out.print(

@@ -17,11 +17,11 @@ from planner.render._output import (
     OUTCOME_PHRASES,
     Column,
     _bar,
-    _user,
     console,
     outcome_words,
     print_fitted,
     to_json,
+    user_text,
     warnings_,
     write_out,
 )
@@ -51,14 +51,14 @@ def estimate(est: KVEstimate, *, as_json: bool = False, warn: bool = True) -> No
     from rich.table import Table
 
     out = console()
-    out.print(f"[bold]{_user(est.model)}[/]  ({_user(est.source)})")
+    out.print(f"[bold]{user_text(est.model)}[/]  ({user_text(est.source)})")
     heads = (
         f"{est.num_attention_heads} heads / {est.num_kv_heads} KV heads"
         if est.num_attention_heads
         else "no attention"
     )
     out.print(
-        f"{_user(est.model_type)} · {est.attention_type} · {est.num_layers} layers · {heads} · "
+        f"{user_text(est.model_type)} · {est.attention_type} · {est.num_layers} layers · {heads} · "
         f"head {est.head_dim} · weights {est.model_dtype}"
     )
     pp = (
@@ -124,7 +124,7 @@ def estimate(est: KVEstimate, *, as_json: bool = False, warn: bool = True) -> No
     if est.examples:
         out.print(examples)
     for note in est.notes:
-        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
+        out.print(f"[dim]note: {user_text(note)}[/]", soft_wrap=True)
     out.print("[dim]Sizes in binary units (1 GiB = 2^30 bytes). --json gives every figure.[/]")
 
 
@@ -345,10 +345,10 @@ def refusal(r: Refusal, *, as_json: bool = False) -> None:
     engine = ENGINE_NAMES.get(s.engine.value, "vLLM")
     if r.check == "layouts":  # no layout was picked: the GPUs, not the default TP 1
         head = f"{r.gpus} x {r.gpu.name if r.gpu else 'GPU'}, {engine}"
-        out.print(f"[bold]{_user(r.model)}[/] on {_user(head)}")
+        out.print(f"[bold]{user_text(r.model)}[/] on {user_text(head)}")
     else:
         out.print(
-            f"[bold]{_user(r.model)}[/]{_user(where)}, {engine}, TP {s.tp}"
+            f"[bold]{user_text(r.model)}[/]{user_text(where)}, {engine}, TP {s.tp}"
             + (f", PP {s.pp}" if s.pp > 1 else "")
             + (f", DP {s.dp}" if s.dp > 1 else "")
             + (" + EP" if s.enable_expert_parallel else "")
@@ -479,7 +479,7 @@ def _engine_plan(rep: Report) -> None:
     assert e is not None and p is not None
     out = console()
     out.print(
-        f"[bold]{_user(est.model)}[/] on {_user(p.gpu.name)} "
+        f"[bold]{user_text(est.model)}[/] on {user_text(p.gpu.name)} "
         f"({fmt_bytes(p.gpu.memory_bytes)}), {ENGINE_NAMES[e.engine]}, "
         f"TP {est.tensor_parallel_size}, KV {est.kv_cache_dtype}"
     )
@@ -498,7 +498,7 @@ def _engine_plan(rep: Report) -> None:
         f"{e.max_total_tokens:,} tokens; KV {fmt_bytes(est.kv_bytes_per_token)}/token",
         markup=False,
     )
-    out.print(f"  [dim]model: {_user(e.note)}[/]")
+    out.print(f"  [dim]model: {user_text(e.note)}[/]")
     command = p.commands.get(e.engine)
     if command:
         for line in wrap_command(command):
@@ -519,7 +519,8 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
     )
     dp = p.cluster.data_parallel_size if p.cluster else 1
     out.print(
-        f"[bold]{_user(est.model)}[/] on {_user(where)}, vLLM, TP {est.tensor_parallel_size}"
+        f"[bold]{user_text(est.model)}[/] on {user_text(where)}, vLLM, "
+        f"TP {est.tensor_parallel_size}"
         + (f", PP {est.pipeline_parallel_size}" if est.pipeline_parallel_size > 1 else "")
         + (f", DP {dp}" if dp > 1 else "")
         + (" + EP" if p.expert_parallel else "")
@@ -665,7 +666,7 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             )
     for note in p.notes:
         if note not in p.command_notes:  # those go with the commands (--details)
-            out.print(f"[dim]note: {_user(note)}[/]")
+            out.print(f"[dim]note: {user_text(note)}[/]")
     out.print(
         "[dim]Activation, non-torch and CUDA-graph terms are estimates (`kvplan verify --gpu` "
         "measures them); weights are exact only from safetensors headers.[/]"
@@ -807,11 +808,11 @@ def _other_commands(p: Plan) -> None:
     for name, command in p.commands.items():
         if name == "vllm":
             continue
-        for i, line in enumerate(wrap_command(command)):
+        for i, line in enumerate(wrap_command(command, out.width - 10)):
             out.print(f"  {name if i == 0 else '':7} {line}", markup=False, soft_wrap=True)
     _command_files(p)
     for note in p.command_notes:
-        out.print(f"[dim]note: {_user(note)}[/]")
+        out.print(f"[dim]note: {user_text(note)}[/]")
 
 
 def _command_files(p: Plan) -> None:
@@ -926,7 +927,7 @@ def _budget(p: Plan) -> None:
             )
         )
     for label, size, why in rows:
-        legend.add_row(f"  {label}", fmt_bytes(size), f"[dim]{_user(why)}[/]")
+        legend.add_row(f"  {label}", fmt_bytes(size), f"[dim]{user_text(why)}[/]")
     out.print(legend)
 
 
@@ -949,7 +950,7 @@ def _prefix_sharing(p: Plan) -> None:
     assert ps is not None
     out = console()
     out.print(
-        f"[bold]Prefix sharing[/]: {ps.requests:,} requests × a shared "
+        f"Prefix sharing: {ps.requests:,} requests × a shared "
         f"{ps.shared_prefix_tokens:,}-token prefix save {ps.blocks_saved:,} blocks "
         f"({fmt_bytes(ps.bytes_saved)})",
         markup=False,

@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from planner.render._output import _user, console, outcome_words, to_json, warnings_, write_out
+from planner.errors import one_line
+from planner.render._output import (
+    console,
+    outcome_words,
+    print_wrapped,
+    to_json,
+    user_text,
+    warnings_,
+    write_out,
+)
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -16,6 +25,9 @@ if TYPE_CHECKING:
 
 
 SPARK = "▁▂▃▄▅▆▇█"
+
+
+_HANG = " " * 14  # under the value column of the one-run view
 
 
 def sparkline(timeline: list[tuple[float, float]], width: int = 48) -> str:
@@ -78,13 +90,14 @@ def simulate(report: SimReport, *, as_json: bool = False) -> None:
         return
     out = console()
     seed = f", seed {report.seed}" if report.seed is not None else ""
-    out.print(
-        f"[bold]{_user(report.model)}[/] on {report.gpu} (TP {report.tensor_parallel_size}) · "
-        f"workload {_user(report.workload)} ({_user(report.workload_source)}: "
+    print_wrapped(
+        out,
+        f"{one_line(report.model)} on {report.gpu} (TP {report.tensor_parallel_size}) · "
+        f"workload {one_line(report.workload)} ({one_line(report.workload_source)}: "
         f"{report.requests:,} requests{seed})",
-        soft_wrap=True,
+        style="bold",
     )
-    out.print(f"KV pool: {_user(report.pool)}", soft_wrap=True)
+    print_wrapped(out, f"KV pool: {one_line(report.pool)}")
     roof = report.roofline
     if report.timing.startswith("step-time model"):
         eff = getattr(roof, "memory_efficiency", 1.0)
@@ -101,75 +114,79 @@ def simulate(report: SimReport, *, as_json: bool = False) -> None:
         if getattr(roof, "experts", 0):
             terms += ", routed experts read as tokens pick them"
         where = "fitted" if report.timing != "step-time model" else "defaults"
-        out.print(
+        print_wrapped(
+            out,
             f"Times are a step-time model ({where}), not a measurement: {report.gpu} {terms}; "
             f"{fmt_bytes(roof.weight_bytes)} of weights per rank "
             f"(~{report.params.active / 1e9:.1f} B active params).",
-            soft_wrap=True,
         )
         if report.expected_error:
             e = report.expected_error
-            out.print(
+            print_wrapped(
+                out,
                 f"Expected error against real vLLM runs: output tok/s and TPOT "
                 f"±{e.get('output_throughput', 0):.0%}, TTFT ±{e.get('ttft', 0):.0%} "
                 "(held-out public benchmarks; fit yours with --calibrate RESULT.json).",
-                soft_wrap=True,
             )
     else:
-        out.print(
-            f"Times are {_user(report.timing)} by tokens per step: interpolated linearly "
+        print_wrapped(
+            out,
+            f"Times are {one_line(report.timing)} by tokens per step: interpolated linearly "
             "between rows, extrapolated from the last two.",
-            soft_wrap=True,
         )
     cal = report.calibration
     if cal:
         fit = cal.get("fit", {})
         shown = " · ".join(f"{k} {v:.2f}" for k, v in fit.items())
         on = cal.get("fitted_on", {})
-        out.print(
-            f"Calibrated on {_user(str(on.get('result', '')))}: decode x"
+        print_wrapped(
+            out,
+            f"Calibrated on {user_text(str(on.get('result', '')))}: decode x"
             f"{on.get('decode_multiplier', 1):.2f}, prefill x{on.get('prefill_multiplier', 1):.2f}"
             f" of the defaults; predicted / measured after the fit: {shown}.",
-            soft_wrap=True,
         )
     if len(report.runs) == 1:
         _simulate_one(out, report.runs[0])
     else:
         _simulate_table(out, report)
     for note in report.notes:
-        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
+        print_wrapped(out, f"note: {one_line(note)}", style="dim")
 
 
 def _simulate_one(out: Console, run: SettingRun) -> None:
     r = run.result
     dp = len(r.ranks) if r.ranks else 1
     if dp > 1:
-        out.print(
-            f"DP {dp}          {dp} engines, each with the pool and max_num_seqs below; requests "
+        print_wrapped(
+            out,
+            f"{f'DP {dp}':13} {dp} engines, each with the pool and max_num_seqs below; requests "
             "dispatched as vLLM's load balancer does; usage and max concurrency are the fullest "
             "rank's, counts and throughput the cluster's",
-            soft_wrap=True,
+            hang=_HANG,
         )
-    out.print(
+    print_wrapped(
+        out,
         f"KV cache      {run.num_gpu_blocks:,} blocks × {run.block_size} tokens "
         f"({fmt_bytes(run.bytes_per_block)} each) = {fmt_bytes(run.kv_cache_bytes)} · dtype "
         f"{run.kv_cache_dtype} · max_num_seqs {run.max_num_seqs:,} · max_num_batched_tokens "
         f"{run.max_num_batched_tokens:,} · prefix caching {'on' if run.prefix_caching else 'off'}",
-        soft_wrap=True,
+        hang=_HANG,
     )
     worst = outcome_words(run.outcome, run.worst_case_running, run.max_num_seqs, run.max_model_len)
-    out.print(f"worst case    {worst}", soft_wrap=True)
-    out.print(
+    print_wrapped(out, f"worst case    {worst}", hang=_HANG)
+    print_wrapped(
+        out,
         f"KV usage      p50 {r.usage_p50:.0%} · p90 {r.usage_p90:.0%} · max {r.usage_max:.0%} "
         f"({r.peak_blocks:,} of {r.usable_blocks:,} usable blocks)",
-        soft_wrap=True,
+        hang=_HANG,
     )
     out.print(f"over time     {sparkline(r.timeline)}  0 – {r.duration_s:,.1f} s")
-    out.print(
+    print_wrapped(
+        out,
         f"requests      {r.completed:,} completed · {r.rejected_too_long:,} rejected (too long) · "
         f"{r.preemptions:,} preemptions ({r.preempted_requests:,} requests, "
         f"{r.recomputed_tokens:,} tokens recomputed)",
-        soft_wrap=True,
+        hang=_HANG,
     )
     if dp > 1:
         out.print(
@@ -199,16 +216,18 @@ def _simulate_one(out: Console, run: SettingRun) -> None:
             out.print(f"{name:<13} p50 {_ms(p.p50)} · p90 {_ms(p.p90)} · p99 {_ms(p.p99)}")
     out.print(f"fragmentation {r.fragmentation:.1%} of allocated token slots unused")
     if run.prefix_caching:
-        out.print(
+        print_wrapped(
+            out,
             f"prefix cache  {r.prefix_hit_rate:.1%} hit rate ({r.prefix_hit_tokens:,} of "
             f"{r.prefix_query_tokens:,} prompt tokens) · {r.prefix_blocks_saved:,} blocks reused",
-            soft_wrap=True,
+            hang=_HANG,
         )
         if r.cpu_blocks:
-            out.print(
+            print_wrapped(
+                out,
                 f"CPU KV tier   {r.cpu_blocks:,} blocks · hits GPU {r.gpu_hit_rate:.1%} · CPU "
                 f"{r.cpu_hit_rate:.1%} ({r.cpu_hit_tokens:,} tokens loaded)",
-                soft_wrap=True,
+                hang=_HANG,
             )
 
 
@@ -256,7 +275,7 @@ def _simulate_table(out: Console, report: SimReport) -> None:
     row("blocks reused", [f"{r.prefix_blocks_saved:,}" for r in runs])
     out.print(table)
     if report.best is not None:
-        out.print(f"[bold]★ {_user(report.best_reason)}[/]", soft_wrap=True)
+        print_wrapped(out, f"★ {one_line(report.best_reason)}", style="bold")
 
 
 def _timing_short(report: SimReport) -> str:

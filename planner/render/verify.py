@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from planner.render._output import _user, console, err_console, to_json, write_out
+from planner.render._output import console, err_console, to_json, user_text, write_out
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:  # probes.plan is torch-free, but render needs its types only for annotations
@@ -63,7 +63,7 @@ def verify(result: ProbeResult, *, as_json: bool = False) -> None:
     out = console()
     mem = result.memory
     out.print(
-        f"[bold]{_user(result.model)}[/] on {result.device} · vLLM plan · TP "
+        f"[bold]{user_text(result.model)}[/] on {result.device} · vLLM plan · TP "
         f"{result.tensor_parallel_size} · KV {result.kv_cache_dtype} · block "
         f"{result.block_size} · max_model_len {result.max_model_len:,} · "
         f"{result.max_num_seqs:,} seqs · {result.max_num_batched_tokens:,} batched tokens"
@@ -118,7 +118,7 @@ def verify(result: ProbeResult, *, as_json: bool = False) -> None:
             f"{run.decode_steps} decode steps, peak {fmt_bytes(mem.planned_run_peak_bytes or 0)}"
         )
     else:
-        out.print(f"[red]Planned run failed:[/] {_user(run.error)}", soft_wrap=True)
+        out.print(f"[red]Planned run failed:[/] {user_text(run.error)}", soft_wrap=True)
     ooms = sum(1 for t in result.trials if not t.fits)
     back = (
         "memory back to baseline after every trial"
@@ -138,7 +138,7 @@ def verify(result: ProbeResult, *, as_json: bool = False) -> None:
             soft_wrap=True,
         )
     for note in result.page_mismatches + result.notes:
-        out.print(f"[dim]note: {_user(note)}[/]", soft_wrap=True)
+        out.print(f"[dim]note: {user_text(note)}[/]", soft_wrap=True)
     floor = p.num_gpu_blocks * (1 - result.tolerance_pct / 100)
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     out.print(
@@ -159,7 +159,8 @@ def hf_cache(check: CacheCheck, *, as_json: bool = False) -> None:
         out.print(f"{check.model}: {check.status}: {check.reason}", soft_wrap=True, markup=False)
         return
     out.print(
-        f"[bold]{_user(check.model)}[/] ({_user(check.model_type)}) built small in transformers: "
+        f"[bold]{user_text(check.model)}[/] ({user_text(check.model_type)}) built small in "
+        "transformers: "
         f"{check.num_layers_built} layers, {check.cache_class}"
     )
     table = Table(title="--engine hf vs transformers' cache", title_justify="left")
@@ -183,9 +184,9 @@ def hf_cache(check: CacheCheck, *, as_json: bool = False) -> None:
     out.print(table)
     if check.shrunk:
         changes = ", ".join(f"{k} {old}->{new}" for k, (old, new) in check.shrunk.items())
-        out.print(f"[dim]shrunk: {_user(changes)}[/]", soft_wrap=True)
+        out.print(f"[dim]shrunk: {user_text(changes)}[/]", soft_wrap=True)
     for line in check.storage_excess:
-        out.print(f"[yellow]storage:[/] {_user(line)}", soft_wrap=True)
+        out.print(f"[yellow]storage:[/] {user_text(line)}", soft_wrap=True)
     for line in check.mismatches:
-        out.print(f"[red]mismatch:[/] {_user(line)}", soft_wrap=True)
+        out.print(f"[red]mismatch:[/] {user_text(line)}", soft_wrap=True)
     out.print("[green]OK[/]" if check.status == "ok" else "[red]MISMATCH[/]")

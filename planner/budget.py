@@ -84,12 +84,12 @@ def forward_peak_bytes(spec: ModelSpec, tokens: int, tp: int = 1) -> int:
     constants): Llama-3.1-8B (intermediate 14,336, hidden 4,096) at 8,192 tokens:
     8,192 x 2 x (3 x 14,336 + 4 x 4,096) = 0.91 GiB; gpt-oss-20b (4 of 32 experts of 2,880,
     hidden 2,880): 8,192 x 2 x (3 x 4 x 2,880 + 4 x 2,880) = 0.70 GiB."""
-    from planner.weights import _num_experts
+    from planner.weights import num_experts_of
 
     c = spec.config
     hidden = spec.hidden_size
     dense = _config_count(c, "intermediate_size", "ffn_hidden_size") or 4 * hidden
-    if _num_experts(c, spec.name):
+    if num_experts_of(c, spec.name):
         top_k = _config_count(c, "num_experts_per_tok", "moe_topk", "top_k") or 1
         expert = _config_count(c, "moe_intermediate_size", "expert_intermediate_size") or dense
         shared = _config_count(c, "shared_expert_intermediate_size")
@@ -796,10 +796,10 @@ def _talking_ranks(dep: Deployment) -> int:
     """The GPUs one rank's collectives span: its TP group, or for a MoE model with DP (experts
     sharded over dp x tp, all-to-all with EP) all dp x tp; a dense model's DP ranks are
     independent engines."""
-    from planner.weights import _num_experts
+    from planner.weights import num_experts_of
 
     s = dep.settings
-    if s.dp > 1 and (s.enable_expert_parallel or _num_experts(dep.spec.config, dep.spec.name)):
+    if s.dp > 1 and (s.enable_expert_parallel or num_experts_of(dep.spec.config, dep.spec.name)):
         return s.tp * s.dp
     return s.tp
 

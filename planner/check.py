@@ -911,7 +911,7 @@ class CheckReport:
         }
 
 
-class _Cache:
+class ModelCache:
     """Models shared by the deployments of one run (fetched once each)."""
 
     def __init__(self, offline: bool | None) -> None:
@@ -941,12 +941,12 @@ def check_file(path: str | Path, *, offline: bool | None = None) -> CheckReport:
     file = Path(path)
     data = load_yaml(file)
     entries, problems = parse_plans(data, file=str(path), base_dir=file.parent)
-    cache = _Cache(offline)
+    cache = ModelCache(offline)
     results = [_checked(e, cache) for e in entries]
     return CheckReport(str(path), results, problems)
 
 
-def _checked(entry: Entry, cache: _Cache) -> DeploymentResult:
+def _checked(entry: Entry, cache: ModelCache) -> DeploymentResult:
     """:func:`check_deployment`, once per distinct deployment of a file: entries that differ
     only in ``name`` and ``line`` (10,000 deployments of a few dozen models x GPUs x
     settings) share one plan, their results one verdict under each entry's own name."""
@@ -961,7 +961,7 @@ def _checked(entry: Entry, cache: _Cache) -> DeploymentResult:
     return replace(done, name=entry.name, line=entry.line)
 
 
-def check_deployment(entry: Entry, *, cache: _Cache | None = None) -> DeploymentResult:
+def check_deployment(entry: Entry, *, cache: ModelCache | None = None) -> DeploymentResult:
     """Plan one entry with its engine's formulas and judge it against its requirements.
 
     Args:
@@ -976,7 +976,7 @@ def check_deployment(entry: Entry, *, cache: _Cache | None = None) -> Deployment
     from planner.model.load import load_draft
     from planner.weights import for_deployment
 
-    cache = cache or _Cache(None)
+    cache = cache or ModelCache(None)
     s = entry.settings
     # what the entry asked for; the check fills in what the engine resolves
     shown: dict[str, Any] = {

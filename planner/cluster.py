@@ -129,11 +129,11 @@ def layouts(
     several nodes a whole replica (TP x PP) does, as :func:`node_commands` runs it. Routed
     experts go expert-parallel whenever dp > 1 on an MoE model (vLLM shards them over dp x tp
     either way; EP is what DP-attention deployments run)."""
-    from planner.weights import _num_experts
+    from planner.weights import num_experts_of
 
     s, spec = dep.settings, dep.spec
     node, _ = node_size(dep.gpu, gpus_per_node)
-    moe = bool(_num_experts(spec.config, spec.name))
+    moe = bool(num_experts_of(spec.config, spec.name))
     rows: list[LayoutRow] = []
     for pp in _divisors(gpus):
         if pp > spec.num_layers:
@@ -281,8 +281,8 @@ def physical_problems(
     GPU's board, and the engines' divisibility rules (heads over TP, the layers over PP, DCP
     over GQA heads, EP on a dense model). The changes here are the ones that need no plan; a
     layout that fits the GPUs given is added by the caller, which can plan them."""
-    from planner.kv_layout import _tp_problems, _valid_tp_sizes
-    from planner.weights import _num_experts
+    from planner.kv_layout import tp_problems, valid_tp_sizes
+    from planner.weights import num_experts_of
 
     s, spec = dep.settings, dep.spec
     out: list[Problem] = []
@@ -329,13 +329,13 @@ def physical_problems(
                 [f"TP x PP of at most {node} GPUs, DP across the nodes"],
             )
         )
-    tp_problems = _tp_problems(spec, s.tp)
-    if tp_problems:
-        valid = [t for t in _valid_tp_sizes(spec) if t <= max(s.tp, 1)]
+    split = tp_problems(spec, s.tp)
+    if split:
+        valid = [t for t in valid_tp_sizes(spec) if t <= max(s.tp, 1)]
         out.append(
             Problem(
                 "divisibility",
-                f"--tp {s.tp} does not divide {' and '.join(tp_problems)} (vLLM's "
+                f"--tp {s.tp} does not divide {' and '.join(split)} (vLLM's "
                 "ModelConfig.verify_with_parallel_config: heads must split evenly over TP)",
                 [{"tp": valid[-1]}] if valid else [],
             )
@@ -348,7 +348,7 @@ def physical_problems(
                 [{"pp": spec.num_layers}],
             )
         )
-    if s.enable_expert_parallel and not _num_experts(spec.config, spec.name):
+    if s.enable_expert_parallel and not num_experts_of(spec.config, spec.name):
         out.append(
             Problem(
                 "divisibility",

@@ -541,7 +541,7 @@ def plans_manifests(
     start, cannot be planned). Each deployment is planned as ``kvplan estimate`` plans it."""
     from pathlib import Path
 
-    from planner.check import _Cache, load_yaml, parse_plans
+    from planner.check import ModelCache, load_yaml, parse_plans
     from planner.deployment import Deployment
     from planner.errors import KvplanError
     from planner.model.load import load_draft
@@ -552,7 +552,7 @@ def plans_manifests(
     entries, problems = parse_plans(load_yaml(file), file=str(path), base_dir=file.parent)
     if problems:
         return {}, []  # the check reports them (exit 2)
-    cache = _Cache(offline)
+    cache = ModelCache(offline)
     files: dict[str, str] = {}
     skipped: list[str] = []
     for entry in entries:

@@ -176,11 +176,11 @@ def get_pp_indices(num_layers: int, rank: int, pp: int) -> tuple[int, int]:
     return start, start + partitions[rank]
 
 
-def _valid_tp_sizes(spec: ModelSpec, limit: int = 64) -> list[int]:
-    return [t for t in range(1, limit + 1) if not _tp_problems(spec, t)]
+def valid_tp_sizes(spec: ModelSpec, limit: int = 64) -> list[int]:
+    return [t for t in range(1, limit + 1) if not tp_problems(spec, t)]
 
 
-def _tp_problems(spec: ModelSpec, tp: int) -> list[str]:
+def tp_problems(spec: ModelSpec, tp: int) -> list[str]:
     """What stops ``tp`` ranks from splitting this model (vLLM model and config checks)."""
     problems = []
     if spec.attention_layers:
@@ -242,9 +242,9 @@ def estimate(
         positive_count("--batch", b)
     warnings: list[str] = []
     notes = list(spec.notes)
-    problems = _tp_problems(spec, tp)
+    problems = tp_problems(spec, tp)
     if problems:
-        valid = ", ".join(str(t) for t in _valid_tp_sizes(spec))
+        valid = ", ".join(str(t) for t in valid_tp_sizes(spec))
         raise UsageError(
             f"{spec.name}: --tp {tp} does not divide {' and '.join(problems)}; "
             f"valid --tp values: {valid}"

@@ -166,17 +166,23 @@ def _mlp(
 def _layer_modules(spec: ModelSpec, i: int, tp: int) -> Iterator[_Module]:
     """The LoRA modules of decoder layer ``i`` at attention TP ``tp`` (a Mamba or
     linear-attention mixer as one in_proj and one out_proj: approximate)."""
-    from planner.weights import UNGATED_MLP, _cfg, _dense_intermediate, _is_moe_layer, _num_experts
+    from planner.weights import (
+        UNGATED_MLP,
+        config_int,
+        dense_intermediate,
+        is_moe_layer,
+        num_experts_of,
+    )
 
     c, mt, name = spec.config, spec.model_type, spec.name
     hidden = spec.hidden_size
     s = spec.layers[i]
     heads, head = spec.num_attention_heads, spec.head_dim
     if isinstance(s, MLA):
-        nope = _cfg(c, "qk_nope_head_dim", name) or 128
+        nope = config_int(c, "qk_nope_head_dim", name) or 128
         rope = s.qk_rope_head_dim
-        v_dim = _cfg(c, "v_head_dim", name) or nope
-        q_lora = _cfg(c, "q_lora_rank", name)
+        v_dim = config_int(c, "v_head_dim", name) or nope
+        q_lora = config_int(c, "q_lora_rank", name)
         kv_a = s.kv_lora_rank + rope
         if q_lora:  # fused_qkv_a_proj: MergedColumnParallelLinear(disable_tp=True)
             yield _Module(
@@ -234,13 +240,15 @@ def _layer_modules(spec: ModelSpec, i: int, tp: int) -> Iterator[_Module]:
     if block in ("M", "*") or mt in ("mamba", "falcon_mamba", "mamba2"):
         return
     gated = mt not in UNGATED_MLP
-    experts = _num_experts(c, name)
-    if block == "E" or (block is None and _is_moe_layer(c, mt, i, name)):
-        moe_i = _cfg(c, "moe_intermediate_size", name) or _cfg(c, "intermediate_size", name)
-        shared_i = _cfg(c, "shared_expert_intermediate_size", name)
-        shared_i += _cfg(c, "n_shared_experts", name) * moe_i
+    experts = num_experts_of(c, name)
+    if block == "E" or (block is None and is_moe_layer(c, mt, i, name)):
+        moe_i = config_int(c, "moe_intermediate_size", name) or config_int(
+            c, "intermediate_size", name
+        )
+        shared_i = config_int(c, "shared_expert_intermediate_size", name)
+        shared_i += config_int(c, "n_shared_experts", name) * moe_i
         if mt in ("llama4", "llama4_text"):
-            shared_i = _cfg(c, "intermediate_size", name)
+            shared_i = config_int(c, "intermediate_size", name)
             moe_i = shared_i
         non_gated = mt in NON_GATED_MOE
         if not non_gated:
@@ -261,7 +269,7 @@ def _layer_modules(spec: ModelSpec, i: int, tp: int) -> Iterator[_Module]:
                 parts = (("gate_proj", shared_i), ("up_proj", shared_i))
                 yield from _mlp("gate_up_proj", parts, hidden, shared_i, tp)
         return
-    dense = _dense_intermediate(c, hidden, name)
+    dense = dense_intermediate(c, hidden, name)
     if not gated:
         yield from _mlp("up_proj", (("up_proj", dense),), hidden, dense, tp)
     elif mt in FUSED_GATE_UP:
@@ -272,9 +280,9 @@ def _layer_modules(spec: ModelSpec, i: int, tp: int) -> Iterator[_Module]:
 
 
 def _vocab(spec: ModelSpec) -> int:
-    from planner.weights import _cfg
+    from planner.weights import config_int
 
-    return _cfg(spec.config, "vocab_size", spec.name) or _cfg(
+    return config_int(spec.config, "vocab_size", spec.name) or config_int(
         spec.config, "padded_vocab_size", spec.name
     )
 
@@ -349,9 +357,9 @@ def check_supported(spec: ModelSpec, settings: ServeSettings) -> None:
             f"--enable-lora: vLLM has no LoRA for {spec.architecture} ({spec.name}); "
             "run it without LoRA"
         )
-    from planner.weights import _num_experts
+    from planner.weights import num_experts_of
 
-    moe = _num_experts(spec.config, spec.name) > 0
+    moe = num_experts_of(spec.config, spec.name) > 0
     if moe and settings.enable_expert_parallel and settings.fully_sharded_loras:
         raise UsageError(
             "--fully-sharded-loras with --enable-expert-parallel: vLLM's MoE LoRA refuses the "
@@ -388,9 +396,9 @@ def buffers(spec: ModelSpec, settings: ServeSettings) -> LoraBuffers:
     dtype = spec.dtype_bytes
     tp, pp = settings.tp, settings.pp
     ep = settings.enable_expert_parallel
-    from planner.weights import _num_experts, placement_of
+    from planner.weights import num_experts_of, placement_of
 
-    experts = _num_experts(spec.config, spec.name)
+    experts = num_experts_of(spec.config, spec.name)
     where = placement_of(settings)
     local = -(-(experts + where.redundant_experts) // where.expert_gpus) if ep else experts
     moe_tp = 1 if ep else where.expert_gpus

@@ -139,10 +139,10 @@ def rank_gpus(
     from planner.gpus import GPUS
     from planner.recommend import WONT_START, PlanOptions, plan
     from planner.simulate.compare import simulate_model
-    from planner.weights import _num_experts
+    from planner.weights import num_experts_of
 
     s = dep.settings
-    moe = bool(_num_experts(dep.spec.config, dep.spec.name))
+    moe = bool(num_experts_of(dep.spec.config, dep.spec.name))
     need = max(concurrency or 1, 1)
     by_name = {g.name: g for g in GPUS}
     unpriced = [g.name for g in GPUS if g.name not in prices.usd_per_hour]

@@ -12,18 +12,16 @@ NVFP4, MXFP4, bitsandbytes); embeddings, norms and routers stay in the model dty
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import ConfigError, UsageError
 from planner.kv_layout import get_pp_indices
 from planner.model.config import MAX_CONFIG_INT
+from planner.model.safetensors import read_safetensors_header as read_safetensors_header
 from planner.model.specs import (
     MLA,
     GatedDeltaNetState,
@@ -58,7 +56,6 @@ SAFETENSORS_DTYPE_BITS = {
     "F6_E3M2": 6,
     "E8M0": 8,
 }
-MAX_HEADER_BYTES = 100 * 1024 * 1024
 # Models whose MLP has two matrices (up, down) instead of gated three (gate, up, down).
 UNGATED_MLP = frozenset(
     {
@@ -111,7 +108,9 @@ def _count(value: Any, what: str, *, minimum: int = 0) -> int:
     return value
 
 
-def _cfg(c: Mapping[str, Any], key: str, name: str, default: int = 0, minimum: int = 0) -> int:
+def config_int(
+    c: Mapping[str, Any], key: str, name: str, default: int = 0, minimum: int = 0
+) -> int:
     """An optional whole-number field of the config (``default`` when absent or null)."""
     value = c.get(key)
     return default if value is None else _count(value, f"{name}: {key}", minimum=minimum)
@@ -200,8 +199,10 @@ def _quant_bytes_per_param(quant: Mapping[str, Any] | None, dtype_bytes: int) ->
         return float(dtype_bytes), "none"
     where = "quantization_config"
     method = str(quant.get("quant_method") or quant.get("quant_algo") or "").lower()
-    bits = _cfg(quant, "bits", where) or _cfg(quant, "w_bit", where)
-    group = _cfg(quant, "group_size", where) or _cfg(quant, "q_group_size", where) or 128
+    bits = config_int(quant, "bits", where) or config_int(quant, "w_bit", where)
+    group = (
+        config_int(quant, "group_size", where) or config_int(quant, "q_group_size", where) or 128
+    )
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "autoround") and bits:
         # packed ints + an fp16 scale (and packed zero point) per group
         return bits / 8 + (2 + bits / 8) / group, f"{method} {bits}-bit"
@@ -222,9 +223,9 @@ def _quant_bytes_per_param(quant: Mapping[str, Any] | None, dtype_bytes: int) ->
             if not isinstance(weights, dict):
                 continue
             where = f"{where}.config_groups.weights"
-            nbits = _cfg(weights, "num_bits", where)
+            nbits = config_int(weights, "num_bits", where)
             if nbits:
-                size = _cfg(weights, "group_size", where)
+                size = config_int(weights, "group_size", where)
                 extra = 2 / size if size else 0.0
                 return nbits / 8 + extra, f"{method} w{nbits}"
         algo = str(quant.get("quant_algo") or "").upper()
@@ -235,7 +236,7 @@ def _quant_bytes_per_param(quant: Mapping[str, Any] | None, dtype_bytes: int) ->
     return float(dtype_bytes), method or "unknown"
 
 
-def _dense_intermediate(c: Mapping[str, Any], hidden: int, name: str) -> int:
+def dense_intermediate(c: Mapping[str, Any], hidden: int, name: str) -> int:
     for key in (
         "intermediate_size_mlp",
         "intermediate_size",
@@ -243,35 +244,35 @@ def _dense_intermediate(c: Mapping[str, Any], hidden: int, name: str) -> int:
         "ffn_dim",
         "n_inner",
     ):
-        value = _cfg(c, key, name)
+        value = config_int(c, key, name)
         if value:
             return value
     return 4 * hidden
 
 
-def _num_experts(c: Mapping[str, Any], name: str) -> int:
+def num_experts_of(c: Mapping[str, Any], name: str) -> int:
     for key in ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"):
-        value = _cfg(c, key, name)
+        value = config_int(c, key, name)
         if value:
             return value
     return 0
 
 
-def _is_moe_layer(c: Mapping[str, Any], model_type: str, i: int, name: str) -> bool:
-    if not _num_experts(c, name):
+def is_moe_layer(c: Mapping[str, Any], model_type: str, i: int, name: str) -> bool:
+    if not num_experts_of(c, name):
         return False
     if model_type.startswith("deepseek") or model_type in ("kimi_k2", "kimi_linear"):
-        first = _cfg(c, "first_k_dense_replace", name)
-        freq = _cfg(c, "moe_layer_freq", name) or 1
+        first = config_int(c, "first_k_dense_replace", name)
+        freq = config_int(c, "moe_layer_freq", name) or 1
         return i >= first and i % freq == 0
     if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
         dense = c.get("mlp_only_layers")
         if isinstance(dense, list) and i in dense:
             return False
-        step = _cfg(c, "decoder_sparse_step", name) or 1
+        step = config_int(c, "decoder_sparse_step", name) or 1
         return (i + 1) % step == 0
     if model_type in ("llama4", "llama4_text"):
-        step = _cfg(c, "interleave_moe_layer_step", name) or 1
+        step = config_int(c, "interleave_moe_layer_step", name) or 1
         return (i + 1) % step == 0
     return True
 
@@ -281,7 +282,7 @@ def _parts(spec: ModelSpec) -> _Parts:
     mt = spec.model_type
     hidden = spec.hidden_size
     name = spec.name
-    vocab = _cfg(c, "vocab_size", name) or _cfg(c, "padded_vocab_size", name) or 32000
+    vocab = config_int(c, "vocab_size", name) or config_int(c, "padded_vocab_size", name) or 32000
     quant = c.get("quantization_config") or c.get("compression_config")
     linear_bpp, _ = _quant_bytes_per_param(quant if isinstance(quant, dict) else None, 2)
     wdtype = 2  # served dtype: float32 checkpoints load in bf16
@@ -289,14 +290,19 @@ def _parts(spec: ModelSpec) -> _Parts:
     attn_bpp = wdtype if expert_only else linear_bpp
     heads, kv, head = spec.num_attention_heads, spec.num_kv_heads, spec.head_dim
     gated = mt not in UNGATED_MLP
-    dense_i = _dense_intermediate(c, hidden, name)
-    experts = _num_experts(c, name)
-    moe_i = _cfg(c, "moe_intermediate_size", name) or _cfg(c, "intermediate_size", name) or dense_i
+    dense_i = dense_intermediate(c, hidden, name)
+    experts = num_experts_of(c, name)
+    moe_i = (
+        config_int(c, "moe_intermediate_size", name)
+        or config_int(c, "intermediate_size", name)
+        or dense_i
+    )
     shared_i = (
-        _cfg(c, "shared_expert_intermediate_size", name) + _cfg(c, "n_shared_experts", name) * moe_i
+        config_int(c, "shared_expert_intermediate_size", name)
+        + config_int(c, "n_shared_experts", name) * moe_i
     )
     if mt in ("llama4", "llama4_text"):
-        shared_i = _cfg(c, "intermediate_size", name)  # one shared expert of expert width
+        shared_i = config_int(c, "intermediate_size", name)  # one shared expert of expert width
         moe_i = shared_i or dense_i
     moe_i_stored = moe_i
     if expert_only:
@@ -306,9 +312,9 @@ def _parts(spec: ModelSpec) -> _Parts:
         moe_i_stored = -(-moe_i // 256) * 256
     top_k = next(
         (
-            _cfg(c, k, name)
+            config_int(c, k, name)
             for k in ("num_experts_per_tok", "experts_per_token", "moe_topk")
-            if _cfg(c, k, name) > 0
+            if config_int(c, k, name) > 0
         ),
         min(2, experts or 2),
     )
@@ -325,10 +331,10 @@ def _parts(spec: ModelSpec) -> _Parts:
         n = 0
         # mixer
         if isinstance(s, MLA):
-            nope = _cfg(c, "qk_nope_head_dim", name) or 128
+            nope = config_int(c, "qk_nope_head_dim", name) or 128
             rope = s.qk_rope_head_dim
-            v_dim = _cfg(c, "v_head_dim", name) or nope
-            q_lora = _cfg(c, "q_lora_rank", name)
+            v_dim = config_int(c, "v_head_dim", name) or nope
+            q_lora = config_int(c, "q_lora_rank", name)
             if q_lora:
                 repl += hidden * q_lora * attn_bpp
                 shard += q_lora * heads * (nope + rope) * attn_bpp
@@ -351,7 +357,7 @@ def _parts(spec: ModelSpec) -> _Parts:
             inner = s.intermediate_size
             auto = -(-hidden // 16)  # transformers' "auto"
             rank = c.get("time_step_rank")
-            dt_rank = auto if rank == "auto" else (_cfg(c, "time_step_rank", name) or auto)
+            dt_rank = auto if rank == "auto" else (config_int(c, "time_step_rank", name) or auto)
             m = hidden * 2 * inner + inner * s.conv_kernel + inner * (dt_rank + 2 * s.state_size)
             m += dt_rank * inner + inner * s.state_size + inner + inner * hidden
             shard += m * linear_bpp
@@ -370,7 +376,7 @@ def _parts(spec: ModelSpec) -> _Parts:
         block = pattern[i] if pattern else None
         if block in ("M", "*") or mt in ("mamba", "falcon_mamba", "mamba2"):
             pass  # a mixer-only block: Nemotron-H's M / * layers, pure Mamba models
-        elif (block == "E") or (block is None and _is_moe_layer(c, mt, i, name)):
+        elif (block == "E") or (block is None and is_moe_layer(c, mt, i, name)):
             per_expert = mlp_mats * hidden * moe_i
             shared = (mlp_mats if block is None else 2) * hidden * shared_i
             routed_bytes += experts * mlp_mats * hidden * moe_i_stored * linear_bpp
@@ -502,31 +508,6 @@ def _stage_bytes(parts: _Parts, num_layers: int, where: Placement) -> list[int]:
 # --------------------------------------------------------------------------- safetensors
 
 
-def read_safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of one safetensors file (reads at most the header, never tensors)."""
-    from planner import files
-
-    try:
-        with files.open_input(path, "safetensors file", ConfigError) as fh:
-            raw = fh.read(8)
-            if len(raw) != 8:
-                raise ConfigError(f"{path} is not a safetensors file (too short)")
-            (length,) = struct.unpack("<Q", raw)
-            if length > MAX_HEADER_BYTES:
-                raise ConfigError(f"{path}: safetensors header of {length:,} bytes is implausible")
-            text = fh.read(length).decode("utf-8")
-        header = files.loads_json(text, where=f"{path} (header)", error=ConfigError)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ConfigError(f"{path}: safetensors header is not valid JSON") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: safetensors header is nested too deeply") from None
-    if not isinstance(header, dict):
-        raise ConfigError(f"{path}: safetensors header is not a JSON object")
-    return header
-
-
 def _tensor_sizes(name: str, info: Any, where: str) -> tuple[int, int]:
     """(bytes, parameters) of one header entry; a malformed entry is a ConfigError."""
     if not isinstance(info, Mapping):
@@ -650,7 +631,7 @@ def per_rank(
             spec.num_layers,
             where=where,
             placement=where_,
-            num_experts=_num_experts(spec.config, spec.name),
+            num_experts=num_experts_of(spec.config, spec.name),
             mtp_layers=_mtp_count(spec),
         )
     return from_config(spec, placement=where_)

@@ -129,13 +129,13 @@ def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
-def _num_experts(cfg: dict[str, Any]) -> int:
+def num_experts_of(cfg: dict[str, Any]) -> int:
     return int(_get(cfg, "n_routed_experts", "num_local_experts", "num_experts", default=0) or 0)
 
 
-def _is_moe_layer(cfg: dict[str, Any], model_type: str, i: int) -> bool:
+def is_moe_layer(cfg: dict[str, Any], model_type: str, i: int) -> bool:
     """Whether layer ``i`` has routed experts, by each family's config rule."""
-    if _num_experts(cfg) <= 1:
+    if num_experts_of(cfg) <= 1:
         return False
     if model_type.startswith(("deepseek", "kimi")):
         first = int(cfg.get("first_k_dense_replace") or 0)
@@ -161,7 +161,7 @@ def _mlp_dims(cfg: dict[str, Any], model_type: str, hidden: int, i: int, tp: int
         cfg, "intermediate_size_mlp", "intermediate_size", "ffn_dim", "ffn_hidden_size", "n_inner"
     )
     dense = int(dense or 4 * hidden)
-    if not _is_moe_layer(cfg, model_type, i):
+    if not is_moe_layer(cfg, model_type, i):
         return MLPDims(intermediate=max(1, dense // tp), gated=gated)
     expert = int(_get(cfg, "moe_intermediate_size", "intermediate_size") or dense)
     shared = _get(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")
@@ -173,7 +173,7 @@ def _mlp_dims(cfg: dict[str, Any], model_type: str, hidden: int, i: int, tp: int
     return MLPDims(
         intermediate=max(1, expert // tp),
         gated=gated,
-        num_experts=_num_experts(cfg),
+        num_experts=num_experts_of(cfg),
         top_k=top_k,
         shared_intermediate=max(0, int(shared or 0) // tp),
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -333,8 +334,8 @@ CATALOGUE = [
         ["simulate", "llama-3.2-1b", "--gpu", "h100", "-w", CHAT, "--num-requests", "1" + "0" * 20],
     ),
     row(
-        "simulate-trace-line-nested-deep",  # was: RecursionError
-        1,
+        "simulate-trace-line-nested-deep",  # was: RecursionError; an invalid file: exit 2
+        2,
         "line 1: nested more than 100 levels deep",
         lambda t: simulate(t, "w.jsonl", "[" * 50_000),
     ),
@@ -635,19 +636,19 @@ ROUND_TWO = [
     ),
     row(
         "simulate-spec-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
-        1,
+        2,  # an invalid workload file: exit 2 (issue 25)
         f"w.yaml:1: prompt_tokens: an integer of 5,000 characters is out of range; {LIMIT}",
         lambda t: simulate(t, "w.yaml", f"prompt_tokens: {DIGITS}\noutput_tokens: 5\n"),
     ),
     row(
         "simulate-trace-5000-digits",  # was: ValueError Exceeds the limit (4300 digits)
-        1,
+        2,  # an invalid workload file: exit 2 (issue 25)
         f"line 1: prompt_tokens: an integer of 5,000 digits is out of range; {LIMIT}",
         lambda t: simulate(t, "w.jsonl", '{"prompt_tokens": ' + DIGITS + ', "output_tokens": 5}\n'),
     ),
     row(
         "simulate-trace-5000-digits-skip-bad-lines",  # was: ValueError even with --skip-bad-lines
-        1,
+        2,  # an invalid workload file: exit 2 (issue 25)
         "w.jsonl: the workload has no requests",
         lambda t: (
             simulate(t, "w.jsonl", '{"prompt_tokens": ' + DIGITS + ', "output_tokens": 5}\n')
@@ -656,13 +657,13 @@ ROUND_TWO = [
     ),
     row(
         "simulate-trace-2-pow-63",  # was: OverflowError int too big to convert
-        1,
+        2,  # an invalid workload file: exit 2 (issue 25)
         f"line 1: prompt_tokens: 9223372036854775808 is out of range; {LIMIT}",
         lambda t: simulate(t, "w.jsonl", f'{{"prompt_tokens": {2**63}, "output_tokens": 5}}\n'),
     ),
     row(
         "simulate-trace-1e19-tokens",  # was: OverflowError int too big to convert
-        1,
+        2,  # an invalid workload file: exit 2 (issue 25)
         "line 1: prompt_tokens 10000000000000000000 is out of range (at most 2^63 - 1)",
         lambda t: simulate(t, "w.jsonl", '{"prompt_tokens": 1e19, "output_tokens": 5}\n'),
     ),
@@ -928,7 +929,9 @@ def test_a_closed_pipe_ends_quietly() -> None:
         run = kvplan("gpus", stdout=write, stderr=-1)
     finally:
         os.close(write)
-    assert run.returncode == 1 and run.stderr == b"", run.stderr
+    # the exit-code table (issue 25): a closed pipe ends as the shell's tools end, by SIGPIPE
+    # (status 141, -13 here), with nothing on stderr
+    assert run.returncode == -signal.SIGPIPE and run.stderr == b"", run.stderr
 
 
 def test_a_closed_stdout_is_one_line() -> None:

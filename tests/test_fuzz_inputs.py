@@ -24,7 +24,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.diagnose import _PREFILTER
+from planner.diagnose import PREFILTER
 from planner.errors import KvplanError
 from planner.units import parse_size
 from tests.fuzz_helpers import (
@@ -320,7 +320,7 @@ def log_case(draw: st.DrawFn) -> tuple[str, list[str]]:
         i = rng.randrange(len(lines))
         action = draw(st.sampled_from(["number", "number", "drop", "dup", "junk", "cut"]))
         if action == "number":  # on a line kvplan reads, most of the time
-            known = [j for j, line in enumerate(lines) if _PREFILTER.search(line)]
+            known = [j for j, line in enumerate(lines) if PREFILTER.search(line)]
             i = rng.choice(known) if known and rng.random() < 0.8 else i
             spots = list(re.finditer(r"-?\d[\d.,]*", lines[i]))
             if spots:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 
 from planner.simulate import cluster
-from planner.simulate.engine import BlockLayout, SimConfig, _Engine, _Req, simulate
+from planner.simulate.engine import BlockLayout, SimConfig, SimEngine, SimRequest, simulate
 from planner.simulate.roofline import Roofline
 from planner.simulate.workload import Request, Workload
 from tests.test_simulate import scenarios
@@ -84,14 +84,14 @@ def test_each_rank_replays_as_a_lone_engine_fed_its_requests(
     # changes no time)
     w, cfg = case
     fed: dict[int, list[int]] = {}
-    feed = _Engine.feed
+    feed = SimEngine.feed
 
-    def record(self: _Engine, r: _Req) -> None:
+    def record(self: SimEngine, r: SimRequest) -> None:
         fed.setdefault(id(self), []).append(r.index)
         feed(self, r)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_Engine, "feed", record)
+        patch.setattr(SimEngine, "feed", record)
         got = simulate(w, replace(cfg, data_parallel_size=3))
     assert got.completed == len(w.requests)
     assert sorted(x.requests for x in got.ranks) == sorted(

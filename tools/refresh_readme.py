@@ -32,7 +32,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"```\n(\$ kvplan [^\n]*)\n(.*?)```", re.S)
+# a command may go on over lines ending in a backslash, as a shell reads it
+BLOCK = re.compile(r"```\n(\$ kvplan (?:[^\n]*\\\n)*[^\n]*)\n(.*?)```", re.S)
 OUTPUT_FLAGS = ("-o", "--output", "--emit-dir", "--plot")
 TIME = re.compile(r"\b\d[\d,]*(?:\.\d+)?\s?(?:ms|µs|s)\b")
 
@@ -44,7 +45,7 @@ def files(args: list[str]) -> list[Path]:
 
 def run(command: str) -> str:
     env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
-    words = shlex.split(command[2:])
+    words = shlex.split(command[2:].replace("\\\n", " "))
     with tempfile.TemporaryDirectory() as tmp:
         args = []
         for i, word in enumerate(words[1:]):

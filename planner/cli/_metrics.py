@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from planner.cli._options import ServeArgs, _gpu_arg, user_errors
+from planner.cli._options import ServeArgs, gpu_arg, user_errors
 from planner.errors import UsageError
 
 
@@ -44,7 +44,7 @@ def diagnose_metrics(
         plan: dict[str, Any] = {
             **serve.typed(),
             "model": model,
-            "gpu": _gpu_arg(gpu, gpu_memory),
+            "gpu": gpu_arg(gpu, gpu_memory),
             "offline": offline or None,
         }
         if watch:

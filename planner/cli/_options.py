@@ -161,7 +161,7 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(exc.exit_code) from None
 
 
-def _batch_sizes(text: str) -> list[int]:
+def batch_sizes_arg(text: str) -> list[int]:
     try:
         sizes = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -169,17 +169,17 @@ def _batch_sizes(text: str) -> list[int]:
     return sizes
 
 
-def _values(text: str | None) -> list[str]:
+def comma_values(text: str | None) -> list[str]:
     return [part.strip() for part in (text or "").split(",") if part.strip()]
 
 
-def _size(text: str | None, flag: str) -> int | None:
+def size_arg(text: str | None, flag: str) -> int | None:
     from planner.units import parse_size
 
     return parse_size(text, flag=flag) if text else None
 
 
-def _gpu_arg(gpu: str | None, gpu_memory: str | None) -> Gpu | None:
+def gpu_arg(gpu: str | None, gpu_memory: str | None) -> Gpu | None:
     """--gpu / --gpu-memory as a Gpu (memory overrides the catalog's; an A100 stays one)."""
     from planner.gpus import resolve_gpu
     from planner.units import parse_size

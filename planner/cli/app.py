@@ -11,6 +11,7 @@ import errno
 import io
 import os
 import sys
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
@@ -197,15 +198,23 @@ class _ClosedStream(io.TextIOBase):
 OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF}
 
 
-def _quiet_on_closed_pipe() -> None:
+@contextlib.contextmanager
+def _quiet_on_closed_pipe() -> Iterator[None]:
     """``kvplan ... | head``: a write to a closed pipe ends the process as the shell's own
     tools end (SIGPIPE, status 141), not with click's exit 1 (the code of "won't start") or a
     BrokenPipeError traceback. Output files are written to a temporary name and renamed, so
-    none is left half-written."""
+    none is left half-written. The handler is put back afterwards, so a caller that runs
+    ``main()`` in its own process (a test, a server's sockets) keeps Python's default."""
     import signal
 
-    if hasattr(signal, "SIGPIPE"):
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if not hasattr(signal, "SIGPIPE"):
+        yield
+        return
+    previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGPIPE, previous)
 
 
 def main() -> None:
@@ -214,7 +223,11 @@ def main() -> None:
     that is not UTF-8 gets ASCII, a closed pipe ends the run quietly (exit 1), and a full disk
     or closed stdout is one `Error:` line (exit 1), never a traceback. Exit codes:
     :data:`EXIT_CODES`."""
-    _quiet_on_closed_pipe()
+    with _quiet_on_closed_pipe():
+        _main()
+
+
+def _main() -> None:
     setup_streams()
     try:
         try:

@@ -12,7 +12,7 @@ from planner.cli._options import (
     JsonOpt,
     OfflineOpt,
     ServeArgs,
-    _gpu_arg,
+    gpu_arg,
     serve_options,
     user_errors,
 )
@@ -114,7 +114,7 @@ def diagnose(
         result = diagnose_file(
             log,
             model=model,
-            gpu=_gpu_arg(gpu, gpu_memory),
+            gpu=gpu_arg(gpu, gpu_memory),
             offline=offline or None,
             **serve.typed(),
         )

@@ -24,8 +24,8 @@ from planner.cli._options import (
     RevisionOpt,
     ServeArgs,
     SwapSpaceOpt,
-    _batch_sizes,
-    _gpu_arg,
+    batch_sizes_arg,
+    gpu_arg,
     refuse_swap_space,
     serve_options,
     user_errors,
@@ -210,7 +210,7 @@ def estimate(
             shared_prefix_tokens=shared_prefix,
             requests=requests,
             avg_tokens=avg_tokens,
-            batch_sizes=_batch_sizes(batch),
+            batch_sizes=batch_sizes_arg(batch),
             workload=_load(workload) if workload is not None else None,
             avg_prompt_tokens=avg_prompt_tokens,
             avg_output_tokens=avg_output_tokens,
@@ -225,7 +225,7 @@ def estimate(
             raise UsageError("--prices goes with --gpu any")
         if any_gpu and (gpu_memory is not None or kinds is not None):
             raise UsageError("--gpu any ranks catalog GPUs: drop --gpu-memory / --emit")
-        gpu_ = None if any_gpu else _gpu_arg(gpu, gpu_memory)
+        gpu_ = None if any_gpu else gpu_arg(gpu, gpu_memory)
         loaded = load_model(model, revision=revision, offline=offline or None)
         settings, draft = load_draft(settings, offline=offline or None)
         dep = Deployment(model=loaded, gpu=gpu_, settings=settings, draft=draft)
@@ -235,7 +235,8 @@ def estimate(
         try:
             result = report(dep, options)
         except WontStartError as exc:  # before any plan: its verdict and figures, then the error
-            if isinstance(exc.refusal, Refusal):
+            to_stdout = kinds is not None and emit_dir is None  # manifests only, or nothing
+            if isinstance(exc.refusal, Refusal) and not to_stdout:
                 render.refusal(exc.refusal, as_json=json_)
             raise
         files = _manifests(result, kinds, options) if kinds is not None else None

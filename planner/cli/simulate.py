@@ -15,7 +15,7 @@ from planner.cli._options import (
     PrefixOpt,
     RevisionOpt,
     ServeArgs,
-    _values,
+    comma_values,
     serve_options,
     user_errors,
 )
@@ -245,22 +245,22 @@ def simulate(
             inputs=[("the workload (-w)", workload), ("the step times", step_times)],
         )
         axes: dict[str, list[str]] = {
-            "block-size": _values(block_size),
-            "kv-cache-dtype": _values(kv_cache_dtype),
-            "max-num-seqs": _values(max_num_seqs),
-            "max-num-batched-tokens": _values(max_num_batched_tokens),
+            "block-size": comma_values(block_size),
+            "kv-cache-dtype": comma_values(kv_cache_dtype),
+            "max-num-seqs": comma_values(max_num_seqs),
+            "max-num-batched-tokens": comma_values(max_num_batched_tokens),
         }
         for item in compare or []:
             key, sep, rest = item.partition("=")
             key = key.strip().lower().removeprefix("--").replace("_", "-")
             key = {"enable-prefix-caching": "prefix-caching"}.get(key, key)
-            if not sep or not _values(rest):
+            if not sep or not comma_values(rest):
                 raise UsageError(
                     f"--compare takes KEY=V1,V2 (e.g. prefix-caching=on,off), got {item!r}"
                 )
             if axes.get(key):
                 raise UsageError(f"{key} is given twice (as --{key} and in --compare)")
-            axes[key] = _values(rest)
+            axes[key] = comma_values(rest)
         if not axes.get("prefix-caching"):
             axes["prefix-caching"] = ["on" if enable_prefix_caching else "off"]
         base = serve.settings()

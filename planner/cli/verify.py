@@ -11,8 +11,8 @@ from planner.cli._options import (
     OfflineOpt,
     RevisionOpt,
     ServeArgs,
-    _size,
     serve_options,
+    size_arg,
     user_errors,
 )
 from planner.errors import ProbeUnavailableError, UsageError
@@ -116,9 +116,9 @@ def verify(
         request = VerifyRequest(
             settings=settings,
             device=device or ("cuda" if gpu else "cpu"),
-            memory_budget_bytes=_size(memory_budget, "--memory-budget"),
-            max_memory_bytes=_size(max_memory, "--max-memory"),
-            weights_bytes=_size(weights_bytes, "--weights-bytes"),
+            memory_budget_bytes=size_arg(memory_budget, "--memory-budget"),
+            max_memory_bytes=size_arg(max_memory, "--max-memory"),
+            weights_bytes=size_arg(weights_bytes, "--weights-bytes"),
             weights_buffer=weights_buffer,
             tolerance_pct=tolerance,
             decode_steps=decode_steps,

@@ -19,7 +19,7 @@ conclusions (:class:`Finding`), and :mod:`~planner.diagnose.ranks` reads a data-
 one cluster.
 """
 
-from planner.diagnose.boot_log import _PREFILTER, RULES, BootLog, parse_log
+from planner.diagnose.boot_log import PREFILTER, RULES, BootLog, parse_log
 from planner.diagnose.diagnosis import (
     MAX_LOG_BYTES,
     Diagnosis,
@@ -52,7 +52,7 @@ __all__ = [
     "LogFileError",
     "NothingRecognisedError",
     "Term",
-    "_PREFILTER",
+    "PREFILTER",
     "diagnose_file",
     "parse_log",
 ]

@@ -743,7 +743,7 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         _oom,
     ),
 ]
-_PREFILTER = re.compile("|".join(re.escape(lit) for lit, _, _ in RULES))
+PREFILTER = re.compile("|".join(re.escape(lit) for lit, _, _ in RULES))
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # "(EngineCore_DP1 pid=5302)", "(Worker_DP1_TP0_EP2 pid=2303)", vLLM 0.8/0.9 "(EngineCore_1 pid=9)"
 _RANK = re.compile(r"\((?:[A-Za-z]+_DP(\d+)(?:_[A-Z]+\d+)*|EngineCore_(\d+)) pid=\d+")
@@ -777,7 +777,7 @@ def parse_log(text: str) -> BootLog:
     """
     log = BootLog()
     for number, raw in enumerate(text.splitlines(), start=1):
-        if not _PREFILTER.search(raw):
+        if not PREFILTER.search(raw):
             continue
         line = _ANSI.sub("", raw)
         rank = rank_of(line)

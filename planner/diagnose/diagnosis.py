@@ -199,7 +199,7 @@ def diagnose_file(
     findings: list[Finding] = []
     if settings.model and gpu is not None:
         strict = any(value is not None for value in given.values()) or gpu.source != "log"
-        the_plan, settings = _plan_for(log, settings, given, gpu, offline, findings, notes, strict)
+        the_plan, settings = plan_for(log, settings, given, gpu, offline, findings, notes, strict)
     elif not settings.model:
         notes.append("no model: pass --model (the log names none) to compare with the plan")
     else:
@@ -217,7 +217,7 @@ def diagnose_file(
         stated["gpu"], stated["gpu_memory_bytes"] = gpu.name, gpu.memory_bytes
         sources["gpu"] = sources["gpu_memory_bytes"] = where
     what_if = any(value is not None for key, value in given.items() if key != "model")
-    v = _verdict(log, the_plan, findings, notes, what_if=what_if)
+    v = verdict_of(log, the_plan, findings, notes, what_if=what_if)
     return Diagnosis(
         str(path),
         v.outcome,
@@ -245,7 +245,7 @@ class _Verdict(NamedTuple):
     source: str | None = None
 
 
-def _verdict(
+def verdict_of(
     log: BootLog, p: Plan | None, findings: list[Finding], notes: list[str], *, what_if: bool
 ) -> _Verdict:
     """The outcome: the log's refusal to start wins; else the plan's
@@ -305,7 +305,7 @@ def _gpu_from_log(log: BootLog, gmu: float) -> Gpu | None:
     return Gpu(name="from the log", memory_bytes=total, source="log") if total else None
 
 
-def _plan_for(
+def plan_for(
     log: BootLog,
     settings: PlanSettings,
     given: Mapping[str, Any],

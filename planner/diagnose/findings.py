@@ -510,7 +510,7 @@ def _usage_findings(
             )
         )
     elif len(usage) >= MIN_SAMPLES and max(usage) < LOW_PCT and not capped:
-        gmu = _lower_gmu(log, p, s, max(usage))
+        gmu = lower_gmu(log, p, s, max(usage))
         out.append(
             Finding(
                 "kv-low",
@@ -558,7 +558,7 @@ def _usage_findings(
     return out
 
 
-def _lower_gmu(log: BootLog, p: Plan | None, s: ServeSettings, peak_pct: float) -> float | None:
+def lower_gmu(log: BootLog, p: Plan | None, s: ServeSettings, peak_pct: float) -> float | None:
     """The gpu_memory_utilization that keeps the observed peak at 80 % of a smaller cache:
     requested - (available - peak_used / 0.8), over the GPU total, rounded up to 0.01."""
     total = log.total_gpu_bytes or (p.vllm.gpu_memory_bytes if p else None)

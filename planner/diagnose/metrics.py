@@ -799,7 +799,7 @@ def rank_findings(
     diagnosis' kinds where they mean the same ("kv-pinned", "kv-low", "prefix-low-hit"), and
     "kv-usage", "starved-max-num-seqs", "starved-token-budget", "latency", "lengths"."""
     from planner.deployment import as_flags, fp8_kv_caveat
-    from planner.diagnose.findings import FP8_KV, _lower_gmu
+    from planner.diagnose.findings import FP8_KV, lower_gmu
 
     out: list[Finding] = []
     usage = r["kv_usage_p90_pct"]
@@ -873,7 +873,7 @@ def rank_findings(
             )
         )
     elif peak is not None and samples >= MIN_SAMPLES and peak < LOW_PCT and not starved:
-        gmu = _lower_gmu(BootLog(), p, serve, peak)
+        gmu = lower_gmu(BootLog(), p, serve, peak)
         out.append(
             Finding(
                 "kv-low",
@@ -1088,9 +1088,9 @@ def diagnose_metrics(
     findings: list[Finding] = []
     the_plan = None
     if settings.model and gpu is not None:
-        from planner.diagnose.diagnosis import _plan_for
+        from planner.diagnose.diagnosis import plan_for
 
-        the_plan, settings = _plan_for(log, settings, given, gpu, offline, findings, notes, True)
+        the_plan, settings = plan_for(log, settings, given, gpu, offline, findings, notes, True)
         notes[:] = [  # the log diagnosis' words, for a scrape
             n.replace("named in the log", "named by the model_name label").replace(
                 "the settings the log states", "the settings cache_config_info states"
@@ -1177,9 +1177,9 @@ def diagnose_metrics(
         )
     verdict: dict[str, Any] = {}
     if the_plan is not None:
-        from planner.diagnose.diagnosis import _verdict
+        from planner.diagnose.diagnosis import verdict_of
 
-        v = _verdict(log, the_plan, findings, notes, what_if=False)
+        v = verdict_of(log, the_plan, findings, notes, what_if=False)
         verdict = {
             "outcome": v.outcome,
             "worst_case_running": v.running,

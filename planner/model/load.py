@@ -86,7 +86,7 @@ def with_headers(
 def local_headers(folder: Path) -> Tensors | None:
     """Every tensor header of a local folder's ``*.safetensors`` files (None if there are
     none); a malformed header is a :class:`~planner.errors.ConfigError`."""
-    from planner.weights import read_safetensors_header
+    from planner.model.safetensors import read_safetensors_header
 
     files = sorted(folder.glob("*.safetensors"))
     if not files:

@@ -135,7 +135,7 @@ BAR_CHARS = {
 }
 
 
-def _bar(parts: list[tuple[str, int]], total: int, width: int = 64) -> str:
+def usage_bar(parts: list[tuple[str, int]], total: int, width: int = 64) -> str:
     """A memory bar readable without colour: one character per segment kind. It never grows
     past ``width``: parts that add up to more than ``total`` (a budget overrun) are cut."""
     out, used = [], 0

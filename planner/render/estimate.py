@@ -16,11 +16,11 @@ from planner.render._output import (
     BAR_CHARS,
     OUTCOME_PHRASES,
     Column,
-    _bar,
     console,
     outcome_words,
     print_fitted,
     to_json,
+    usage_bar,
     user_text,
     warnings_,
     write_out,
@@ -858,7 +858,7 @@ def _budget(p: Plan) -> None:
         ("KV cache", max(cap.available_kv_bytes, 0)),
         ("not requested", free),
     ]
-    out.print("  [" + _bar(parts, p.gpu.memory_bytes) + "]", markup=False)
+    out.print("  [" + usage_bar(parts, p.gpu.memory_bytes) + "]", markup=False)
     out.print("   " + "  ".join(f"{c} {label}" for label, c in BAR_CHARS.items()), markup=False)
     legend = Table(box=None, show_header=False, pad_edge=False)
     legend.add_column(no_wrap=True)

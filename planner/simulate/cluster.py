@@ -46,13 +46,13 @@ from planner.simulate.engine import (
     TIMELINE_POINTS,
     BenchFigures,
     Percentiles,
+    PrefixChain,
     SimConfig,
+    SimEngine,
+    SimRequest,
     SimResult,
-    _Chain,
-    _Engine,
-    _Req,
-    _usage_quantile,
     make_engine,
+    usage_quantile,
 )
 from planner.simulate.workload import Workload
 
@@ -123,8 +123,8 @@ def simulate_ranks(workload: Workload, config: SimConfig) -> SimResult:
         if caching and q.prefix_id is not None and q.prefix_tokens >= B:
             chain = e.chains.get(q.prefix_id)
             if chain is None:
-                chain = e.chains[q.prefix_id] = _Chain(q.prefix_tokens // B)
-        r = _Req(i, t, q.prompt_tokens, q.output_tokens, chain)
+                chain = e.chains[q.prefix_id] = PrefixChain(q.prefix_tokens // B)
+        r = SimRequest(i, t, q.prompt_tokens, q.output_tokens, chain)
         r.late = late
         e.feed(r)
         dispatched[k] += 1
@@ -135,7 +135,7 @@ def simulate_ranks(workload: Workload, config: SimConfig) -> SimResult:
 
 def _combine(
     workload: Workload,
-    engines: list[_Engine],
+    engines: list[SimEngine],
     dispatched: list[int],
     rejected: int,
     finish_steps: array[int],
@@ -180,8 +180,8 @@ def _combine(
         steps=max(r.steps for r in ranks),
         duration_s=duration,
         peak_blocks=peak,
-        usage_p50=_usage_quantile(usage_time, 0.5),
-        usage_p90=_usage_quantile(usage_time, 0.9),
+        usage_p50=usage_quantile(usage_time, 0.5),
+        usage_p90=usage_quantile(usage_time, 0.9),
         usage_max=peak / capacity,
         mean_concurrency=sum(e.conc_time for e in engines) / duration if duration else 0.0,
         max_concurrency=max(r.max_concurrency for r in ranks),
@@ -218,7 +218,9 @@ def _combine(
     )
 
 
-def _peak_timeline(engines: list[_Engine], end: float, capacity: int) -> list[tuple[float, float]]:
+def _peak_timeline(
+    engines: list[SimEngine], end: float, capacity: int
+) -> list[tuple[float, float]]:
     """At most TIMELINE_POINTS (time, usage) points over ``[0, end]``, each the fullest rank's
     peak in its slice of time, as ``engine._downsample`` does for one rank; the last point is
     the fullest rank's pool at the end."""

@@ -87,7 +87,7 @@ PROGRESS: Callable[[int], None] | None = None
 TIMELINE_POINTS = 240
 SEQ_MASK = (1 << 40) - 1  # an event holds an admission number below 2**40
 SORT_RUN = 1 << 16  # Percentiles.of_array sorts latencies in runs of this many
-ARRIVAL_BATCH = 1024  # _Engine._arrivals makes requests without a shared prefix this many at once
+ARRIVAL_BATCH = 1024  # SimEngine._arrivals makes requests without a shared prefix this many at once
 
 
 # --------------------------------------------------------------------------- inputs
@@ -483,7 +483,7 @@ class SimResult:
 # --------------------------------------------------------------------------- engine
 
 
-class _Chain:
+class PrefixChain:
     """Cached full blocks of one content chain (a shared prefix, or one request's own blocks
     kept after it is preempted): ``cached`` leading token blocks exist, ``holders`` maps how
     many leading blocks a running request holds to how many requests hold that many."""
@@ -502,7 +502,7 @@ class _Chain:
         self.cpu_segs: list[list[Any]]
 
 
-class _Req:
+class SimRequest:
     """One request's scheduling state; slots, since the engine holds up to millions of them.
 
     While a request decodes, the engine does not step it token by token: its context length
@@ -536,24 +536,24 @@ class _Req:
         "index",
         "late",
     )
-    # set by _Engine when admitted: admission number, its key in ``_Engine.running`` (newest
+    # set by SimEngine when admitted: admission number, its key in ``SimEngine.running`` (newest
     # is last)
     seq: int
-    # set by _Engine._add_decoder when it starts decoding (see the class docstring):
+    # set by SimEngine._add_decoder when it starts decoding (see the class docstring):
     base: int  # step - context length, constant while it decodes: length = s - base
     res: int  # (base - lookahead) % block_size: the residue of the steps it takes blocks in
     weight: int  # blocks it takes at each block boundary (window groups drop out)
     l_start: int  # context length when this decode run began (for fragmentation)
 
     def __init__(
-        self, index: int, arrival: float, prompt: int, output: int, chain: _Chain | None
+        self, index: int, arrival: float, prompt: int, output: int, chain: PrefixChain | None
     ) -> None:
         self.index = index
         self.arrival = arrival
         self.prompt = prompt
         self.output = output
         self.chain = chain  # its shared prefix's cached blocks (None: nothing to share)
-        self.own: _Chain | None = None  # its own full blocks kept cached after a preemption
+        self.own: PrefixChain | None = None  # its own full blocks kept cached after a preemption
         self.num_tokens = prompt  # tokens to prefill: prompt + outputs so far
         self.computed = 0  # tokens whose KV is computed: prefill progress
         self.generated = 0  # output tokens sampled so far
@@ -572,7 +572,7 @@ def _unused_slots(x: int, b: int) -> int:
     return q * b * (b - 1) // 2 + r * b - r * (r + 1) // 2
 
 
-class _Engine:
+class SimEngine:
     def __init__(self, workload: Workload, config: SimConfig) -> None:
         self.cfg = config
         lay = config.layout
@@ -597,7 +597,7 @@ class _Engine:
         self.asyn = config.async_scheduling
         # async scheduling: requests that sampled their last token, holding their blocks and
         # a max_num_seqs slot until the next step is scheduled (a kind-2 event releases them)
-        self.zombies: dict[int, _Req] = {}
+        self.zombies: dict[int, SimRequest] = {}
         fg, bs = lay.full_groups, lay.block_size
         # speculative lookahead: a request computing up to t tokens holds slots for
         # min(t + k, max_model_len) (KVCacheManager.allocate_slots), so a decoder stops growing
@@ -626,21 +626,21 @@ class _Engine:
         else:
             self.slot_blocks = self.blocks
 
-        # requests are made into _Req as they arrive (run), and dropped once they finish
+        # requests are made into SimRequest as they arrive (run), and dropped once they finish
         self.requests = workload.requests
-        self.chains: dict[str, _Chain] = {}
+        self.chains: dict[str, PrefixChain] = {}
         self.rejected = 0
         self.finish_steps = array("q", [-1]) * len(workload.requests)
 
         # preempted requests, then arrived ones in arrival order; arrived requests are queued
         # one at a time as the queue empties (_pull): ``waiting`` is empty only when no request
         # that has arrived waits
-        self.waiting: deque[_Req] = deque()
-        self.incoming: Iterator[_Req] = iter(())
-        self.nxt: _Req | None = None  # the next request to arrive or be queued
+        self.waiting: deque[SimRequest] = deque()
+        self.incoming: Iterator[SimRequest] = iter(())
+        self.nxt: SimRequest | None = None  # the next request to arrive or be queued
         self.pulled = 0  # requests queued so far (the progress bar's count)
-        self.running: dict[int, _Req] = {}
-        self.partial: _Req | None = None
+        self.running: dict[int, SimRequest] = {}
+        self.partial: SimRequest | None = None
         self.seqs = itertools.count()
         self.step = 0
         self.now = 0.0
@@ -653,7 +653,7 @@ class _Engine:
         # (k // B) * cw_total blocks plus the cw of its remaining residues
         self.cw = [0] * self.B
         self.cw_total = 0  # sum(cw): blocks the decoders take over any B consecutive steps
-        self.buckets: list[dict[int, _Req]] = [{} for _ in range(self.B)]
+        self.buckets: list[dict[int, SimRequest]] = [{} for _ in range(self.B)]
         # a heap of events as ints, (step << 42) | (seq << 2) | kind, so ordered by
         # step, then admission; kind 0 finishes decoder seq, 1 lowers its window-group weight
         # (both stale unless seq is still running: a preempted request comes back with a new
@@ -748,9 +748,9 @@ class _Engine:
         self,
         plain: int,
         own: int,
-        own_chain: _Chain | None,
+        own_chain: PrefixChain | None,
         shared: int,
-        chain: _Chain | None,
+        chain: PrefixChain | None,
         front: int = 0,
     ) -> None:
         """Return a request's blocks: its plain ones, then its own full blocks (kept cached for
@@ -785,7 +785,7 @@ class _Engine:
             chain.segments.append(seg)
             q.append(seg)
 
-    def _hits(self, r: _Req) -> tuple[int, int, int]:
+    def _hits(self, r: SimRequest) -> tuple[int, int, int]:
         """(shared, own) token blocks found cached for ``r``, and how many cached-but-free
         blocks taking them removes from the free count."""
         if not self.caching:
@@ -803,7 +803,7 @@ class _Engine:
             touch += own * fg
         return shared, own, touch
 
-    def _hold(self, chain: _Chain, old: int, new: int) -> None:
+    def _hold(self, chain: PrefixChain, old: int, new: int) -> None:
         """A request now holds ``new`` (was ``old``) leading blocks of ``chain``."""
         h = chain.holders
         if old:
@@ -841,7 +841,7 @@ class _Engine:
                 else:
                     q.append([total, None])
 
-    def _release(self, r: _Req, tokens: int, preempted: bool) -> None:
+    def _release(self, r: SimRequest, tokens: int, preempted: bool) -> None:
         """Free the blocks ``r`` holds for ``tokens`` tokens."""
         chain, held = r.chain, r.held
         if chain is None and not preempted:
@@ -853,7 +853,7 @@ class _Engine:
         if preempted and self.caching:
             own = tokens // self.B - held if (chain is None or held == chain.m) else 0
             if own > 0:
-                own_chain = r.own = r.own or _Chain(0)
+                own_chain = r.own = r.own or PrefixChain(0)
                 own_chain.cached = own
                 plain -= own * self.fg
             else:
@@ -870,7 +870,7 @@ class _Engine:
         self._give(plain, own, own_chain, shared, chain, front)
 
     # ------------------------------------------------------------------ decoders
-    def _add_decoder(self, r: _Req) -> None:
+    def _add_decoder(self, r: SimRequest) -> None:
         """``r`` finished its prefill in the last step; from ``self.step`` on it decodes."""
         B = self.B
         length = r.computed
@@ -898,7 +898,7 @@ class _Engine:
         max_model_len cap (lookahead only; see __init__)."""
         return 0 if n >= self.cap_len else self.layout.weight(n)
 
-    def _push_cap(self, r: _Req, n: int, finish: int) -> None:
+    def _push_cap(self, r: SimRequest, n: int, finish: int) -> None:
         """Schedule the step after which ``r`` (holding ``n`` token blocks) stops growing a
         window group, or every group at the max_model_len cap: it takes its c-th token block
         in the step where it holds length + k = (c - 1) * B slots' worth of tokens."""
@@ -909,7 +909,7 @@ class _Engine:
                     heapq.heappush(self.events, step << 42 | r.seq << 2 | 1)
                 return
 
-    def _drop_decoder(self, r: _Req) -> int:
+    def _drop_decoder(self, r: SimRequest) -> int:
         """Remove ``r`` from the decoding aggregates; returns its context length now."""
         length = self.step - r.base
         res, w = r.res, r.weight
@@ -922,7 +922,7 @@ class _Engine:
             self._frag_range(r, r.l_start + 1, length)
         return length
 
-    def _frag_range(self, r: _Req, x0: int, x1: int) -> None:
+    def _frag_range(self, r: SimRequest, x0: int, x1: int) -> None:
         """Fragmentation sums for steps after which ``r`` held x0 .. x1 tokens: the empty
         slots of its last block, sum over y of (-y) mod B (see :func:`_unused_slots`)."""
         B = self.B
@@ -935,7 +935,7 @@ class _Engine:
         self.alloc_slots += tokens + unused - r.held * B * (x1 - x0 + 1)
 
     # ------------------------------------------------------------------ requests
-    def _preempt(self, v: _Req) -> None:
+    def _preempt(self, v: SimRequest) -> None:
         """Preempt running request ``v`` (already popped from ``running``): free everything,
         recompute later from the front of the queue."""
         if v is self.partial:
@@ -955,7 +955,7 @@ class _Engine:
             self.preempted += 1
         self.waiting.appendleft(v)
 
-    def _finish(self, r: _Req, tokens: int) -> None:
+    def _finish(self, r: SimRequest, tokens: int) -> None:
         del self.running[r.seq]
         if self.asyn:  # released once the next step is scheduled (module docstring)
             r.computed = tokens
@@ -999,7 +999,7 @@ class _Engine:
             self.next_arrival = r.arrival
             self.blocked_need = 0
 
-    def _closed_loop(self, inner: Iterator[_Req]) -> Iterator[_Req]:
+    def _closed_loop(self, inner: Iterator[SimRequest]) -> Iterator[SimRequest]:
         """``inner``'s requests, each sent when fewer than ``closed`` are in flight: the
         ``j``-th (from 0) waits for the ``(j - closed + 1)``-th completion; until it comes its
         arrival is unknown (inf) and :meth:`_completed` sets it."""
@@ -1014,7 +1014,7 @@ class _Engine:
                     r.arrival = math.inf
             yield r
 
-    def _prefilled(self, r: _Req) -> None:
+    def _prefilled(self, r: SimRequest) -> None:
         """``r``'s prefill completed in the step just run: it sampled a token."""
         r.generated += 1
         if r.first_token < 0:
@@ -1192,7 +1192,7 @@ class _Engine:
             self._process_events(s + k - 1)
         return True
 
-    def _room(self, r: _Req, limit: int) -> int:
+    def _room(self, r: SimRequest, limit: int) -> int:
         """Blocks (at most ``limit``) that can be taken from the free queue before reaching a
         cached block ``r`` would hit."""
         if not self.caching or (r.chain is None and r.own is None):
@@ -1313,7 +1313,7 @@ class _Engine:
         tokens, kv = n, self.dec_sum + n
         pairs = kv
         budget = self.T - n
-        done: list[_Req] = []
+        done: list[SimRequest] = []
         p = self.partial
         if p is not None and budget > 0:
             a = p.computed
@@ -1472,7 +1472,7 @@ class _Engine:
             self.dec_sum += length
             push(ev, (base + r.prompt + r.output - 2) << 42 | r.seq << 2)  # kind 0
 
-    def _touch(self, r: _Req, shared: int, own: int, touch: int) -> None:
+    def _touch(self, r: SimRequest, shared: int, own: int, touch: int) -> None:
         """Take cached free blocks out of the free queue for a prefix-cache hit: a hit always
         takes every cached block of its chains, so all their free segments go."""
         self.free -= touch
@@ -1487,7 +1487,7 @@ class _Engine:
         assert live == touch, (live, touch)
 
     # ------------------------------------------------------------------ main loop
-    def _arrivals(self) -> Iterator[_Req]:
+    def _arrivals(self) -> Iterator[SimRequest]:
         """The workload's requests as they arrive, rejected ones counted and left out."""
         reqs, limit, B = self.requests, self.cfg.max_model_len, self.B
         chains, caching = self.chains, self.caching
@@ -1503,7 +1503,14 @@ class _Engine:
                     p, o = prompts[lo:hi], outputs[lo:hi]
                     if max(map(operator.add, p, o)) <= limit:
                         yield from list(
-                            map(_Req, range(lo, hi), arrivals[lo:hi], p, o, itertools.repeat(None))
+                            map(
+                                SimRequest,
+                                range(lo, hi),
+                                arrivals[lo:hi],
+                                p,
+                                o,
+                                itertools.repeat(None),
+                            )
                         )
                         continue
                     for i in range(lo, hi):
@@ -1511,7 +1518,7 @@ class _Engine:
                         if prompt + output > limit:
                             self.rejected += 1
                         else:
-                            yield _Req(i, arrivals[i], prompt, output, None)
+                            yield SimRequest(i, arrivals[i], prompt, output, None)
                 return
             for i in range(len(prompts)):
                 prompt, output = prompts[i], outputs[i]
@@ -1522,8 +1529,8 @@ class _Engine:
                 if caching and groups is not None and (g := groups[i]) >= 0 and tokens[g] >= B:
                     chain = chains.get(ids[g])
                     if chain is None:
-                        chain = chains[ids[g]] = _Chain(tokens[g] // B)
-                yield _Req(i, arrivals[i], prompt, output, chain)
+                        chain = chains[ids[g]] = PrefixChain(tokens[g] // B)
+                yield SimRequest(i, arrivals[i], prompt, output, chain)
             return
         for i, r in enumerate(reqs):
             if r.prompt_tokens + r.output_tokens > limit:
@@ -1533,8 +1540,8 @@ class _Engine:
             if caching and r.prefix_id is not None and r.prefix_tokens >= B:
                 chain = chains.get(r.prefix_id)
                 if chain is None:
-                    chain = chains[r.prefix_id] = _Chain(r.prefix_tokens // B)
-            yield _Req(i, r.arrival_s, r.prompt_tokens, r.output_tokens, chain)
+                    chain = chains[r.prefix_id] = PrefixChain(r.prefix_tokens // B)
+            yield SimRequest(i, r.arrival_s, r.prompt_tokens, r.output_tokens, chain)
 
     def _pull(self) -> None:
         """Queue the next arrived request (``next_arrival <= now``) behind the waiting ones.
@@ -1542,7 +1549,7 @@ class _Engine:
         Arrived requests are queued one at a time, when the queue runs empty: fresh arrivals
         are admitted first-come first-served behind any preempted request, so the queue's order
         is the same, but an overloaded replay (a million requests at t = 0) holds one waiting
-        :class:`_Req` instead of a million."""
+        :class:`SimRequest` instead of a million."""
         r = self.nxt
         assert r is not None and r.arrival <= self.now
         self.waiting.append(r)
@@ -1552,7 +1559,7 @@ class _Engine:
         if PROGRESS is not None and not self.pulled & 4095:
             PROGRESS(self.pulled)
 
-    def _sent_late(self, inner: Iterator[_Req]) -> Iterator[_Req]:
+    def _sent_late(self, inner: Iterator[SimRequest]) -> Iterator[SimRequest]:
         """``inner``'s requests, each reaching the scheduler ``late`` seconds after it is sent
         (its ``arrival`` is then the scheduler's; TTFT and E2E add ``late`` back)."""
         base, per, e2e = self.late, self.late_per_stream, self.e2e
@@ -1597,7 +1604,7 @@ class _Engine:
             single()
 
     # ------------------------------------------------------------------ data-parallel rank
-    def feed(self, r: _Req) -> None:
+    def feed(self, r: SimRequest) -> None:
         """Queue ``r``, dispatched to this rank when it arrived (``planner.simulate.cluster``);
         an idle rank waits for it, as :meth:`run` waits for the next arrival."""
         if not self.running and not self.zombies and not self.waiting and self.now < r.arrival:
@@ -1637,7 +1644,7 @@ class _Engine:
         duration = self.now
 
         def usage_at(q: float) -> float:
-            return _usage_quantile(self.usage_time, q)
+            return usage_quantile(self.usage_time, q)
 
         return SimResult(
             num_gpu_blocks=self.cfg.num_gpu_blocks,
@@ -1691,7 +1698,7 @@ class _Engine:
         )
 
 
-class _TierEngine(_Engine):
+class _TierEngine(SimEngine):
     """The engine with vLLM's native CPU KV tier (``OffloadingConnector``, the default chunk
     of one block, LRU policy): a second, LRU cache of full token blocks that only extends
     the prefix cache; the GPU pool and the scheduler are unchanged.
@@ -1721,7 +1728,7 @@ class _TierEngine(_Engine):
         # the tier's blocks, least recently stored first, as [count, chain] runs (count 0:
         # stale, skipped when reached)
         self.cpu_q: deque[list[Any]] = deque()
-        self.cpu_own: dict[int, _Chain] = {}  # a preempted request's own blocks there
+        self.cpu_own: dict[int, PrefixChain] = {}  # a preempted request's own blocks there
         self.cpu_pending = 0  # token blocks of the last _hits found in the tier
         self.plain_finish = False  # its _finish writes through
 
@@ -1744,7 +1751,7 @@ class _TierEngine(_Engine):
                 seg[1].cpu -= k
                 k = 0
 
-    def _cpu_store(self, chain: _Chain, n: int) -> None:
+    def _cpu_store(self, chain: PrefixChain, n: int) -> None:
         """Write (or refresh) the ``n`` leading token blocks of ``chain``, tail first."""
         n = min(n, self.cpu_cap)
         if n <= 0:
@@ -1779,14 +1786,14 @@ class _TierEngine(_Engine):
         segs.append(seg)
         self.cpu_q.append(seg)
 
-    def _cpu_release(self, r: _Req, tokens: int, preempted: bool) -> None:
+    def _cpu_release(self, r: SimRequest, tokens: int, preempted: bool) -> None:
         """Write through the full blocks ``r`` computed, as it releases them."""
         held = r.held
         own = tokens // self.B - held
         oc = self.cpu_own.pop(r.index, None)
         if own > 0 or oc is not None:
             if oc is None:
-                oc = _Chain(0)
+                oc = PrefixChain(0)
             if preempted:
                 self.cpu_own[r.index] = oc
             self._cpu_store(oc, own)
@@ -1794,17 +1801,17 @@ class _TierEngine(_Engine):
             assert r.chain is not None
             self._cpu_store(r.chain, held)
 
-    def _finish(self, r: _Req, tokens: int) -> None:
+    def _finish(self, r: SimRequest, tokens: int) -> None:
         if not self.asyn:  # else when the zombie is released (_release)
             self._cpu_release(r, tokens, False)
         super()._finish(r, tokens)
 
-    def _release(self, r: _Req, tokens: int, preempted: bool) -> None:
+    def _release(self, r: SimRequest, tokens: int, preempted: bool) -> None:
         if preempted or self.asyn:
             self._cpu_release(r, tokens, preempted)
         super()._release(r, tokens, preempted)
 
-    def _hits(self, r: _Req) -> tuple[int, int, int]:
+    def _hits(self, r: SimRequest) -> tuple[int, int, int]:
         shared, own, touch = super()._hits(r)
         chain = r.chain
         self.cpu_pending = c = 0
@@ -1814,7 +1821,7 @@ class _TierEngine(_Engine):
             touch += c * self.fg
         return shared, own, touch
 
-    def _touch(self, r: _Req, shared: int, own: int, touch: int) -> None:
+    def _touch(self, r: SimRequest, shared: int, own: int, touch: int) -> None:
         c = self.cpu_pending
         gpu = touch - c * self.fg
         if gpu:
@@ -1825,14 +1832,14 @@ class _TierEngine(_Engine):
             self.blocks_saved -= c * self.fg
 
 
-def make_engine(workload: Workload, config: SimConfig) -> _Engine:
+def make_engine(workload: Workload, config: SimConfig) -> SimEngine:
     """The engine for ``config``: with a CPU tier when it has one and caches prefixes."""
     if config.cpu_blocks > 0 and config.prefix_caching and config.layout.full_groups > 0:
         return _TierEngine(workload, config)
-    return _Engine(workload, config)
+    return SimEngine(workload, config)
 
 
-def _usage_quantile(usage_time: Sequence[float], q: float) -> float:
+def usage_quantile(usage_time: Sequence[float], q: float) -> float:
     """The upper edge of the 1/USAGE_BINS usage bin below which the pool spent ``q`` of the
     time (``SimResult.usage_p50``)."""
     total_t = sum(usage_time)

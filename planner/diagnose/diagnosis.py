@@ -14,7 +14,6 @@ from planner.diagnose.ranks import DataParallel, data_parallel, rank_findings
 from planner.diagnose.settings import COMMAND_LINE, PlanSettings, layer_settings
 from planner.errors import InputFileError, KvplanError
 from planner.files import read_text_file
-from planner.model.specs import KVDtype
 from planner.units import GIB
 
 if TYPE_CHECKING:
@@ -140,14 +139,6 @@ def diagnose_file(
     *,
     model: str | None = None,
     gpu: Gpu | None = None,
-    tp: int | None = None,
-    pp: int | None = None,
-    max_model_len: int | None = None,
-    gpu_memory_utilization: float | None = None,
-    kv_cache_dtype: KVDtype | None = None,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    enforce_eager: bool | None = None,
     offline: bool | None = None,
     **settings_given: Any,
 ) -> Diagnosis:
@@ -160,10 +151,10 @@ def diagnose_file(
         path: the vLLM log.
         model: the model (default: the one the log names).
         gpu: the GPU (default: the total the log reports, if it does).
-        tp, pp, max_model_len, gpu_memory_utilization, kv_cache_dtype, max_num_batched_tokens,
-            max_num_seqs, enforce_eager: as ``vllm serve`` takes them.
-        settings_given: any other declared setting (:mod:`planner.config.fields`) by its
-            name, typed as :class:`ServeSettings` holds it (``kv_cache_memory_bytes=...``).
+        settings_given: the settings to plan with over the log's, any declared setting
+            (:mod:`planner.config.fields`) by its name, typed as :class:`ServeSettings` holds
+            it (``tp=2``, ``kv_cache_dtype=KVDtype.FP8``, ``enforce_eager=True``,
+            ``kv_cache_memory_bytes=...``); None is "not given".
         offline: only the catalog and the local HF cache for the model.
 
     Returns:
@@ -180,18 +171,7 @@ def diagnose_file(
             "'GPU KV cache size', '# GPU blocks', 'Model loading took', 'GPU KV cache usage', "
             "preemption warnings and CUDA OOM); is this a vLLM log?"
         )
-    given = {
-        "model": model,
-        "tp": tp,
-        "pp": pp,
-        "max_model_len": max_model_len,
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "kv_cache_dtype": kv_cache_dtype,
-        "max_num_batched_tokens": max_num_batched_tokens,
-        "max_num_seqs": max_num_seqs,
-        "enforce_eager": enforce_eager,
-        **settings_given,
-    }
+    given = {"model": model, **settings_given}
     notes: list[str] = []
     settings = layer_settings(log, given, notes)
     gpu = gpu or _gpu_from_log(log, settings.serve.gmu)

@@ -1016,14 +1016,6 @@ def diagnose_metrics(
     kind: str | None = None,
     model: str | None = None,
     gpu: Gpu | None = None,
-    tp: int | None = None,
-    pp: int | None = None,
-    max_model_len: int | None = None,
-    gpu_memory_utilization: float | None = None,
-    kv_cache_dtype: Any = None,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    enforce_eager: bool | None = None,
     offline: bool | None = None,
     **settings_given: Any,
 ) -> MetricsDiagnosis:
@@ -1070,18 +1062,8 @@ def diagnose_metrics(
         )
 
     log = _as_log(cache, served, names, blocks)
-    given = {
-        "model": model,
-        "tp": tp,
-        "pp": pp,
-        "max_model_len": max_model_len,
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "kv_cache_dtype": kv_cache_dtype,
-        "max_num_batched_tokens": max_num_batched_tokens,
-        "max_num_seqs": max_num_seqs,
-        "enforce_eager": enforce_eager,
-        **settings_given,  # any other declared setting, typed (ServeArgs.typed)
-    }
+    # the settings given, as diagnose_file takes them (declared settings by name, typed)
+    given = {"model": model, **settings_given}
     from planner.diagnose.settings import layer_settings
 
     settings = layer_settings(log, given, notes)
@@ -1113,7 +1095,8 @@ def diagnose_metrics(
         sources["gpu"] = sources["gpu_memory_bytes"] = "command line"
 
     cap_seqs: tuple[int | None, str | None] = (None, None)
-    batched = max_num_batched_tokens
+    batched = settings_given.get("max_num_batched_tokens")
+    max_num_seqs = settings_given.get("max_num_seqs")
     if max_num_seqs is not None:
         cap_seqs = (max_num_seqs, "command line")
     elif the_plan is not None:

@@ -197,25 +197,20 @@ def engine_commands(
     admits = rec.max_num_seqs if users_seqs or rec.basis == "workload" else None
     worst_case = rec.basis == "worst_case" and not users_seqs
     users_gmu = settings.gpu_memory_utilization if settings is not None else None
-    if sglang is None and users_gmu is not None:  # no GPU to size by: the user's fraction
-        sgl += ["--mem-fraction-static", str(users_gmu)]
     if settings is not None and settings.max_num_batched_tokens is not None:
         # SGLang's per-step prefill budget is the same knob as vLLM's token budget
         sgl += ["--chunked-prefill-size", str(settings.max_num_batched_tokens)]
-    if sglang is None and admits is not None:
+    # the fraction SGLang's plan was sized with; without a GPU to size by, the user's
+    fraction = sglang.fraction if sglang is not None else users_gmu
+    if fraction is not None:
+        sgl += ["--mem-fraction-static", str(fraction)]
+    if admits is not None:
         sgl += ["--max-running-requests", str(admits)]
-    if sglang is not None:
-        if sglang.fraction is not None:
-            sgl += ["--mem-fraction-static", str(sglang.fraction)]
-        if admits is not None:
-            sgl += ["--max-running-requests", str(admits)]
-        elif worst_case:
-            # SGLang admits by tokens, so its pool holds tokens // length full-length requests
-            fit = _at_full_length(
-                "SGLang", sglang.max_total_tokens // length, sglang, length, notes
-            )
-            if fit and fit < sglang.max_running_requests:  # else SGLang's default is lower
-                sgl += ["--max-running-requests", str(fit)]
+    elif worst_case and sglang is not None:
+        # SGLang admits by tokens, so its pool holds tokens // length full-length requests
+        fit = _at_full_length("SGLang", sglang.max_total_tokens // length, sglang, length, notes)
+        if fit and fit < sglang.max_running_requests:  # else SGLang's default is lower
+            sgl += ["--max-running-requests", str(fit)]
     kv = _kv_value("SGLang", _SGLANG_KV, kv_cache_dtype, auto_kv_dtype, notes)
     if kv is not None:
         sgl += ["--kv-cache-dtype", kv]
@@ -239,17 +234,13 @@ def engine_commands(
         fit = _at_full_length("TRT-LLM", trtllm.max_running_requests, trtllm, length, notes)
         if fit:
             trt += ["--max_batch_size", str(fit)]
-    if trtllm is not None:
-        if trtllm.fraction is not None:
-            if kv_config:  # the file's kv_cache_config replaces the command line's
-                kv_config["free_gpu_memory_fraction"] = str(trtllm.fraction)
-            else:
-                trt += ["--kv_cache_free_gpu_memory_fraction", str(trtllm.fraction)]
-    if trtllm is None and users_gmu is not None:  # no GPU to size by: the user's fraction
-        if kv_config:
-            kv_config["free_gpu_memory_fraction"] = str(users_gmu)
+    # the fraction TRT-LLM's plan was sized with; without a GPU to size by, the user's
+    trt_fraction = trtllm.fraction if trtllm is not None else users_gmu
+    if trt_fraction is not None:
+        if kv_config:  # the file's kv_cache_config replaces the command line's
+            kv_config["free_gpu_memory_fraction"] = str(trt_fraction)
         else:
-            trt += ["--kv_cache_free_gpu_memory_fraction", str(users_gmu)]
+            trt += ["--kv_cache_free_gpu_memory_fraction", str(trt_fraction)]
     if kv_config:
         files[TRTLLM_FILE] = "kv_cache_config:\n" + "".join(
             f"  {key}: {value}\n" for key, value in kv_config.items()

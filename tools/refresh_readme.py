@@ -4,8 +4,10 @@
 
 A fenced block whose first line is ``$ kvplan ...`` is an example. Each runs as
 ``python -m planner.cli ...`` from the repository root (COLUMNS=100, NO_COLOR=1,
-HF_HUB_OFFLINE=1; files it writes, after ``-o``, ``--output``, ``--emit-dir`` or ``--plot``, go
-to a scratch folder).
+HF_HUB_OFFLINE=1; files it writes, after ``-o``, ``--output``, ``--emit-dir``, ``--plot``,
+``--save-trace``, ``--save-workload`` or ``--save-profile``, go to one scratch folder per run,
+and a later example naming such a file by that name reads it from there: the repository is
+never written to).
 
 - A whole block (no ``...`` line) is replaced by the command's output.
 - A curated block (with ``...`` lines eliding parts) is left as written, and checked: its
@@ -26,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,7 +37,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # a command may go on over lines ending in a backslash, as a shell reads it
 BLOCK = re.compile(r"```\n(\$ kvplan (?:[^\n]*\\\n)*[^\n]*)\n(.*?)```", re.S)
-OUTPUT_FLAGS = ("-o", "--output", "--emit-dir", "--plot")
+OUTPUT_FLAGS = (
+    "-o",
+    "--output",
+    "--emit-dir",
+    "--plot",
+    "--save-trace",
+    "--save-workload",
+    "--save-profile",
+)
+SCRATCH = Path(tempfile.mkdtemp(prefix="kvplan-readme-"))
 TIME = re.compile(r"\b\d[\d,]*(?:\.\d+)?\s?(?:ms|µs|s)\b")
 
 
@@ -46,21 +58,24 @@ def files(args: list[str]) -> list[Path]:
 def run(command: str) -> str:
     env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
     words = shlex.split(command[2:].replace("\\\n", " "))
-    with tempfile.TemporaryDirectory() as tmp:
-        args = []
-        for i, word in enumerate(words[1:]):
-            previous = words[i]  # the word before this one
-            if previous in OUTPUT_FLAGS or word.endswith(".png"):
-                word = str(Path(tmp) / Path(word).name)
-            args.append(word)
-        proc = subprocess.run(
-            [sys.executable, "-m", "planner.cli", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-    return (proc.stderr + proc.stdout).rstrip() + "\n"
+    args = []
+    for i, word in enumerate(words[1:]):
+        previous = words[i]  # the word before this one
+        written = SCRATCH / Path(word).name
+        if previous in OUTPUT_FLAGS or word.endswith(".png"):
+            word = str(written)
+        elif not (ROOT / word).exists() and written.exists():
+            word = str(written)  # a file an earlier example wrote
+        args.append(word)
+    proc = subprocess.run(
+        [sys.executable, "-m", "planner.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    # the scratch folder is this tool's, not the example's: show the name as typed
+    return (proc.stderr + proc.stdout).replace(f"{SCRATCH}/", "").rstrip() + "\n"
 
 
 def masked(command: str, text: str) -> str:
@@ -118,6 +133,7 @@ def main(argv: list[str]) -> int:
                 path.write_text(new)
     for problem in problems:
         print(problem, file=sys.stderr)
+    shutil.rmtree(SCRATCH, ignore_errors=True)
     return int(bool(problems))
 
 

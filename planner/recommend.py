@@ -22,7 +22,11 @@ from planner.budget import (
     trtllm_capacity,
     vllm_budget,
 )
+from planner.cluster import best_layout, cluster_of, layouts
 from planner.commands import engine_commands
+from planner.features import FeatureRecord, PlanContext, fold
+from planner.features.multimodal import MMLever
+from planner.features.speculative import SpeculativeFigures
 from planner.deployment import (
     Deployment,
     Gpu,
@@ -285,7 +289,7 @@ class NaiveVsPaged:
     waste_pct: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """Everything ``kvplan estimate --gpu`` shows for one deployment; the JSON flattens it
     (``planner.render``): the estimate's keys, then ``gpu``, the vLLM budget terms and
@@ -325,32 +329,7 @@ class Plan:
     mm: MMProfile | None = None  # a multimodal model's tower and encoder (planner.multimodal)
     mm_levers: list[MMLever] = field(default_factory=list)  # what turning them down buys
     layout_choice: str | None = None  # --gpus without a layout: why kvplan picked this one
-
-
-@dataclass(frozen=True)
-class MMLever:
-    """One multimodal setting turned down and what it buys (JSON ``mm.levers[]``): the KV
-    pool in tokens with it, and the tokens gained over the user's settings."""
-
-    change: str
-    changes: dict[str, object]
-    kv_cache_size_tokens: int
-    kv_tokens_gained: int
-    max_concurrency: float
-    num_gpu_blocks: int
-    fits: bool
-
-
-@dataclass(frozen=True)
-class SpeculativeFigures:
-    """JSON ``speculative``: the drafter's share of one GPU (on the last PP stage)."""
-
-    method: str
-    num_speculative_tokens: int
-    num_lookahead_tokens: int
-    draft_weights_bytes: int
-    draft_kv_bytes_per_token: int
-    draft_kv_layers: int
+    features: list[FeatureRecord] = field(default_factory=list)  # each active feature's share
 
 
 @dataclass(frozen=True)
@@ -564,7 +543,6 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         trtllm=by_engine.get("trtllm"),
         gpu=dep.gpu,
     )
-    from planner.cluster import best_layout, cluster_of, layouts, node_commands
 
     total = options.total_gpus
     layout_rows = []
@@ -584,126 +562,52 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
                 f"On {total} GPUs, {best.flags} holds the most KV: "
                 f"{best.cluster_kv_cache_size_tokens:,} cluster tokens{than}"
             )
-    per_node = (
-        node_commands(launch.commands["vllm"], at_length, options.nodes, options.gpus_per_node)
-        if options.nodes > 1 and options.gpus_per_node
-        else []
-    )
-    if s.enable_expert_parallel and s.gpus > 1:
-        if s.all2all_backend.startswith("deepep"):
-            notes.append(
-                f"{s.all2all_backend}: 1 GiB of DeepEP NVLink buffer per GPU is counted in "
-                "non-torch memory (VLLM_DEEPEP_BUFFER_SIZE_MB); across nodes an RDMA buffer "
-                "comes on top: keep it free with --headroom"
-            )
-        else:
-            notes.append(
-                f"expert parallelism with --all2all-backend {s.all2all_backend}: no all-to-all "
-                "buffer counted; DeepEP backends reserve 1 GiB per GPU (--all2all-backend "
-                "deepep_high_throughput counts it)"
-            )
-    figures = None
-    if s.speculative is not None:
-        plain = dep.with_settings(speculative=None)
-        bare = estimate(
-            spec, replace(at_length.settings, speculative=None), dep.gpu, batch_sizes=()
-        )
-        figures = SpeculativeFigures(
-            method=s.speculative.method,
-            num_speculative_tokens=s.speculative.num_speculative_tokens,
-            num_lookahead_tokens=s.speculative.num_lookahead_tokens,
-            draft_weights_bytes=weights.bytes_per_rank - for_deployment(plain).bytes_per_rank,
-            draft_kv_bytes_per_token=est.kv_bytes_per_token - bare.kv_bytes_per_token,
-            draft_kv_layers=sum(g.num_layers for g in est.layer_groups)
-            - sum(g.num_layers for g in bare.layer_groups),
-        )
-    from planner.budget import mm_profile
-
-    mm = mm_profile(at_length, est, weights)
-    levers = _mm_levers(at_length, cap, capacity) if mm is not None else []
-    if mm is not None:
-        notes.extend(mm.notes)
     fp8 = est.kv_dtype_bytes == 1 and est.kv_cache_dtype.startswith("fp8")
     if fp8 or any("kv_cache_dtype" in a.changes for a in alternatives):
         notes.append(fp8_kv_caveat(dep.gpu))
     notes.extend(launch.notes)
-    lora, tier, host, warnings = _memory_beyond(dep, est, cap, weights, notes)
-    return Plan(
-        est,
-        gpu,
-        weights,
-        cap,
-        engines,
-        recommended,
-        grid,
-        alternatives,
-        bs_rows,
-        sharing,
-        naive,
-        launch.commands,
-        notes,
-        outcome,
-        running,
-        why,
-        advice,
-        launch.files,
-        s.vllm_version or NEWEST_VERSION,
-        list(launch.notes),
-        cluster_of(at_length, cap),
-        layout_rows,
-        per_node,
-        figures,
-        s.enable_expert_parallel,
-        lora=lora,
-        kv_tier=tier,
-        host_ram=host,
-        warnings=warnings,
-        mm=mm,
-        mm_levers=levers,
+    context = PlanContext(
+        dep=dep,
+        at_length=at_length,
+        est=est,
+        cap=cap,
+        weights=weights,
+        capacity=capacity,
+        vllm_command=launch.commands["vllm"],
+        nodes=options.nodes,
+        gpus_per_node=options.gpus_per_node,
     )
-
-
-def _memory_beyond(
-    dep: Deployment, est: KVEstimate, cap: VllmCapacity, weights: Weights, notes: list[str]
-) -> tuple[LoraBuffers | None, KvTier | None, HostRam, list[str]]:
-    """LoRA buffers, the CPU KV tier and host RAM for ``dep``, with their notes (added to
-    ``notes``) and warnings (returned): an adapter's rank below --max-lora-rank, a CPU tier
-    that only mirrors the GPU pool, a vLLM release that ignores --cpu-offload-gb."""
-    from planner.offload import host_ram, kv_tier, offload_caveat
-
-    s, spec = dep.settings, dep.spec
-    warnings: list[str] = []
-    lora = None
-    if s.enable_lora:
-        from planner.lora import buffers, lora_notes
-
-        lora = buffers(spec, s)
-        more_notes, more_warnings = lora_notes(dep, lora)
-        notes.extend(more_notes)
-        warnings.extend(more_warnings)
-    caveat = offload_caveat(s)
-    if caveat is not None:
-        (warnings if caveat[1] else notes).append(caveat[0])
-    tier = kv_tier(est, cap, s)
-    if tier is not None and tier.backend == "lmcache":
-        notes.append(
-            "--kv-offloading-backend lmcache: the CPU tier's capacity is the LMCache server's "
-            "own setting (vLLM does not pass --kv-offloading-size on); host RAM here counts "
-            "none of it"
-        )
-    elif tier is not None and tier.mirrors_only:
-        warnings.append(
-            f"--kv-offloading-size {s.kv_offloading_size:g}: the CPU tier holds "
-            f"{tier.cpu_blocks:,} blocks, no more than the GPU pool's {tier.gpu_blocks:,}, so it "
-            "only mirrors what the GPU already holds (vLLM's recipes: size it above the GPU "
-            "pool)"
-        )
-    if tier is not None and any(g.is_state for g in (est.vllm.groups if est.vllm else [])):
-        notes.append(
-            "KV offloading on a hybrid model: vLLM splits the CPU tier per KV-cache group "
-            "(vllm#56871); the token figure is blocks x block size"
-        )
-    return lora, tier, host_ram(dep, weights, lora, tier), warnings
+    folded = fold(context)
+    notes.extend(folded.notes)
+    return Plan(
+        estimate=est,
+        gpu=gpu,
+        weights=weights,
+        vllm=cap,
+        engines=engines,
+        recommended=recommended,
+        grid=grid,
+        alternatives=alternatives,
+        block_sizes=bs_rows,
+        prefix_sharing=sharing,
+        naive_vs_paged=naive,
+        commands=launch.commands,
+        notes=notes,
+        outcome=outcome,
+        worst_case_running=running,
+        outcome_reason=why,
+        advice=advice,
+        command_files=launch.files,
+        vllm_version=s.vllm_version or NEWEST_VERSION,
+        command_notes=list(launch.notes),
+        cluster=cluster_of(at_length, cap),
+        layouts=layout_rows,
+        expert_parallel=s.enable_expert_parallel,
+        host_ram=HostRam(**folded.host_ram),
+        warnings=folded.warnings,
+        features=list(folded.records),
+        **folded.plan_fields,
+    )
 
 
 def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
@@ -1019,71 +923,6 @@ def _alternatives(
         out.append(
             Alternative(
                 as_flags(change), shown, round(c.max_concurrency, 2), c.num_gpu_blocks, c.fits
-            )
-        )
-    return out
-
-
-def _mm_levers(
-    dep: Deployment,
-    cap: VllmCapacity,
-    capacity: Callable[[Deployment, KVEstimate, Weights], VllmCapacity],
-) -> list[MMLever]:
-    """A multimodal model's levers, each planned as its own deployment: video off (while it
-    is on), one image per prompt, a smaller image (Qwen-VL ``max_pixels`` of 1,280 tokens),
-    and text only (``--language-model-only``); those that buy KV tokens, most first."""
-    from planner.multimodal import MMLimits, limits_of, parse_processor_kwargs, tokens_per_item
-
-    s, tower = dep.settings, dep.spec.vision
-    if tower is None or s.language_model_only:
-        return []
-    limits = limits_of(tower, s)
-    if not any(limits.values()):
-        return []
-    given = dict(s.limit_mm_per_prompt.counts) if s.limit_mm_per_prompt else {}
-    options = dict(s.limit_mm_per_prompt.options) if s.limit_mm_per_prompt else {}
-
-    def limited(**counts: int) -> MMLimits:
-        merged = {**given, **counts}  # the user's limits, with this one changed
-        kept = tuple((m, o) for m, o in options.items() if merged.get(m))
-        return MMLimits(tuple(merged.items()), kept)
-
-    changes: list[dict[str, object]] = []
-    if limits.get("video"):
-        changes.append({"limit_mm_per_prompt": limited(video=0)})
-    if limits.get("image", 0) > 1:
-        changes.append({"limit_mm_per_prompt": limited(image=1)})
-    if tower.unit:
-        found = tokens_per_item(tower, s, cap.max_model_len).tokens.get("image")
-        smaller = 1280 * tower.unit * tower.unit  # Qwen's documented 1,280-token image
-        if found is not None and found > 1280:
-            kwargs = dict(s.mm_processor_kwargs.data) if s.mm_processor_kwargs else {}
-            kwargs["max_pixels"] = smaller
-            changes.append({"mm_processor_kwargs": parse_processor_kwargs(kwargs)})
-    changes.append({"language_model_only": True})
-    out = []
-    for change in changes:
-        alt = dep.with_settings(**change)
-        try:
-            e = estimate(alt.spec, alt.settings, alt.gpu, batch_sizes=())
-            c = capacity(alt, e, for_deployment(alt))
-        except UsageError:
-            continue
-        gained = c.kv_cache_size_tokens - cap.kv_cache_size_tokens
-        if gained <= 0 and c.fits == cap.fits:
-            continue
-        out.append(
-            MMLever(
-                as_flags(change),
-                {
-                    k: (json.loads(v.as_json()) if hasattr(v, "as_json") else v)
-                    for k, v in change.items()
-                },
-                c.kv_cache_size_tokens,
-                gained,
-                round(c.max_concurrency, 2),
-                c.num_gpu_blocks,
-                c.fits,
             )
         )
     return out

@@ -237,6 +237,7 @@ def report_dict(rep: Report) -> dict[str, Any]:
         cpu_kv_tokens=p.kv_tier.cpu_kv_tokens if p.kv_tier else None,
         kv_offload=describe_tier(p.kv_tier),
         host_ram_bytes=p.host_ram.as_dict(),
+        features=[f.as_dict() for f in p.features],
         mm={**asdict(p.mm), "levers": [asdict(lv) for lv in p.mm_levers]} if p.mm else None,
         layouts=[asdict(r) for r in p.layouts] if p.layouts else None,
         node_commands=p.node_commands or None,

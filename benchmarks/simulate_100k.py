@@ -73,7 +73,7 @@ def main() -> None:
         num_requests=args.requests,
         prompt_tokens=LogNormal(low=1, high=12000, mean=1000, sigma=0.8),
         output_tokens=LogNormal(low=1, high=4000, mean=250, sigma=0.8),
-        arrival=Arrival("poisson", rate_per_s=args.rate),
+        arrival=Arrival(process="poisson", rate_per_s=args.rate),
         seed=0,
     )
     print(

@@ -153,7 +153,7 @@ def run_kvplan(case: Case) -> Outcome:
         prepend_uncached_free=True,
         async_scheduling=case.async_scheduling,
     )
-    r = simulate(Workload(case.name, "generated", case.requests), config)
+    r = simulate(Workload(name=case.name, source="generated", requests=case.requests), config)
     return Outcome(r.peak_blocks, r.preemptions, r.steps, r.mean_concurrency, r.finish_steps)
 
 

@@ -40,7 +40,7 @@ MAX_REPLAYED = 2000  # requests of a long trace replayed at saturation (the firs
 SYNTHETIC_REQUESTS = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Replay:
     """One saturated replay: the settings and what it measured (JSON ``workload.yours`` and
     the figures ``recommended`` rests on)."""
@@ -54,7 +54,7 @@ class Replay:
     mean_running: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Advice:
     """What the workload says to set (JSON ``workload``).
 
@@ -115,8 +115,8 @@ def synthetic_workload(avg_prompt: int, avg_output: int, max_model_len: int) -> 
     spec = WorkloadSpec(
         name=f"average {avg_prompt:,}+{avg_output:,} tokens",
         num_requests=SYNTHETIC_REQUESTS,
-        prompt_tokens=LogNormal(1, max(1, max_model_len - 1), mean=avg_prompt, sigma=1.0),
-        output_tokens=LogNormal(1, max(1, max_model_len // 2), mean=avg_output, sigma=0.8),
+        prompt_tokens=LogNormal(low=1, high=max(1, max_model_len - 1), mean=avg_prompt, sigma=1.0),
+        output_tokens=LogNormal(low=1, high=max(1, max_model_len // 2), mean=avg_output, sigma=0.8),
         arrival=Arrival(),
         prefixes=(),
         seed=0,
@@ -182,13 +182,13 @@ def advise(
             res = simulate(work, config)
             runs[key] = (
                 Replay(
-                    seqs,
-                    gmu,
-                    c.num_gpu_blocks,
-                    res.preemptions,
-                    res.usage_p90,
-                    round(res.usage_max, 4),
-                    round(res.mean_concurrency, 2),
+                    max_num_seqs=seqs,
+                    gpu_memory_utilization=gmu,
+                    num_gpu_blocks=c.num_gpu_blocks,
+                    preemptions=res.preemptions,
+                    usage_p90=res.usage_p90,
+                    usage_max=round(res.usage_max, 4),
+                    mean_running=round(res.mean_concurrency, 2),
                 ),
                 res,
             )

@@ -32,7 +32,7 @@ DEFAULT_RPC_PORT = 13345  # the port vLLM's data-parallel docs use
 HEAD_ADDRESS = "HEAD_NODE_IP"  # a placeholder the user replaces
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Cluster:
     """The whole deployment (JSON ``cluster``): every rank's pool together."""
 
@@ -72,7 +72,7 @@ def node_size(gpu: Gpu | None, gpus_per_node: int | None) -> tuple[int, str]:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayoutRow:
     """One way to split ``gpus`` between TP, PP and DP (JSON ``layouts[]``), per GPU and for
     the cluster; ``cluster_max_concurrency`` is the worst case: requests of ``max_model_len``
@@ -262,7 +262,7 @@ def node_commands(command: str, dep: Deployment, nodes: int, gpus_per_node: int)
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Problem:
     """One reason a deployment cannot start before any memory is counted: ``check`` names the
     rule (``gpus``, ``node``, ``divisibility``), ``changes`` the fixes as data (a sentence for
@@ -298,35 +298,37 @@ def physical_problems(
         if s.tp * s.pp <= total and s.dp > 1:
             fewer.append({"dp": total // (s.tp * s.pp)})
         fewer.append(f"{s.gpus} GPUs (--gpus {s.gpus})")
-        out.append(Problem("gpus", f"{layout}, but {given}", fewer))
+        out.append(Problem(check="gpus", reason=f"{layout}, but {given}", changes=fewer))
     if gpus_per_node is not None and dep.gpu is not None and dep.gpu.node_gpus:
         if gpus_per_node > dep.gpu.node_gpus:
             out.append(
                 Problem(
-                    "node",
-                    f"--gpus-per-node {gpus_per_node}, but a {dep.gpu.name} node holds "
+                    check="node",
+                    reason=f"--gpus-per-node {gpus_per_node}, but a {dep.gpu.name} node holds "
                     f"{dep.gpu.node_gpus}",
-                    [f"--gpus-per-node {dep.gpu.node_gpus}"],
+                    changes=[f"--gpus-per-node {dep.gpu.node_gpus}"],
                 )
             )
     if s.tp > node:
         out.append(
             Problem(
-                "node",
-                f"TP {s.tp} is wider than {node_source}: kvplan keeps TP inside a "
+                check="node",
+                reason=f"TP {s.tp} is wider than {node_source}: kvplan keeps TP inside a "
                 "node, where the GPUs share NVLink (vLLM runs TP across nodes only on a Ray "
                 "cluster, at network speed)",
-                [{"tp": node, "pp": s.pp * s.tp // node}] if s.tp % node == 0 else [{"tp": node}],
+                changes=[{"tp": node, "pp": s.pp * s.tp // node}]
+                if s.tp % node == 0
+                else [{"tp": node}],
             )
         )
     elif nodes > 1 and s.tp * s.pp > node:
         out.append(
             Problem(
-                "node",
-                f"one replica needs {s.tp * s.pp} GPUs (tp {s.tp} x pp {s.pp}) but a node has "
-                f"{node}: kvplan runs whole replicas inside a node over several nodes (vLLM runs "
-                "a replica across nodes only on a Ray cluster)",
-                [f"TP x PP of at most {node} GPUs, DP across the nodes"],
+                check="node",
+                reason=f"one replica needs {s.tp * s.pp} GPUs (tp {s.tp} x pp {s.pp}) but a node "
+                f"has {node}: kvplan runs whole replicas inside a node over several nodes "
+                "(vLLM runs a replica across nodes only on a Ray cluster)",
+                changes=[f"TP x PP of at most {node} GPUs, DP across the nodes"],
             )
         )
     split = tp_problems(spec, s.tp)
@@ -334,28 +336,28 @@ def physical_problems(
         valid = [t for t in valid_tp_sizes(spec) if t <= max(s.tp, 1)]
         out.append(
             Problem(
-                "divisibility",
-                f"--tp {s.tp} does not divide {' and '.join(split)} (vLLM's "
+                check="divisibility",
+                reason=f"--tp {s.tp} does not divide {' and '.join(split)} (vLLM's "
                 "ModelConfig.verify_with_parallel_config: heads must split evenly over TP)",
-                [{"tp": valid[-1]}] if valid else [],
+                changes=[{"tp": valid[-1]}] if valid else [],
             )
         )
     if s.pp > spec.num_layers:
         out.append(
             Problem(
-                "divisibility",
-                f"--pp {s.pp} is more than the model's {spec.num_layers} layers",
-                [{"pp": spec.num_layers}],
+                check="divisibility",
+                reason=f"--pp {s.pp} is more than the model's {spec.num_layers} layers",
+                changes=[{"pp": spec.num_layers}],
             )
         )
     if s.enable_expert_parallel and not num_experts_of(spec.config, spec.name):
         out.append(
             Problem(
-                "divisibility",
-                f"--enable-expert-parallel on {spec.name}, which has no experts (vLLM: "
+                check="divisibility",
+                reason=f"--enable-expert-parallel on {spec.name}, which has no experts (vLLM: "
                 '"Number of experts in the model must be greater than 0 when expert '
                 'parallelism is enabled")',
-                [{"enable_expert_parallel": False}],
+                changes=[{"enable_expert_parallel": False}],
             )
         )
     out.extend(_dcp_problems(dep))
@@ -377,29 +379,29 @@ def _dcp_problems(dep: Deployment) -> list[Problem]:
     if s.tp <= kv:
         return [
             Problem(
-                "divisibility",
-                f"--decode-context-parallel-size {s.dcp} on GQA needs --tp above the model's "
-                f"{kv} KV heads, got {s.tp} (vLLM's ModelConfig)",
-                [{"dcp": 1}, {"tp": kv * s.dcp, "dcp": s.dcp}],
+                check="divisibility",
+                reason=f"--decode-context-parallel-size {s.dcp} on GQA needs --tp above the "
+                f"model's {kv} KV heads, got {s.tp} (vLLM's ModelConfig)",
+                changes=[{"dcp": 1}, {"tp": kv * s.dcp, "dcp": s.dcp}],
             )
         ]
     most = s.tp // kv
     if s.dcp > most:
         return [
             Problem(
-                "divisibility",
-                f"--decode-context-parallel-size {s.dcp} exceeds {most} (tp {s.tp} // {kv} KV "
-                "heads; vLLM's ModelConfig)",
-                [{"dcp": most}],
+                check="divisibility",
+                reason=f"--decode-context-parallel-size {s.dcp} exceeds {most} (tp {s.tp} // "
+                f"{kv} KV heads; vLLM's ModelConfig)",
+                changes=[{"dcp": most}],
             )
         ]
     if (heads // kv) % s.dcp:
         return [
             Problem(
-                "divisibility",
-                f"{heads // kv} query heads per KV head do not divide by "
+                check="divisibility",
+                reason=f"{heads // kv} query heads per KV head do not divide by "
                 f"--decode-context-parallel-size {s.dcp} (vLLM's ModelConfig)",
-                [{"dcp": 1}],
+                changes=[{"dcp": 1}],
             )
         ]
     return []

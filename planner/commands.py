@@ -55,7 +55,7 @@ _WHY_NOT = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EngineCommands:
     """The launch commands of a plan (``commands``: ``vllm``, ``sglang``, ``trtllm``), the files
     a command reads (``files``: name -> text, written next to where the command runs) and what a
@@ -250,7 +250,7 @@ def engine_commands(
     commands = {
         name: shlex.join(args) for name, args in (("vllm", vllm), ("sglang", sgl), ("trtllm", trt))
     }
-    return EngineCommands(commands, files, notes + rocm_notes(gpu))
+    return EngineCommands(commands=commands, files=files, notes=notes + rocm_notes(gpu))
 
 
 def rocm_notes(gpu: Gpu | None) -> list[str]:

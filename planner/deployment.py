@@ -158,7 +158,7 @@ def custom_gpu(memory_bytes: int, *, name: str = "custom", source: str = "--gpu-
 # --------------------------------------------------------------------------- spellings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Names:
     """How one setting is spelled: ``kvplan``/``vllm serve`` flag, plans-file key, and the
     name vLLM's boot log uses (``non-default args`` / ``EngineArgs``); None where it has none."""
@@ -171,9 +171,9 @@ class Names:
 # Field -> spellings: a view of the declarations (planner.config.fields). The CLI spelling is
 # vLLM's own flag, which kvplan also accepts, so a suggestion pastes into either command line.
 SPELLINGS: dict[str, Names] = {
-    **{s.name: Names(s.cli, s.yaml, s.log) for s in fields_.SETTINGS},
+    **{s.name: Names(cli=s.cli, yaml=s.yaml, log=s.log) for s in fields_.SETTINGS},
     # not a serve setting, but a change a suggestion may name
-    "gpu": Names("--gpu", "gpu", None),
+    "gpu": Names(cli="--gpu", yaml="gpu", log=None),
 }
 
 

@@ -139,7 +139,7 @@ _AMBIGUOUS_INDEX: dict[str, tuple[Gpu, ...]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuMatch:
     """A GPU name read against the catalog.
 
@@ -171,7 +171,7 @@ def lookup_gpu(
     key = _compact(_key(name))
     gpu = _INDEX.get(key)
     if gpu is not None:
-        return GpuMatch(gpu)
+        return GpuMatch(gpu=gpu)
     fits = _AMBIGUOUS_INDEX.get(key)
     if fits is None:
         raise UsageError(_unknown(name, memory_hint))
@@ -181,7 +181,7 @@ def lookup_gpu(
     why = "nearest the given total" if memory_bytes is not None else fmt_bytes(pick.memory_bytes)
     verb = "also matches" if len(fits) == 2 else "also match"
     note = f"{name.strip()} is ambiguous; using {pick.name} ({why}); {others} {verb}"
-    return GpuMatch(pick, note)
+    return GpuMatch(gpu=pick, note=note)
 
 
 def _unknown(name: str, memory_hint: str) -> str:

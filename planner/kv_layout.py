@@ -41,7 +41,7 @@ VLLM_MLA_HYBRID_BLOCK_ALIGNMENT = 128
 DEFAULT_BATCH_SIZES = (1, 8, 32)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LayerGroup:
     """Layers of one kind and size, per rank (the JSON ``layer_groups`` rows)."""
 
@@ -52,7 +52,7 @@ class LayerGroup:
     state_bytes_per_sequence: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CacheGroup:
     """One vLLM KV-cache group: layers sharing a block table (``KVCacheGroupSpec``)."""
 
@@ -70,7 +70,7 @@ class CacheGroup:
         return self.kind in STATE_KINDS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VllmLayout:
     """vLLM's view of the cache on the most-loaded rank."""
 
@@ -86,7 +86,7 @@ class VllmLayout:
     padding_layers: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchExample:
     """KV for ``batch`` sequences of ``max_model_len`` tokens each, on one rank."""
 
@@ -97,7 +97,7 @@ class BatchExample:
     total_bytes: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KVEstimate:
     """Result of :func:`estimate` (the top-level keys of ``kvplan estimate --json``); every
     byte figure is per GPU rank on the most-loaded pipeline stage.
@@ -515,7 +515,7 @@ def _vllm_hybrid_block_size(layers: list[LayerSpec], block_size: int) -> tuple[i
     return block_size, (padded if padded != mamba_page else None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Member:
     index: int
     spec: LayerSpec
@@ -532,7 +532,7 @@ def _vllm_groups(
         page = s.page_size_bytes(block_size)
         if isinstance(s, StateSpec) and padded_state_page:
             page = padded_state_page
-        members.append(_Member(index, s, block_size, page))
+        members.append(_Member(index=index, spec=s, block_size=block_size, page=page))
     if not members:
         return [], 0
     if len({m.spec for m in members}) == 1 or len({m.spec.merge_key() for m in members}) == 1:

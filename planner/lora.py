@@ -129,7 +129,7 @@ EXPERT_DOWN = frozenset({"down_proj", "w2"})
 # --------------------------------------------------------------------------- modules
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Module:
     """One LoRA-wrapped module of a decoder layer (or the embeddings / head).
 
@@ -159,8 +159,10 @@ def _mlp(
     family_up: str, parts: tuple[tuple[str, int], ...], hidden: int, width: int, tp: int
 ) -> Iterator[_Module]:
     """A dense (or shared-expert) MLP: the column up projection, the row down projection."""
-    yield _Module(family_up, "column", hidden, parts, tp)
-    yield _Module("down_proj", "row", width, (("down_proj", hidden),), tp)
+    yield _Module(family=family_up, kind="column", in_features=hidden, parts=parts, tp=tp)
+    yield _Module(
+        family="down_proj", kind="row", in_features=width, parts=(("down_proj", hidden),), tp=tp
+    )
 
 
 def _layer_modules(spec: ModelSpec, i: int, tp: int) -> Iterator[_Module]:
@@ -186,29 +188,64 @@ def _layer_modules(spec: ModelSpec, i: int, tp: int) -> Iterator[_Module]:
         kv_a = s.kv_lora_rank + rope
         if q_lora:  # fused_qkv_a_proj: MergedColumnParallelLinear(disable_tp=True)
             yield _Module(
-                "fused_qkv_a_proj",
-                "column",
-                hidden,
-                (("q_a_proj", q_lora), ("kv_a_proj_with_mqa", kv_a)),
+                family="fused_qkv_a_proj",
+                kind="column",
+                in_features=hidden,
+                parts=(("q_a_proj", q_lora), ("kv_a_proj_with_mqa", kv_a)),
             )
-            yield _Module("q_b_proj", "column", q_lora, (("q_b_proj", heads * (nope + rope)),), tp)
+            yield _Module(
+                family="q_b_proj",
+                kind="column",
+                in_features=q_lora,
+                parts=(("q_b_proj", heads * (nope + rope)),),
+                tp=tp,
+            )
         else:
-            yield _Module("q_proj", "column", hidden, (("q_proj", heads * (nope + rope)),), tp)
-            yield _Module("kv_a_proj_with_mqa", "column", hidden, (("kv_a_proj_with_mqa", kv_a),))
+            yield _Module(
+                family="q_proj",
+                kind="column",
+                in_features=hidden,
+                parts=(("q_proj", heads * (nope + rope)),),
+                tp=tp,
+            )
+            yield _Module(
+                family="kv_a_proj_with_mqa",
+                kind="column",
+                in_features=hidden,
+                parts=(("kv_a_proj_with_mqa", kv_a),),
+            )
         yield _Module(
-            "kv_b_proj", "column", s.kv_lora_rank, (("kv_b_proj", heads * (nope + v_dim)),), tp
+            family="kv_b_proj",
+            kind="column",
+            in_features=s.kv_lora_rank,
+            parts=(("kv_b_proj", heads * (nope + v_dim)),),
+            tp=tp,
         )
-        yield _Module("o_proj", "row", heads * v_dim, (("o_proj", hidden),), tp)
+        yield _Module(
+            family="o_proj",
+            kind="row",
+            in_features=heads * v_dim,
+            parts=(("o_proj", hidden),),
+            tp=tp,
+        )
     elif isinstance(s, Mamba2State):
         inner = s.intermediate_size
         out = 2 * inner + 2 * s.n_groups * s.state_size + s.num_heads
-        yield _Module("in_proj", "column", hidden, (("in_proj", out),), tp)
-        yield _Module("out_proj", "row", inner, (("out_proj", hidden),), tp)
+        yield _Module(
+            family="in_proj", kind="column", in_features=hidden, parts=(("in_proj", out),), tp=tp
+        )
+        yield _Module(
+            family="out_proj", kind="row", in_features=inner, parts=(("out_proj", hidden),), tp=tp
+        )
     elif isinstance(s, GatedDeltaNetState):
         key, value = s.num_k_heads * s.head_k_dim, s.num_v_heads * s.head_v_dim
         out = 2 * key + 2 * value + 2 * s.num_v_heads
-        yield _Module("in_proj", "column", hidden, (("in_proj", out),), tp)
-        yield _Module("out_proj", "row", value, (("out_proj", hidden),), tp)
+        yield _Module(
+            family="in_proj", kind="column", in_features=hidden, parts=(("in_proj", out),), tp=tp
+        )
+        yield _Module(
+            family="out_proj", kind="row", in_features=value, parts=(("out_proj", hidden),), tp=tp
+        )
     elif isinstance(s, Mamba1State):
         pass  # Mamba-1 models have no LoRA in vLLM (refused before this)
     elif s is not None:
@@ -217,23 +254,25 @@ def _layer_modules(spec: ModelSpec, i: int, tp: int) -> Iterator[_Module]:
         q_out, kv_out = heads * head, kv * head
         if mt in FUSED_QKV:
             yield _Module(
-                "qkv_proj",
-                "column",
-                hidden,
-                (("qkv_proj", q_out + 2 * kv_out),),
-                tp,
+                family="qkv_proj",
+                kind="column",
+                in_features=hidden,
+                parts=(("qkv_proj", q_out + 2 * kv_out),),
+                tp=tp,
                 rank_outs=(q_out // tp + 2 * kv_rank,),
             )
         else:
             yield _Module(
-                "qkv_proj",
-                "column",
-                hidden,
-                (("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)),
-                tp,
+                family="qkv_proj",
+                kind="column",
+                in_features=hidden,
+                parts=(("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)),
+                tp=tp,
                 rank_outs=(q_out // tp, kv_rank, kv_rank),
             )
-        yield _Module("o_proj", "row", q_out, (("o_proj", hidden),), tp)
+        yield _Module(
+            family="o_proj", kind="row", in_features=q_out, parts=(("o_proj", hidden),), tp=tp
+        )
     # the MLP (Nemotron-H layers are a mixer or an MLP, never both)
     pattern = c.get("hybrid_override_pattern")
     block = pattern[i] if isinstance(pattern, str) and i < len(pattern) else None
@@ -252,12 +291,14 @@ def _layer_modules(spec: ModelSpec, i: int, tp: int) -> Iterator[_Module]:
             moe_i = shared_i
         non_gated = mt in NON_GATED_MOE
         if not non_gated:
-            yield _Module("gate", "column", hidden, (("gate", experts),))  # the router
+            yield _Module(
+                family="gate", kind="column", in_features=hidden, parts=(("gate", experts),)
+            )  # the router
         yield _Module(
-            "experts",
-            "experts",
-            hidden,
-            (("experts", moe_i),),
+            family="experts",
+            kind="experts",
+            in_features=hidden,
+            parts=(("experts", moe_i),),
             experts=experts,
             gated=not non_gated,
             fused_w13=mt in MOE_3D,
@@ -294,9 +335,16 @@ def _edge_modules(spec: ModelSpec, first: bool, last: bool) -> Iterator[_Module]
         return
     vocab, hidden = _vocab(spec), spec.hidden_size
     if first:
-        yield _Module("embed_tokens", "embed", vocab, (("embed_tokens", hidden),))
+        yield _Module(
+            family="embed_tokens",
+            kind="embed",
+            in_features=vocab,
+            parts=(("embed_tokens", hidden),),
+        )
     if last and spec.architecture not in NO_LM_HEAD_LORA:
-        yield _Module("lm_head", "head", hidden, (("lm_head", vocab),))
+        yield _Module(
+            family="lm_head", kind="head", in_features=hidden, parts=(("lm_head", vocab),)
+        )
 
 
 def _elements(m: _Module, r: int, fully_sharded: bool, local_experts: int, moe_tp: int) -> int:
@@ -323,7 +371,7 @@ def _elements(m: _Module, r: int, fully_sharded: bool, local_experts: int, moe_t
     return len(m.parts) * ra * m.in_features + sum(outs) * r
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoraBuffers:
     """The stacked LoRA buffers of one deployment, per GPU (JSON ``lora``).
 

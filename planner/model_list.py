@@ -9,7 +9,7 @@ from planner.model import catalog
 from planner.model.config import parse_config
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelRow:
     name: str
     hub_id: str

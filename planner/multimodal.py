@@ -134,7 +134,7 @@ def _overridepixel_bounds(
     return (low if low is not None else start[0], high if high is not None else start[1])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ItemTokens:
     """The largest item of each modality in tokens (None where kvplan cannot tell), and how
     each was found."""
@@ -198,13 +198,13 @@ def tokens_per_item(t: VisionTower, s: ServeSettings, max_model_len: int) -> Ite
             how["image"] = f"{tiles} tiles + 1 global of {t.fixed_tokens} tokens (max_patches)"
     for m in t.modalities:
         tokens.setdefault(m, None)
-    return ItemTokens(tokens, how)
+    return ItemTokens(tokens=tokens, how=how)
 
 
 # --------------------------------------------------------------------------- the profile
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MMProfile:
     """JSON ``mm``: what a multimodal model adds on one GPU (the most-loaded, first-stage one).
 

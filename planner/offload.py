@@ -60,7 +60,7 @@ OFFLOAD_FIXED_IN = (0, 33)
 V2_RUNNER_SINCE = (0, 20)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KvTier:
     """The CPU KV tier of one engine (JSON ``kv_offload``).
 
@@ -201,7 +201,7 @@ def mm_processor_cache_bytes(dep: Deployment) -> int:
     return MM_PROCESSOR_CACHE_BYTES * (dp + dp)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostRam:
     """Host memory the deployment pins or caches beyond the processes themselves (JSON
     ``host_ram_bytes``: ``total`` and the parts)."""

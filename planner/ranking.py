@@ -37,7 +37,7 @@ REPLAYED = 300  # requests of the workload replayed per candidate, all waiting a
 SHOWN = 12
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PriceTable:
     date: str
     sources: list[str]
@@ -86,7 +86,7 @@ def load_prices(path: str | None = None) -> PriceTable:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Candidate:
     """One GPU x count x layout that meets the requirement (JSON ``gpu_ranking.rows[]``)."""
 
@@ -104,7 +104,7 @@ class Candidate:
     command: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Ranking:
     """JSON ``gpu_ranking``: the requirement, the prices used, the rows, and how many
     candidates were planned and how many met it."""

@@ -8,7 +8,6 @@ naive-contiguous baseline, and ready-to-paste engine commands.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -24,9 +23,6 @@ from planner.budget import (
 )
 from planner.cluster import best_layout, cluster_of, layouts
 from planner.commands import engine_commands
-from planner.features import FeatureRecord, PlanContext, fold
-from planner.features.multimodal import MMLever
-from planner.features.speculative import SpeculativeFigures
 from planner.deployment import (
     Deployment,
     Gpu,
@@ -37,6 +33,9 @@ from planner.deployment import (
     render_changes,
 )
 from planner.errors import DoesNotFitError, UsageError, WontStartError
+from planner.features import FeatureRecord, PlanContext, fold
+from planner.features.multimodal import MMLever
+from planner.features.speculative import SpeculativeFigures
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
 from planner.offload import HostRam, KvTier
@@ -132,7 +131,7 @@ def wont_start_error(p: Plan) -> DoesNotFitError:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Refusal:
     """A deployment that won't start, as ``kvplan estimate`` shows it (text and JSON) before
     its ``Error:`` line: the rule that failed (``check``: ``gpus``, ``node``,
@@ -172,7 +171,7 @@ class Refusal:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GridCell:
     """One cell of the ``max_model_len`` x ``max_num_seqs`` grid (JSON ``grid[]``).
 
@@ -195,7 +194,7 @@ class GridCell:
     worst_case_running: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Recommended:
     """The suggested settings (JSON ``recommended``), labelled by what they rest on.
 
@@ -232,7 +231,7 @@ class Recommended:
     usage_max: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Alternative:
     """One change to the settings and what it buys: ``changes`` is the data (``{"tp": 2}``),
     ``change`` the same as flags (``--tensor-parallel-size 2``)."""
@@ -244,7 +243,7 @@ class Alternative:
     fits: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BlockSizeRow:
     """Fragmentation against block-table size for one block size (JSON ``block_sizes[]``):
     the last block of a request is on average half empty, ``(block_size - 1) / 2`` tokens;
@@ -256,7 +255,7 @@ class BlockSizeRow:
     block_table_entries: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PrefixSharing:
     """Blocks prefix caching saves when ``requests`` share a ``shared_prefix_tokens`` prompt
     (JSON ``prefix_sharing``): only whole blocks are shared, so 800 tokens x 100 requests save
@@ -276,7 +275,7 @@ class PrefixSharing:
     running_with: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NaiveVsPaged:
     """Contiguous pre-allocation at ``max_model_len`` (transformers' static cache) against
     paged blocks holding only what ``sequences`` requests of ``avg_tokens`` use (JSON
@@ -332,7 +331,7 @@ class Plan:
     features: list[FeatureRecord] = field(default_factory=list)  # each active feature's share
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanOptions:
     """What ``kvplan estimate`` shows beyond the settings: the grid's lengths (None: the
     default lengths; empty: no grid), the prefix-sharing example, the fragmentation example's
@@ -519,11 +518,22 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
         own = max(bpr - min(per, bpr), 1)
         with_ = 1 + (usable - bpr) // own if usable >= bpr else 0
         sharing = PrefixSharing(
-            shared, requests, saved, saved * est.vllm.bytes_per_block, usable // bpr, with_
+            shared_prefix_tokens=shared,
+            requests=requests,
+            blocks_saved=saved,
+            bytes_saved=saved * est.vllm.bytes_per_block,
+            running_without=usable // bpr,
+            running_with=with_,
         )
     naive = _naive(est, avg, recommended)
     target = recommended or Recommended(
-        length, 1, s.gmu, est.block_size, est.kv_cache_dtype, 0.0, ""
+        max_model_len=length,
+        max_num_seqs=1,
+        gpu_memory_utilization=s.gmu,
+        block_size=est.block_size,
+        kv_cache_dtype=est.kv_cache_dtype,
+        kv_usage=0.0,
+        reason="",
     )
     by_engine = {e.engine: e for e in engines}
     served, served_note = served_model(spec)
@@ -641,12 +651,12 @@ def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
     )
     at = replace(s, auto_fit_max_model_len=False)
     refusal = Refusal(
-        spec.name,
-        dep.gpu,
-        s,
-        "weights",
-        reason,
-        changes,
+        model=spec.name,
+        gpu=dep.gpu,
+        settings=s,
+        check="weights",
+        reason=reason,
+        changes=changes,
         estimate=estimate(spec, at, dep.gpu, batch_sizes=()),
         weights=weights,
     )
@@ -691,12 +701,12 @@ def _check_kv_memory(
         "vLLM allocates the pool as given (no memory profile) and runs out of memory"
     )
     raise Refusal(
-        dep.spec.name,
-        gpu,
-        dep.settings,
-        "kv_cache_memory",
-        reason,
-        changes,
+        model=dep.spec.name,
+        gpu=gpu,
+        settings=dep.settings,
+        check="kv_cache_memory",
+        reason=reason,
+        changes=changes,
         estimate=est,
         weights=weights,
         vllm=cap,
@@ -728,13 +738,13 @@ def _grid(
             outcome, running, _ = worst_case(cap)
             cells.append(
                 GridCell(
-                    n,
-                    seqs,
-                    outcome != WONT_START,
-                    round(usage, 4),
-                    cap.num_gpu_blocks,
-                    outcome,
-                    running,
+                    max_model_len=n,
+                    max_num_seqs=seqs,
+                    fits=outcome != WONT_START,
+                    kv_usage=round(usage, 4),
+                    num_gpu_blocks=cap.num_gpu_blocks,
+                    outcome=outcome,
+                    worst_case_running=running,
                 )
             )
     return cells
@@ -883,13 +893,13 @@ def _recommend(
         )
     return (
         Recommended(
-            est.max_model_len,
-            seqs,
-            gmu,
-            est.block_size,
-            est.kv_cache_dtype,
-            round(seqs * bpr / usable, 4),
-            prefix + reason,
+            max_model_len=est.max_model_len,
+            max_num_seqs=seqs,
+            gpu_memory_utilization=gmu,
+            block_size=est.block_size,
+            kv_cache_dtype=est.kv_cache_dtype,
+            kv_usage=round(seqs * bpr / usable, 4),
+            reason=prefix + reason,
             basis=basis,
             worst_case_running=min(seqs, usable // bpr),
             auto_fit_max_model_len=auto_fit,
@@ -922,7 +932,11 @@ def _alternatives(
         shown = {k: (v.value if isinstance(v, KVDtype) else v) for k, v in change.items()}
         out.append(
             Alternative(
-                as_flags(change), shown, round(c.max_concurrency, 2), c.num_gpu_blocks, c.fits
+                change=as_flags(change),
+                changes=shown,
+                max_concurrency=round(c.max_concurrency, 2),
+                num_gpu_blocks=c.num_gpu_blocks,
+                fits=c.fits,
             )
         )
     return out
@@ -937,7 +951,10 @@ def _block_sizes(length: int, avg_tokens: int) -> list[BlockSizeRow]:
         wasted = (bs - 1) / 2
         rows.append(
             BlockSizeRow(
-                bs, wasted, round(100 * wasted / (avg_tokens + wasted), 2), cdiv(length, bs)
+                block_size=bs,
+                wasted_tokens_per_seq=wasted,
+                fragmentation_pct=round(100 * wasted / (avg_tokens + wasted), 2),
+                block_table_entries=cdiv(length, bs),
             )
         )
     return rows
@@ -952,7 +969,13 @@ def _naive(est: KVEstimate, avg_tokens: int, rec: Recommended | None) -> NaiveVs
     used = min(avg_tokens, est.max_model_len)
     paged = seqs * cdiv(used, est.block_size) * est.block_size * per_token
     waste = 100 * (naive - paged) / naive if naive else 0.0
-    return NaiveVsPaged(used, seqs, naive, paged, round(waste, 2))
+    return NaiveVsPaged(
+        avg_tokens=used,
+        sequences=seqs,
+        naive_bytes=naive,
+        paged_bytes=paged,
+        waste_pct=round(waste, 2),
+    )
 
 
 # --------------------------------------------------------------------------- entry point
@@ -960,7 +983,7 @@ def _naive(est: KVEstimate, avg_tokens: int, rec: Recommended | None) -> NaiveVs
 COMMON_GPUS = ("l4", "a10g", "rtx-4090", "l40s", "a100-80gb", "h100", "h200", "b200")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuRow:
     """One GPU of the comparison table shown when no GPU is named (JSON ``gpus[]``): vLLM's
     budget for the same settings on each common GPU, with that GPU's batch defaults."""
@@ -975,7 +998,7 @@ class GpuRow:
     fits: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Report:
     """What ``kvplan estimate`` prints: the KV estimate, and a plan for the GPU (named or
     detected), or a table across common GPUs."""
@@ -1009,7 +1032,7 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
     base = estimate(spec, s, dep.gpu, batch_sizes=options.batch_sizes)  # validates the flags
     if s.engine is not Engine.VLLM:
         if dep.gpu is None or s.kv_cache_memory_bytes is not None:
-            return Report(base, None, [])
+            return Report(estimate=base, plan=None, gpu_table=[])
         # that engine on that GPU, next to vLLM's plan of the same deployment
         vllm_plan = _planned(dep.with_settings(engine=Engine.VLLM, block_size=None), options)
         vllm_plan = _with_choice(vllm_plan, choice)
@@ -1019,13 +1042,27 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
             mine = replace(mine, max_running_requests=batch)
             held = int(mine.max_concurrency)
             static = FITS_AT_WORST_CASE if held >= batch else WONT_START
-            return Report(base, vllm_plan, [], mine, static, batch)
+            return Report(
+                estimate=base,
+                plan=vllm_plan,
+                gpu_table=[],
+                engine=mine,
+                engine_outcome=static,
+                engine_running_limit=batch,
+            )
         outcome = engine_outcome(mine, base.max_model_len, s.max_num_seqs)
         limit = s.max_num_seqs or mine.max_running_requests
-        return Report(base, vllm_plan, [], mine, outcome, limit)
+        return Report(
+            estimate=base,
+            plan=vllm_plan,
+            gpu_table=[],
+            engine=mine,
+            engine_outcome=outcome,
+            engine_running_limit=limit,
+        )
     if dep.gpu is not None or s.kv_cache_memory_bytes is not None:
         the_plan = _with_choice(_planned(dep, options), choice)
-        return Report(the_plan.estimate, the_plan, [])
+        return Report(estimate=the_plan.estimate, plan=the_plan, gpu_table=[])
     weights = for_deployment(dep)
     rows = []
     for name in COMMON_GPUS:
@@ -1036,17 +1073,17 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
         assert g is not None
         rows.append(
             GpuRow(
-                g.name,
-                g.memory_bytes,
-                weights.bytes_per_rank,
-                cap.available_kv_bytes,
-                cap.num_gpu_blocks,
-                cap.kv_cache_size_tokens,
-                round(cap.max_concurrency, 2),
-                cap.fits,
+                name=g.name,
+                memory_bytes=g.memory_bytes,
+                weights_bytes=weights.bytes_per_rank,
+                available_kv_bytes=cap.available_kv_bytes,
+                num_gpu_blocks=cap.num_gpu_blocks,
+                kv_cache_size_tokens=cap.kv_cache_size_tokens,
+                max_concurrency=round(cap.max_concurrency, 2),
+                fits=cap.fits,
             )
         )
-    return Report(base, None, rows)
+    return Report(estimate=base, plan=None, gpu_table=rows)
 
 
 def _with_choice(p: Plan, choice: tuple[str, list[LayoutRow]] | None) -> Plan:
@@ -1143,7 +1180,14 @@ def _layout_for(
     changes = _distinct(changes, dep.settings)
     reason = "; also ".join(p.reason for p in problems)
     raise Refusal(
-        spec.name, gpu, dep.settings, first.check, reason, changes, layouts=rows, gpus=total
+        model=spec.name,
+        gpu=gpu,
+        settings=dep.settings,
+        check=first.check,
+        reason=reason,
+        changes=changes,
+        layouts=rows,
+        gpus=total,
     ).error()
 
 
@@ -1183,7 +1227,16 @@ def _no_layout(dep: Deployment, rows: list[LayoutRow], total: int, nodes: int) -
         w = for_deployment(dep)
         if w.quantization is None:
             changes.append("an fp8 checkpoint (about half the weight bytes)")
-    return Refusal(spec.name, gpu, s, "layouts", reason, changes, layouts=rows, gpus=total)
+    return Refusal(
+        model=spec.name,
+        gpu=gpu,
+        settings=s,
+        check="layouts",
+        reason=reason,
+        changes=changes,
+        layouts=rows,
+        gpus=total,
+    )
 
 
 def _distinct(

@@ -51,7 +51,7 @@ _KEYS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SpeculativeConfig:
     """One ``--speculative-config``: the method, k draft tokens per step, the draft model
     (a Hub id, catalog name or local dir; None for mtp and n-gram) and its TP size (None:

@@ -120,7 +120,7 @@ ENTRYPOINTS: tuple[Entrypoint, ...] = ("serve", "llm")
 RUNNERS: tuple[Runner, ...] = ("generate", "pooling")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VllmRules:
     """The version-dependent rules of one range of vLLM releases (see the module docstring)."""
 
@@ -173,12 +173,12 @@ def _row(
     full-ISL reservation, then prepending freed uncached blocks), ``large`` the >= 160 GiB
     tier with the one-line capacity log."""
     return VllmRules(
-        since,
-        gmu,
-        graphs,
-        a100_small,
-        large,
-        large,
+        since=since,
+        default_gmu=gmu,
+        subtracts_cuda_graphs=graphs,
+        a100_small=a100_small,
+        large_gpu_tier=large,
+        one_line_capacity_log=large,
         async_scheduling=sched >= 1,
         reserve_full_isl=sched >= 2,
         prepend_uncached_free=sched >= 3,

@@ -116,7 +116,7 @@ def config_int(
     return default if value is None else _count(value, f"{name}: {key}", minimum=minimum)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Weights:
     """Weight bytes of the most-loaded GPU rank, and where the number came from."""
 
@@ -135,7 +135,7 @@ class Weights:
     tower_bytes: int = 0  # a multimodal model's whole vision tower (whether placed or not)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Parts:
     """Whole-model bytes split the way TP/PP split them."""
 
@@ -156,7 +156,7 @@ class _Parts:
     tower: int = 0  # vision/audio tower and projector (first stage, TP-sharded)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Placement:
     """How one engine spreads a checkpoint over its GPUs (vLLM 0.33).
 
@@ -409,13 +409,13 @@ def _parts(spec: ModelSpec) -> _Parts:
         for _ in range(_mtp_count(spec) if layers else 0)
     ]
     return _Parts(
-        embed,
-        lm_head,
-        layers,
-        replicated,
-        hidden * wdtype,
-        params,
-        params + active,
+        embed=embed,
+        lm_head=lm_head,
+        layers=layers,
+        replicated=replicated,
+        other=hidden * wdtype,
+        params=params,
+        active_params=params + active,
         experts=routed,
         num_experts=experts,
         mtp=mtp,
@@ -587,13 +587,13 @@ def from_tensors(
         else:
             other += size
     parts = _Parts(
-        embed,
-        lm_head,
-        layers,
-        [0] * num_layers,
-        other,
-        params,
-        params,
+        embed=embed,
+        lm_head=lm_head,
+        layers=layers,
+        replicated=[0] * num_layers,
+        other=other,
+        params=params,
+        active_params=params,
         experts=experts,
         num_experts=num_experts,
         mtp=[(m[0], 0, m[1]) for m in mtp],

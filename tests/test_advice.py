@@ -23,7 +23,9 @@ POOL = 101 * 2 * MIB
 
 
 def uniform(n: int, prompt: int, output: int) -> Workload:
-    return Workload("uniform", "test", tuple(Request(prompt, output) for _ in range(n)))
+    return Workload(
+        name="uniform", source="test", requests=tuple(Request(prompt, output) for _ in range(n))
+    )
 
 
 def small_pool(**kwargs: object) -> Plan:

@@ -230,7 +230,16 @@ def _commands_for(dtype: str, auto: str = "bf16") -> Any:
     """engine_commands for a small hand-made plan: 8,192 tokens, 4 sequences at worst case
     (--worst-case), and pools of 100,000 tokens (SGLang, its default 2,048 requests) and
     3,125 x 32 tokens (TRT-LLM)."""
-    rec = Recommended(8192, 4, 0.92, 16, dtype, 0.5, "", basis="worst_case")
+    rec = Recommended(
+        max_model_len=8192,
+        max_num_seqs=4,
+        gpu_memory_utilization=0.92,
+        block_size=16,
+        kv_cache_dtype=dtype,
+        kv_usage=0.5,
+        reason="",
+        basis="worst_case",
+    )
     sglang = EngineCapacity("sglang", "", 0.83, 0, 100_000, 2048, 12.2, "")
     trtllm = EngineCapacity("trtllm", "", 0.9, 0, 100_000, 12, 12.2, "")
     return engine_commands(
@@ -273,7 +282,16 @@ def test_fp16_is_no_loss_where_auto_is_fp16() -> None:
 
 
 def test_a_pool_that_holds_no_full_request_keeps_the_engine_default_and_says_so() -> None:
-    rec = Recommended(8192, 1, 0.92, 16, "bf16", 0.9, "", basis="worst_case")
+    rec = Recommended(
+        max_model_len=8192,
+        max_num_seqs=1,
+        gpu_memory_utilization=0.92,
+        block_size=16,
+        kv_cache_dtype="bf16",
+        kv_usage=0.9,
+        reason="",
+        basis="worst_case",
+    )
     tiny = EngineCapacity("sglang", "", 0.83, 0, 4096, 2048, 0.5, "")
     out = engine_commands(
         "org/model", rec, tp=1, pp=1, kv_cache_dtype="auto", sglang=tiny, token_budget=2048
@@ -368,7 +386,15 @@ def test_the_tables_name_their_sources() -> None:
 def test_without_worst_case_or_traffic_every_engine_keeps_its_own_default_limit() -> None:
     # the plan keeps vLLM's default max_num_seqs (basis engine_default): SGLang derives its own
     # max_running_requests and TRT-LLM keeps its max_batch_size, as vllm serve keeps its own
-    rec = Recommended(8192, 1024, 0.92, 16, "bf16", 0.5, "")
+    rec = Recommended(
+        max_model_len=8192,
+        max_num_seqs=1024,
+        gpu_memory_utilization=0.92,
+        block_size=16,
+        kv_cache_dtype="bf16",
+        kv_usage=0.5,
+        reason="",
+    )
     sglang = EngineCapacity("sglang", "", 0.83, 0, 100_000, 2048, 12.2, "")
     trtllm = EngineCapacity("trtllm", "", 0.9, 0, 100_000, 12, 12.2, "")
     out = engine_commands(

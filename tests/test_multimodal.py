@@ -301,7 +301,7 @@ def test_levers_are_planned_and_ranked_by_what_they_buy() -> None:
 
 
 def test_limits_parse_as_vllm_takes_them() -> None:
-    assert parse_limits('{"image":2,"video":0}') == MMLimits((("image", 2), ("video", 0)))
+    assert parse_limits('{"image":2,"video":0}') == MMLimits(counts=(("image", 2), ("video", 0)))
     opts = parse_limits({"video": {"count": 1, "num_frames": 32}})
     assert opts.count("video") == 1 and opts.count("image") == 999
     assert opts.as_json() == '{"video":{"count":1,"num_frames":32}}'

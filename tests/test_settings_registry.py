@@ -121,13 +121,13 @@ def test_a_command_takes_every_setting_declared_for_it(command: str) -> None:
 
 def _commands(settings: ServeSettings) -> dict[str, dict[str, object]]:
     rec = Recommended(
-        settings.max_model_len or 8192,
-        settings.max_num_seqs or 256,
-        settings.gmu,
-        settings.block_size or 16,
-        settings.kv_cache_dtype.value,
-        0.5,
-        "",
+        max_model_len=settings.max_model_len or 8192,
+        max_num_seqs=settings.max_num_seqs or 256,
+        gpu_memory_utilization=settings.gmu,
+        block_size=settings.block_size or 16,
+        kv_cache_dtype=settings.kv_cache_dtype.value,
+        kv_usage=0.5,
+        reason="",
     )
     out = engine_commands(
         "org/model",

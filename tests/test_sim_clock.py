@@ -134,7 +134,9 @@ def const(step_s: float = 1.0, **kw: object) -> SimConfig:
 def test_closed_loop_sends_the_next_request_at_a_completion() -> None:
     # C = 1, three requests of 10 prompt / 3 output tokens, 1 s steps: each prefills in a step
     # (first token at +1 s) and decodes two more (finish at +3 s); the next is sent then
-    w = Workload("t", "t", tuple(Request(10, 3) for _ in range(3)), max_concurrency=1)
+    w = Workload(
+        name="t", source="t", requests=tuple(Request(10, 3) for _ in range(3)), max_concurrency=1
+    )
     r = simulate(w, const())
     assert r.duration_s == pytest.approx(9.0)
     assert r.ttft_s.max == pytest.approx(1.0) and r.e2e_s.max == pytest.approx(3.0)
@@ -145,7 +147,9 @@ def test_closed_loop_sends_the_next_request_at_a_completion() -> None:
 
 def test_closed_loop_waits_for_a_late_arrival_too() -> None:
     # C = 1; the second request is only scheduled to be sent at 10 s: it goes then, not at 3 s
-    w = Workload("t", "t", (Request(10, 3), Request(10, 3, 10.0)), max_concurrency=1)
+    w = Workload(
+        name="t", source="t", requests=(Request(10, 3), Request(10, 3, 10.0)), max_concurrency=1
+    )
     r = simulate(w, const())
     assert r.duration_s == pytest.approx(13.0)
 
@@ -153,7 +157,7 @@ def test_closed_loop_waits_for_a_late_arrival_too() -> None:
 def test_request_latency_delays_the_scheduler_and_counts_in_ttft() -> None:
     # 50 ms from send to scheduler: the one request is scheduled at 0.05 s, its TTFT is
     # 0.05 + 1 s, and its E2E 3.05 s; a closed loop sends the next at its completion (3.05 s)
-    w = Workload("t", "t", (Request(10, 3), Request(10, 3)), max_concurrency=1)
+    w = Workload(name="t", source="t", requests=(Request(10, 3), Request(10, 3)), max_concurrency=1)
     r = simulate(w, const(request_latency_s=0.05))
     assert r.ttft_s.max == pytest.approx(1.05) and r.e2e_s.max == pytest.approx(3.05)
     assert r.duration_s == pytest.approx(6.1)
@@ -161,7 +165,7 @@ def test_request_latency_delays_the_scheduler_and_counts_in_ttft() -> None:
     # at 0.05 s (steps 0.05-1.05 prefill, then two decodes to 3.05), R1 at 2.05 s, admitted
     # into the step from 2.05 to 3.05: TTFT 3.05 s, finish at 5.05 s (without the 2 s both
     # reach it at 0.05 s and prefill in the first step: TTFT 1.05 s)
-    both = Workload("t", "t", (Request(10, 3), Request(10, 3)))
+    both = Workload(name="t", source="t", requests=(Request(10, 3), Request(10, 3)))
     r = simulate(both, const(request_latency_s=0.05, stream_latency_s=2.0))
     assert r.ttft_s.max == pytest.approx(3.05) and r.e2e_s.max == pytest.approx(5.05)
     r = simulate(both, const(request_latency_s=0.05))
@@ -169,7 +173,7 @@ def test_request_latency_delays_the_scheduler_and_counts_in_ttft() -> None:
 
 
 def test_bench_figures_by_vllm_bench_names() -> None:
-    w = Workload("t", "t", (Request(10, 3), Request(10, 5)))
+    w = Workload(name="t", source="t", requests=(Request(10, 3), Request(10, 5)))
     b = simulate(w, const()).bench
     assert b is not None
     # both prefill in step 0 (t = 1); R0 decodes to t = 3, R1 to t = 5
@@ -187,8 +191,8 @@ def test_gamma_arrivals_keep_the_rate_and_burstiness_spreads_them() -> None:
     import random
 
     n = 20000
-    even = Arrival("poisson", rate_per_s=10, burstiness=4.0).times(random.Random(1), n)
-    bursty = Arrival("poisson", rate_per_s=10, burstiness=0.25).times(random.Random(1), n)
+    even = Arrival(process="poisson", rate_per_s=10, burstiness=4.0).times(random.Random(1), n)
+    bursty = Arrival(process="poisson", rate_per_s=10, burstiness=0.25).times(random.Random(1), n)
 
     def cv(times: list[float]) -> float:
         gaps = [b - a for a, b in zip([0.0, *times], times, strict=False)]
@@ -365,7 +369,7 @@ def test_memory_efficiency_by_gpu_class() -> None:
 
 
 def test_a_closed_loop_with_data_parallel_ranks_is_refused() -> None:
-    w = Workload("t", "t", (Request(10, 3),), max_concurrency=1)
+    w = Workload(name="t", source="t", requests=(Request(10, 3),), max_concurrency=1)
     with pytest.raises(UsageError, match="not simulated with --dp > 1"):
         simulate(w, const(data_parallel_size=2))
 

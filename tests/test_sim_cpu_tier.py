@@ -36,9 +36,13 @@ def trace(b_prompt: int) -> Workload:
     # A: 12 tokens whose first 8 (2 blocks) are the shared prefix "sys", at t = 0
     # B: b_prompt unshared tokens at t = 2; C: A's prompt again at t = 10; 1 output token each
     return Workload(
-        "test",
-        "test",
-        (Request(12, 1, 0.0, "sys", 8), Request(b_prompt, 1, 2.0), Request(12, 1, 10.0, "sys", 8)),
+        name="test",
+        source="test",
+        requests=(
+            Request(12, 1, 0.0, "sys", 8),
+            Request(b_prompt, 1, 2.0),
+            Request(12, 1, 10.0, "sys", 8),
+        ),
     )
 
 

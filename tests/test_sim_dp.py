@@ -16,7 +16,7 @@ from tests.test_simulate import scenarios
 
 
 def workload(*requests: Request) -> Workload:
-    return Workload("test", "test", tuple(requests))
+    return Workload(name="test", source="test", requests=tuple(requests))
 
 
 @pytest.mark.parametrize(

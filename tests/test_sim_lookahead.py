@@ -19,7 +19,7 @@ from tests.sim_reference import reference_for
 
 
 def workload(*requests: Request) -> Workload:
-    return Workload("test", "test", tuple(requests))
+    return Workload(name="test", source="test", requests=tuple(requests))
 
 
 def config(usable: int, lookahead: int, **overrides: object) -> SimConfig:

@@ -13,7 +13,7 @@ from planner.vllm_rules import rules_for
 
 
 def workload(*requests: Request) -> Workload:
-    return Workload("test", "test", tuple(requests))
+    return Workload(name="test", source="test", requests=tuple(requests))
 
 
 def config(usable: int, **overrides: object) -> SimConfig:

@@ -32,7 +32,7 @@ from tests.sim_reference import reference_for
 
 
 def workload(*requests: Request) -> Workload:
-    return Workload("test", "test", tuple(requests))
+    return Workload(name="test", source="test", requests=tuple(requests))
 
 
 def config(blocks: int, block_size: int, **overrides: object) -> SimConfig:

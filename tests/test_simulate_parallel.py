@@ -18,7 +18,7 @@ SPEC = WorkloadSpec(
     num_requests=300,
     prompt_tokens=LogNormal(low=1, high=3000, mean=600, sigma=0.8),
     output_tokens=LogNormal(low=1, high=800, mean=150, sigma=0.8),
-    arrival=Arrival("poisson", rate_per_s=50.0),
+    arrival=Arrival(process="poisson", rate_per_s=50.0),
     seed=3,
 )
 

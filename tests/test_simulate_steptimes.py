@@ -42,7 +42,7 @@ def test_ttft_and_tpot_come_from_the_table_by_hand() -> None:
     # step 1: R0 decodes 1, R1 prefills its last 16 -> 17 tokens, 11.6 ms; R1's first at 27.9
     # step 2: both decode -> 2 tokens, 10.1 ms (38.0 ms); R0 has its 3 tokens and finishes
     # step 3: R1 decodes alone -> 1 token, 10.0 ms; R1 finishes at 48.0 ms
-    w = Workload("t", "t", (Request(40, 3), Request(40, 3)))
+    w = Workload(name="t", source="t", requests=(Request(40, 3), Request(40, 3)))
     config = SimConfig(
         num_gpu_blocks=20,
         layout=BlockLayout(16),
@@ -68,7 +68,7 @@ def test_ttft_and_tpot_come_from_the_table_by_hand() -> None:
 def test_a_long_decode_stretch_is_the_sum_of_its_steps() -> None:
     # One request, 10 prompt / 1,000 output tokens: a 10-token prefill step (10.9 ms), then
     # 999 decode steps of 1 token (10 ms each), run by the engine as one stretch
-    w = Workload("t", "t", (Request(10, 1000),))
+    w = Workload(name="t", source="t", requests=(Request(10, 1000),))
     config = SimConfig(
         num_gpu_blocks=200,
         layout=BlockLayout(16),

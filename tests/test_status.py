@@ -73,7 +73,9 @@ def test_a_long_replay_reports_arrivals_every_4096(monkeypatch: pytest.MonkeyPat
     from planner.simulate.workload import Request, Workload
 
     # 10,000 one-token requests, one every 10 ms: arrivals 4,096 and 8,192 are reported
-    work = Workload("w", "t", tuple(Request(16, 1, i * 0.01) for i in range(10_000)))
+    work = Workload(
+        name="w", source="t", requests=tuple(Request(16, 1, i * 0.01) for i in range(10_000))
+    )
     config = SimConfig(
         num_gpu_blocks=100,
         layout=BlockLayout(16),

@@ -14,7 +14,7 @@ ALLOWED_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 DEFAULT_RANK = 16
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoraAdapter:
     """A PEFT adapter's ``adapter_config.json``: its rank and the modules it trains.
 

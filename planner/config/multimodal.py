@@ -42,7 +42,7 @@ _LIMIT_OPTIONS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MMLimits:
     """``--limit-mm-per-prompt`` as vLLM takes it: items per prompt by modality, in the legacy
     form ``{"image": 2, "video": 0}`` or with dummy-data options
@@ -92,10 +92,10 @@ def parse_limits(value: Any) -> MMLimits:
         else:
             count = _count(item, f"{flag} {modality}")
         counts.append((modality, count))
-    return MMLimits(tuple(counts), tuple(options))
+    return MMLimits(counts=tuple(counts), options=tuple(options))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MMProcessorKwargs:
     """``--mm-processor-kwargs``: the processor overrides vLLM forwards, as canonical JSON.
     kvplan reads the size ones: ``max_pixels`` / ``min_pixels`` (or ``size.longest_edge`` /
@@ -118,10 +118,10 @@ def parse_processor_kwargs(value: Any) -> MMProcessorKwargs:
     if isinstance(value, MMProcessorKwargs):
         return value
     data = _json_object(value, "--mm-processor-kwargs", '{"max_pixels":1003520}')
-    return MMProcessorKwargs(json.dumps(data, separators=(",", ":"), sort_keys=True))
+    return MMProcessorKwargs(text=json.dumps(data, separators=(",", ":"), sort_keys=True))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MMTokens:
     """``--mm-tokens-per-item`` (kvplan's): the largest item's tokens when kvplan cannot derive
     them, one number for every modality or JSON by modality (``{"image":1280,"video":8192}``)."""

@@ -67,7 +67,7 @@ def levers_of(dep: Deployment, cap: VllmCapacity, capacity: Capacity) -> list[MM
     def limited(**counts: int) -> MMLimits:
         merged = {**given, **counts}  # the user's limits, with this one changed
         kept = tuple((m, o) for m, o in options.items() if merged.get(m))
-        return MMLimits(tuple(merged.items()), kept)
+        return MMLimits(counts=tuple(merged.items()), options=kept)
 
     changes: list[dict[str, object]] = []
     if limits.get("video"):

@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CatalogEntry:
     name: str
     hub_id: str

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 Tensors = tuple[tuple[str, Mapping[str, Any]], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoadedModel:
     """A model as fetched: its parsed config and, when found, its tensors' headers.
 
@@ -70,7 +70,9 @@ def with_headers(
         folder = Path(source).parent
         tensors = local_headers(folder)
         if tensors is not None:
-            return LoadedModel(spec, tensors, str(folder), revision)
+            return LoadedModel(
+                spec=spec, tensors=tensors, tensors_where=str(folder), revision=revision
+            )
     if source.startswith("hub:"):
         from planner.model.hub import offline_env
 
@@ -79,8 +81,10 @@ def with_headers(
             tensors = hub_headers(spec.name, revision=revision)
             if tensors is not None:
                 where = f"hub:{spec.name}" + (f"@{revision}" if revision else "")
-                return LoadedModel(spec, tensors, where, revision)
-    return LoadedModel(spec, None, "", revision)
+                return LoadedModel(
+                    spec=spec, tensors=tensors, tensors_where=where, revision=revision
+                )
+    return LoadedModel(spec=spec, tensors=None, tensors_where="", revision=revision)
 
 
 def local_headers(folder: Path) -> Tensors | None:

@@ -118,7 +118,7 @@ class Engine(str, Enum):
         return max(1, num_kv_heads // tp)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CacheContext:
     """What a layer needs to know about the engine to size one request.
 

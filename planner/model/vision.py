@@ -15,7 +15,7 @@ UNSERVED = {"mllama": "vLLM removed MllamaForConditionalGeneration in 0.10.2"}
 GEMMA3_DEFAULT_CROPS = 4
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VisionTower:
     """A multimodal model's tower as vLLM builds it, from the config (and the processor's
     ``preprocessor_config.json`` where one is at hand).

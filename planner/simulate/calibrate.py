@@ -177,10 +177,19 @@ def workload_of(result: BenchResult, max_model_len: int | None = None) -> Worklo
     arrival = (
         Arrival()
         if math.isinf(result.request_rate)
-        else Arrival("poisson", rate_per_s=result.request_rate, burstiness=result.burstiness)
+        else Arrival(
+            process="poisson", rate_per_s=result.request_rate, burstiness=result.burstiness
+        )
     )
     times = generate(
-        WorkloadSpec("t", len(pairs), Fixed(value=1), Fixed(value=1), arrival, source="t")
+        WorkloadSpec(
+            name="t",
+            num_requests=len(pairs),
+            prompt_tokens=Fixed(value=1),
+            output_tokens=Fixed(value=1),
+            arrival=arrival,
+            source="t",
+        )
     ).requests
     limit = max_model_len or MAX_TOKENS
     requests = tuple(

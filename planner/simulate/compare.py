@@ -60,7 +60,7 @@ def axis_value(settings: ServeSettings, axis: str) -> str:
     return "default" if value is None else str(value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SettingRun:
     """One setting's resolved plan and what its replay measured.
 
@@ -130,7 +130,7 @@ def worst_case_of_pool(
     return (FITS_AT_WORST_CASE if running >= max_num_seqs else QUEUES_AT_WORST_CASE), running
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SimReport:
     """Everything ``kvplan simulate`` shows: the runs side by side and the pick for the goal.
 

@@ -139,7 +139,7 @@ class RequestList(Sequence[Request]):
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Workload:
     """Requests in arrival order, where they came from, and what was skipped on the way.
 
@@ -170,7 +170,7 @@ class Workload:
 # --------------------------------------------------------------------------- distributions
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Distribution:
     """A distribution of token counts; ``sample`` returns whole numbers in ``[low, high]``."""
 
@@ -191,7 +191,7 @@ class Distribution:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fixed(Distribution):
     value: int = 1
 
@@ -199,7 +199,7 @@ class Fixed(Distribution):
         return self.value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Uniform(Distribution):
     """Whole numbers from ``min`` to ``max``, both included."""
 
@@ -208,7 +208,7 @@ class Uniform(Distribution):
         return rng.randint(self.low, self.high)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Normal(Distribution):
     mean: float = 1.0
     std: float = 0.0
@@ -217,7 +217,7 @@ class Normal(Distribution):
         return rng.gauss(self.mean, self.std)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LogNormal(Distribution):
     """Parameterised by its own mean (before clipping) and the sigma of log(x):
     ``mu = ln(mean) - sigma^2 / 2``, so a 1,000-token mean stays 1,000 whatever the spread."""
@@ -243,7 +243,7 @@ class LogNormal(Distribution):
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Empirical(Distribution):
     """A histogram: bins ``(lo, hi, weight)``; a bin is picked by weight, then a whole number
     in ``[lo, hi]`` uniformly (``lo == hi`` is a point mass)."""
@@ -266,7 +266,7 @@ def _pick(x: float, cumulative: Sequence[float]) -> int:
 # --------------------------------------------------------------------------- spec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PrefixGroup:
     """``fraction`` of requests start with the same ``tokens``-token prefix (a system prompt)."""
 
@@ -275,7 +275,7 @@ class PrefixGroup:
     fraction: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Arrival:
     """When requests arrive: ``poisson`` at ``rate_per_s``, ``burst`` of ``size`` every
     ``interval_s``, or ``all-at-once`` at t = 0.
@@ -309,7 +309,7 @@ class Arrival:
         return [0.0] * n
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkloadSpec:
     """A YAML workload spec, parsed: what :func:`generate` draws requests from."""
 
@@ -462,14 +462,16 @@ def _arrival(data: Any, where: str) -> Arrival:
     if process == "poisson":
         s.unknown({"process", "rate_per_s", "burstiness"})
         return Arrival(
-            process, rate_per_s=s.number("rate_per_s"), burstiness=s.number("burstiness", 1.0)
+            process=process,
+            rate_per_s=s.number("rate_per_s"),
+            burstiness=s.number("burstiness", 1.0),
         )
     if process == "burst":
         s.unknown({"process", "size", "interval_s"})
-        return Arrival(process, size=s.integer("size"), interval_s=s.number("interval_s"))
+        return Arrival(process=process, size=s.integer("size"), interval_s=s.number("interval_s"))
     if process == "all-at-once":
         s.unknown({"process"})
-        return Arrival(process)
+        return Arrival(process=process)
     raise WorkloadError(
         f"{where}: unknown arrival process {_show(s.data.get('process'))}; "
         f"use one of: {', '.join(ARRIVALS)}"
@@ -505,7 +507,11 @@ def parse_spec(data: Any, source: str) -> WorkloadSpec:
         if fraction > 1:
             raise WorkloadError(f"{p.where}: 'fraction' must be at most 1, got {fraction}")
         prefixes.append(
-            PrefixGroup(str(p.data.get("id", f"prefix-{i}")), p.integer("tokens"), fraction)
+            PrefixGroup(
+                id=str(p.data.get("id", f"prefix-{i}")),
+                tokens=p.integer("tokens"),
+                fraction=fraction,
+            )
         )
     if sum(p.fraction for p in prefixes) > 1 + 1e-9:
         raise WorkloadError(f"{source}: prefix fractions add up to more than 1")
@@ -670,12 +676,12 @@ def bench_workload(
 
         prompts, outputs = span(prompt_tokens), span(output_tokens)
     else:
-        prompts = LogNormal(1, max(1, limit - 1), mean=prompt_tokens, sigma=1.0)
-        outputs = LogNormal(1, max(1, limit // 2), mean=output_tokens, sigma=0.8)
+        prompts = LogNormal(low=1, high=max(1, limit - 1), mean=prompt_tokens, sigma=1.0)
+        outputs = LogNormal(low=1, high=max(1, limit // 2), mean=output_tokens, sigma=0.8)
     arrival = (
         Arrival()
         if math.isinf(request_rate)
-        else Arrival("poisson", rate_per_s=request_rate, burstiness=burstiness)
+        else Arrival(process="poisson", rate_per_s=request_rate, burstiness=burstiness)
     )
     shape = f"{dataset} {prompt_tokens:,}+{output_tokens:,} tokens"
     if shared_prefix:
@@ -691,7 +697,9 @@ def bench_workload(
         prompt_tokens=prompts,
         output_tokens=outputs,
         arrival=arrival,
-        prefixes=(PrefixGroup("shared", shared_prefix, 1.0),) if shared_prefix else (),
+        prefixes=(PrefixGroup(id="shared", tokens=shared_prefix, fraction=1.0),)
+        if shared_prefix
+        else (),
         seed=seed,
         source="--avg-prompt-tokens/--avg-output-tokens",
         max_concurrency=max_concurrency,

@@ -31,7 +31,8 @@ from planner.errors import UsageError
 from planner.kv_layout import KVEstimate, estimate
 from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
 from planner.simulate.roofline import Roofline
-from planner.simulate.workload import Arrival, LogNormal, Workload, WorkloadSpec, generate
+from planner.simulate.spec import Arrival, LogNormal, WorkloadSpec, generate
+from planner.simulate.workload import Workload
 from planner.weights import Weights
 
 TARGET_PEAK_USAGE = 0.9

@@ -496,7 +496,7 @@ class _Workloads:
 
     def load(self, path: str) -> Workload:
         """The workload at ``path`` (relative to the plans file); WorkloadError if unreadable."""
-        from planner.simulate.workload import load_workload
+        from planner.simulate.trace import load_workload
 
         full = str(self.base_dir / path)
         return _once(self.loaded, full, lambda: load_workload(full), WorkloadError)

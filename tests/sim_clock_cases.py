@@ -36,7 +36,7 @@ def replay(case: dict[str, Any], profile: dict[str, float] | None = None) -> dic
     from planner.gpus import get_gpu
     from planner.model.load import load_model
     from planner.simulate import simulate_model
-    from planner.simulate.workload import bench_workload
+    from planner.simulate.spec import bench_workload
 
     serve = case.get("serve", {})
     settings = ServeSettings(

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.simulate.workload import generate, load_workload, parse_spec, trace_lines
+from planner.simulate.spec import generate, parse_spec
+from planner.simulate.trace import load_workload, trace_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "tests" / "fixtures" / "logs" / "vllm-v1-llama8b-h100.log"

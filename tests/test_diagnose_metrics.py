@@ -27,7 +27,7 @@ from planner.cli import app
 from planner.diagnose import diagnose_file
 from planner.diagnose import metrics as m
 from planner.gpus import get_gpu
-from planner.simulate.workload import load_workload
+from planner.simulate.trace import load_workload
 
 runner = CliRunner()
 DATA = Path(__file__).parent / "data" / "metrics"

@@ -27,7 +27,7 @@ from planner.errors import KvplanError
 from planner.lora import read_adapter
 from planner.model.config import load_model_spec
 from planner.simulate.steptimes import load_step_times
-from planner.simulate.workload import load_workload
+from planner.simulate.trace import load_workload
 from planner.weights import read_safetensors_header
 from tests.conftest import fixture_config
 from tests.fuzz_helpers import DEFAULT, SLOW, scratch

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.simulate.workload import MAX_LINE_BYTES, MAX_REQUESTS, load_workload, parse_trace
+from planner.simulate.trace import MAX_LINE_BYTES, load_workload, parse_trace
+from planner.simulate.workload import MAX_REQUESTS
 
 PAD = "x" * 1000  # an ignored field: the file grows, the requests do not
 
@@ -68,7 +69,7 @@ def test_num_requests_keeps_only_the_earliest_n(tmp_path: Path) -> None:
 
 
 def test_too_many_requests_are_refused_with_the_way_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("planner.simulate.workload.MAX_REQUESTS", 3)
+    monkeypatch.setattr("planner.simulate.trace.MAX_REQUESTS", 3)  # where parse_trace reads it
     lines = ['{"prompt_tokens": 5, "output_tokens": 5}'] * 4
     with pytest.raises(Exception, match="more than 3 requests, the most kvplan simulates; pass "):
         parse_trace(lines, "t.jsonl")

@@ -28,7 +28,8 @@ from planner.simulate.clock import (
     sum_max_lines,
 )
 from planner.simulate.engine import BenchFigures
-from planner.simulate.workload import Arrival, Request, Workload, bench_workload
+from planner.simulate.spec import Arrival, bench_workload
+from planner.simulate.workload import Request, Workload
 from tests.sim_clock_cases import cases, ratios, replay
 
 DATA = Path(__file__).parent / "data"

@@ -10,7 +10,7 @@ import pytest
 from planner.errors import DoesNotFitError, UsageError
 from planner.simulate import build_settings, simulate_model
 from planner.simulate.compare import _jobs, simulate_all
-from planner.simulate.workload import Arrival, LogNormal, WorkloadSpec, generate
+from planner.simulate.spec import Arrival, LogNormal, WorkloadSpec, generate
 from tests.helpers import deployment
 
 SPEC = WorkloadSpec(

@@ -12,17 +12,9 @@ import pytest
 
 from planner.errors import WorkloadError
 from planner.simulate import BlockLayout, Roofline, SimConfig, simulate
-from planner.simulate.workload import (
-    Empirical,
-    LogNormal,
-    Request,
-    generate,
-    load_workload,
-    parse_distribution,
-    parse_spec,
-    parse_trace,
-    trace_lines,
-)
+from planner.simulate.spec import Empirical, LogNormal, generate, parse_distribution, parse_spec
+from planner.simulate.trace import load_workload, parse_trace, trace_lines
+from planner.simulate.workload import Request
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples" / "workloads").glob("*.yaml"))

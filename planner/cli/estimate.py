@@ -320,6 +320,6 @@ def _manifests(result: Report, kinds: list[str], options: PlanOptions) -> dict[s
 
 
 def _load(path: str) -> Workload:
-    from planner.simulate.workload import load_workload  # only with a workload
+    from planner.simulate.trace import load_workload
 
     return load_workload(path)

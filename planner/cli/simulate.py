@@ -325,7 +325,7 @@ def simulate(
         limit = base.max_model_len if base.max_model_len and base.max_model_len > 0 else None
         limit = limit or loaded.spec.max_model_len
         if load is None and shorthand:
-            from planner.simulate.workload import bench_workload
+            from planner.simulate.spec import bench_workload
 
             load = bench_workload(
                 prompt_tokens=avg_prompt_tokens,

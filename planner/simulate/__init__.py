@@ -18,7 +18,7 @@ This module only re-exports what callers use. Importing it loads the modules abo
 nothing beyond the standard library and the planner modules ``kvplan estimate`` loads
 anyway; keep it so (commands import the package lazily, when they simulate). Limits such as
 ``MAX_REQUESTS`` are not re-exported: patch them where the code reads them
-(``planner.simulate.workload.MAX_REQUESTS``).
+(``planner.simulate.trace.MAX_REQUESTS`` for a trace).
 """
 
 from __future__ import annotations
@@ -32,20 +32,17 @@ from planner.simulate.compare import (
 )
 from planner.simulate.engine import BlockLayout, Percentiles, SimConfig, SimResult, simulate
 from planner.simulate.roofline import ModelParams, Roofline, estimate_params, roofline_for
-from planner.simulate.workload import (
+from planner.simulate.spec import (
     Arrival,
     Empirical,
     LogNormal,
-    Request,
-    Workload,
     WorkloadSpec,
     generate,
-    load_workload,
     parse_distribution,
     parse_spec,
-    parse_trace,
-    trace_lines,
 )
+from planner.simulate.trace import load_workload, parse_trace, trace_lines
+from planner.simulate.workload import Request, Workload
 
 __all__ = [
     "Arrival",

@@ -37,16 +37,8 @@ from typing import Any
 from planner.errors import InputFileError
 from planner.simulate.clock import PROFILE_KEYS, Profile
 from planner.simulate.engine import BenchFigures
-from planner.simulate.workload import (
-    MAX_REQUESTS,
-    MAX_TOKENS,
-    Arrival,
-    Fixed,
-    Request,
-    Workload,
-    WorkloadSpec,
-    generate,
-)
+from planner.simulate.spec import Arrival, Fixed, WorkloadSpec, generate
+from planner.simulate.workload import MAX_REQUESTS, MAX_TOKENS, Request, Workload
 
 MAX_RESULT_BYTES = 64 << 20  # a detailed result of 100k requests is ~30 MB
 ROUNDS = 4

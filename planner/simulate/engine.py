@@ -1877,7 +1877,7 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
     """Replay ``workload`` over the block pool and scheduler of ``config``.
 
     Args:
-        workload: requests in arrival order (from :func:`planner.simulate.workload.load_workload`).
+        workload: requests in arrival order (from :func:`planner.simulate.trace.load_workload`).
         config: pool size, block layout, scheduler limits, prefix caching and step-time model;
             with ``data_parallel_size`` > 1, of each of that many ranks
             (:mod:`planner.simulate.cluster` dispatches the requests).

@@ -43,9 +43,9 @@ if str(ROOT) not in sys.path:  # appended: a PYTHONPATH planner (another checkou
     sys.path.append(str(ROOT))
 
 from planner.budget import estimate_ranges, vllm_budget  # noqa: E402
-from planner.deployment import Deployment, Gpu, ServeSettings  # noqa: E402
+from planner.deployment import Deployment, ServeSettings  # noqa: E402
 from planner.errors import KvplanError  # noqa: E402
-from planner.gpus import get_gpu  # noqa: E402
+from planner.gpus import Gpu, get_gpu  # noqa: E402
 from planner.kv_layout import estimate  # noqa: E402
 from planner.model.load import load_model  # noqa: E402
 from planner.model.specs import KVDtype  # noqa: E402

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below, for type checkers; at run time they load on first use
     from planner.check import check_file
-    from planner.deployment import Deployment, Gpu, ServeSettings
+    from planner.deployment import Deployment, ServeSettings
     from planner.diagnose import diagnose_file, parse_log
     from planner.errors import (
         ConfigError,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time they load o
         ModelNotFoundError,
         UsageError,
     )
-    from planner.gpus import get_gpu
+    from planner.gpus import Gpu, get_gpu
     from planner.kv_layout import KVEstimate, estimate, get_pp_indices
     from planner.model.config import load_model_spec, parse_config
     from planner.model.load import LoadedModel, load_model

@@ -41,7 +41,7 @@ from planner.vllm_rules import VllmRules
 from planner.weights import Weights
 
 if TYPE_CHECKING:
-    from planner.deployment import Gpu
+    from planner.gpus import Gpu
     from planner.multimodal import MMProfile
 
 # Activation peak of vLLM's profile run (``GPUModelRunner.profile_run``): a forward pass over

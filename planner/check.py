@@ -64,14 +64,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from planner import files
 from planner.config import fields as config_fields
-from planner.deployment import MAX_COUNT, ServeSettings, SettingError, as_yaml, render_changes
-from planner.errors import InputFileError, KvplanError, UsageError, WorkloadError
+from planner.deployment import ServeSettings, as_yaml, render_changes
+from planner.errors import InputFileError, KvplanError, SettingError, UsageError, WorkloadError
 from planner.files import MarkedMap as _Map
 from planner.model.specs import Engine, KVDtype
+from planner.units import MAX_COUNT
 
 if TYPE_CHECKING:
     from planner.budget import EngineCapacity
-    from planner.deployment import Deployment, Gpu, Rule
+    from planner.deployment import Deployment
+    from planner.errors import Rule
+    from planner.gpus import Gpu
     from planner.kv_layout import KVEstimate
     from planner.model.load import LoadedModel
     from planner.recommend import Plan

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.budget import VllmCapacity
-from planner.deployment import Deployment, Gpu
+from planner.deployment import Deployment
 from planner.errors import UsageError
+from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate
 from planner.weights import Weights
 

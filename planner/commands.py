@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from planner.budget import EngineCapacity
-    from planner.deployment import Gpu, ServeSettings
+    from planner.deployment import ServeSettings
+    from planner.gpus import Gpu
     from planner.recommend import Recommended
 
 TRTLLM_FILE = "kvplan-trtllm.yaml"

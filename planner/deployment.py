@@ -22,16 +22,19 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from planner.config import fields as fields_
-from planner.errors import UsageError
+from planner.config.lora import check_lora, check_lora_rank
+from planner.config.offload import check_offload
+from planner.config.parallel import check_parallel
+from planner.errors import Rule, SettingError, UsageError
+from planner.gpus import Gpu
 from planner.model.specs import Engine, KVDtype, ModelSpec
-from planner.units import GIB
+from planner.units import GIB, MAX_COUNT
 
 if TYPE_CHECKING:
     from planner.config.lora import LoraAdapter
@@ -40,9 +43,6 @@ if TYPE_CHECKING:
     from planner.speculative import SpeculativeConfig
     from planner.vllm_rules import Entrypoint, Runner, VllmRules
 
-# Token counts, lengths, sequences and parallel sizes above 2^40 describe no deployment; the
-# bound keeps every byte product exact in a float for the renderers.
-MAX_COUNT = 1 << 40
 # vLLM 0.33 CacheConfig.gpu_memory_utilization.
 VLLM_DEFAULT_GMU = 0.92
 # The CUDA-graph bytes vLLM subtracts (0.20 on) are estimated from the captured sizes and the
@@ -51,108 +51,6 @@ VLLM_DEFAULT_GMU = 0.92
 CUDA_GRAPH_DEFAULT_BYTES = GIB // 2
 
 Spelling = Literal["cli", "yaml", "log"]
-# What a refused setting value broke (:class:`SettingError`).
-Rule = Literal["whole", "min", "max", "number", "positive", "fraction", "bool", "name"]
-
-
-class SettingError(UsageError):
-    """A value one setting cannot take, with the rule it broke.
-
-    ``rule`` lets a caller that words refusals its own way do so without reading the message
-    (a plans file says ``must be at least 1 (got 0)`` where the command line says ``--tp must
-    be a positive integer, got 0``): ``whole`` not a whole number, ``min`` below 1, ``max``
-    above :data:`MAX_COUNT`, ``number`` not a finite number, ``positive`` not above 0,
-    ``fraction`` above 1, ``bool`` not true or false, ``name`` not a non-empty string.
-    ``value`` is the value as it was given (``90``, not ``90.0``).
-    """
-
-    def __init__(self, message: str, *, rule: Rule, value: Any) -> None:
-        super().__init__(message)
-        self.rule: Rule = rule
-        self.value = value
-
-
-@dataclass(frozen=True, kw_only=True)
-class Gpu:
-    """One GPU as software sees it: ``memory_bytes`` is the driver's total (what vLLM multiplies
-    by ``gpu_memory_utilization``), not the marketing size.
-
-    ``bandwidth_bytes_per_s`` and ``bf16_flops`` feed the simulator's roofline; they are
-    ``None`` for a GPU known only by its memory (``--gpu-memory``, a boot log). A catalog entry
-    also knows its ``vendor``, ``architecture`` (``hopper``, ``cdna3`` ...), its CUDA
-    ``compute_capability`` (NVIDIA) or ROCm ``gfx_target`` (AMD, what torch reports as
-    ``gcnArchName``), its dense ``fp8_flops`` (None without fp8 tensor units) and ``sources``:
-    (fact, where it comes from) pairs (``planner/data/gpus.json``).
-    """
-
-    name: str
-    memory_bytes: int
-    bandwidth_bytes_per_s: int | None = None
-    bf16_flops: int | None = None
-    compute_capability: str | None = None
-    aliases: tuple[str, ...] = ()
-    source: str = ""
-    # How the GPUs of one node talk ("nvlink", "xgmi" or "pcie") and how many one node holds;
-    # None where unknown. Filled per catalog entry (issue 28); read by the budget's non-torch
-    # term (issue 23) and the layout checks (issue 22).
-    interconnect: Literal["nvlink", "xgmi", "pcie"] | None = None
-    node_gpus: int | None = None
-    vendor: Literal["nvidia", "amd"] | None = None
-    architecture: str | None = None
-    gfx_target: str | None = None
-    fp8_flops: int | None = None
-    sources: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def is_a100(self) -> bool:
-        """vLLM's batch defaults treat A100 apart from other >= 70 GiB GPUs (it checks the
-        device name, as here: "a100-80gb" and "NVIDIA A100-SXM4-80GB" both are)."""
-        return "a100" in self.name.lower()
-
-    @property
-    def has_native_fp8(self) -> bool | None:
-        """Whether vLLM computes in fp8 on this GPU, as its platforms decide (``supports_fp8``):
-        NVIDIA from compute capability 8.9 (Ada, Hopper, Blackwell; ``platforms/cuda.py``), AMD
-        on gfx94x (MI300-class), gfx95x (MI350-class) and gfx12x (RDNA4) (``platforms/rocm.py``).
-        None when neither is known (a GPU known only by its memory)."""
-        if self.gfx_target:
-            return any(self.gfx_target.startswith(g) for g in ("gfx94", "gfx95", "gfx12"))
-        cc = re.fullmatch(r"(\d+)(?:\.(\d+))?", self.compute_capability or "")
-        if cc is None:
-            return None
-        return (int(cc[1]), int(cc[2] or 0)) >= (8, 9)
-
-    @property
-    def fp8_format(self) -> str | None:
-        """The fp8 e4m3 flavour vLLM stores and computes with (``current_platform.fp8_dtype()``):
-        ``float8_e4m3fnuz`` on gfx94x (MI300X/MI325X: no negative zero, exponent bias 8, so
-        vLLM doubles the scales of e4m3fn checkpoints), ``float8_e4m3fn`` elsewhere; None for a
-        GPU known only by its memory. Both take one byte per element, so KV bytes do not change.
-        """
-        if self.gfx_target:
-            return "float8_e4m3fnuz" if self.gfx_target.startswith("gfx94") else "float8_e4m3fn"
-        return "float8_e4m3fn" if self.compute_capability else None
-
-    @property
-    def arch_label(self) -> str:
-        """``compute capability 8.6`` or ``gfx1100``: how a note names the GPU's architecture."""
-        if self.gfx_target:
-            return self.gfx_target
-        return f"compute capability {self.compute_capability}"
-
-    def with_memory(self, memory_bytes: int, source: str) -> Gpu:
-        """This GPU with another total (``--gpu-memory`` over ``--gpu``): a custom size keeps
-        the name (so an A100 stays an A100) but loses no roofline figures."""
-        if memory_bytes <= 0:
-            raise UsageError("--gpu-memory must be positive")
-        return replace(self, memory_bytes=memory_bytes, source=source)
-
-
-def custom_gpu(memory_bytes: int, *, name: str = "custom", source: str = "--gpu-memory") -> Gpu:
-    """A GPU known only by its total memory."""
-    if memory_bytes <= 0:
-        raise UsageError("--gpu-memory must be positive")
-    return Gpu(name=name, memory_bytes=memory_bytes, source=source)
 
 
 # --------------------------------------------------------------------------- spellings
@@ -461,96 +359,17 @@ class ServeSettings:
             raise UsageError(f"--entrypoint must be one of {', '.join(ENTRYPOINTS)}")
         if self.runner not in RUNNERS:
             raise UsageError(f"--runner must be one of {', '.join(RUNNERS)}")
-        self._check_parallel()
+        check_parallel(self)
         if self.all2all_backend not in fields_.ALL2ALL_BACKENDS:
             raise UsageError(
                 f"--all2all-backend {self.all2all_backend!r}: vLLM 0.33 takes one of "
                 f"{', '.join(fields_.ALL2ALL_BACKENDS)}"
             )
-        self._check_lora()
-        self._check_offload()
+        check_lora(self)
+        check_offload(self)
         from planner.config.multimodal import check_mode
 
         check_mode(self.mm_encoder_tp_mode)
-
-    def _check_lora(self) -> None:
-        """vLLM's LoRAConfig rules (``vllm/config/lora.py``); the model's own rules are
-        :func:`planner.lora.check_supported`'s."""
-        from planner.config.lora import ALLOWED_RANKS
-
-        given = [
-            flag
-            for flag, on in (
-                ("--max-loras", self.max_loras != 1),
-                ("--max-lora-rank", self.max_lora_rank is not None),
-                ("--lora-target-modules", self.lora_target_modules is not None),
-                ("--fully-sharded-loras", self.fully_sharded_loras),
-                ("--max-cpu-loras", self.max_cpu_loras is not None),
-                ("--lora-adapter", self.lora_adapter is not None),
-            )
-            if on
-        ]
-        if given and not self.enable_lora:
-            raise UsageError(
-                f"{given[0]} needs --enable-lora (vLLM ignores the LoRA flags without it)"
-            )
-        rank = self.max_lora_rank
-        if rank is not None:
-            check_lora_rank(rank)
-        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
-            raise UsageError(
-                f"--max-cpu-loras {self.max_cpu_loras} must be at least --max-loras "
-                f"{self.max_loras} (vLLM's LoRAConfig)"
-            )
-        if self.lora_target_modules is not None and not self.lora_target_modules:
-            raise UsageError("--lora-target-modules needs at least one module name")
-        adapter = self.lora_adapter
-        if adapter is not None and rank is not None and adapter.rank > rank:
-            raise UsageError(
-                f"--lora-adapter {adapter.path} has rank {adapter.rank}, above --max-lora-rank "
-                f"{rank}: vLLM refuses to load it; use --max-lora-rank "
-                f"{next((r for r in ALLOWED_RANKS if r >= adapter.rank), ALLOWED_RANKS[-1])}"
-            )
-        if self.enable_lora and self.engine is not Engine.VLLM:
-            raise UsageError("--enable-lora is sized for vLLM only; drop it or use --engine vllm")
-
-    def _check_offload(self) -> None:
-        """vLLM's offload and KV-tier rules (``vllm/config/offload.py``, ``cache.py``)."""
-        for flag, value in (
-            ("--cpu-offload-gb", self.cpu_offload_gb),
-            ("--kv-offloading-size", self.kv_offloading_size),
-        ):
-            if value is None:
-                continue
-            finite = isinstance(value, int | float) and not isinstance(value, bool)
-            if not (finite and math.isfinite(value) and 0 <= value <= MAX_COUNT):
-                raise SettingError(
-                    f"{flag} must be a number of GiB >= 0, got {value!r}",
-                    rule="number",
-                    value=value,
-                )
-        if self.kv_offloading_size is not None and self.kv_offloading_size <= 0:
-            raise SettingError(
-                f"--kv-offloading-size must be positive (GiB), got {self.kv_offloading_size!r}",
-                rule="positive",
-                value=self.kv_offloading_size,
-            )
-        if self.kv_offloading_backend not in fields_.KV_OFFLOADING_BACKENDS:
-            raise UsageError(
-                "--kv-offloading-backend must be one of "
-                f"{', '.join(fields_.KV_OFFLOADING_BACKENDS)}, got {self.kv_offloading_backend!r}"
-            )
-        if self.kv_offloading_backend != "native" and self.kv_offloading_size is None:
-            raise UsageError(
-                "--kv-offloading-backend needs --kv-offloading-size (vLLM turns the KV tier "
-                "on only when a size is given)"
-            )
-        offload = self.cpu_offload_gb or self.kv_offloading_size is not None
-        if offload and self.engine is not Engine.VLLM:
-            raise UsageError(
-                "--cpu-offload-gb and --kv-offloading-size are sized for vLLM only; drop them "
-                "or use --engine vllm"
-            )
 
     @property
     def lora_rank(self) -> int:
@@ -574,33 +393,6 @@ class ServeSettings:
         """``--kv-offloading-size`` as vLLM's ``cpu_bytes_to_use``: ``int(size x 2**30)``
         (0 when no size is given)."""
         return int((self.kv_offloading_size or 0) * (1 << 30))
-
-    def _check_parallel(self) -> None:
-        """vLLM's ParallelConfig rules for DP, EP, EPLB and DCP (``vllm/config/parallel.py``)."""
-        r = self.num_redundant_experts
-        if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= MAX_COUNT:
-            raise SettingError(
-                f"--num-redundant-experts must be a whole number >= 0, got {r!r}",
-                rule="whole",
-                value=r,
-            )
-        if r and not self.enable_expert_parallel:
-            raise UsageError(
-                "--num-redundant-experts needs --enable-expert-parallel (vLLM's EPLB runs only "
-                "with expert parallelism)"
-            )
-        if self.tp % self.dcp:
-            raise UsageError(
-                f"--decode-context-parallel-size {self.dcp} must divide --tp {self.tp} "
-                "(DCP reuses the TP ranks)"
-            )
-        if self.engine is not Engine.VLLM and (
-            self.dcp > 1 or self.speculative is not None or self.num_redundant_experts
-        ):
-            raise UsageError(
-                "--decode-context-parallel-size, --speculative-config and EPLB are sized for "
-                "vLLM only; drop them or use --engine vllm"
-            )
 
     @property
     def gpus(self) -> int:
@@ -752,17 +544,6 @@ def refuse_int8_kv(dtype: KVDtype, engine: Engine) -> None:
         raise UsageError(
             f"--kv-cache-dtype int8: {_NO_INT8_KV[engine]} has no int8 KV cache; "
             f"use one of: {takes}"
-        )
-
-
-def check_lora_rank(rank: int) -> None:
-    """Refuse a ``--max-lora-rank`` vLLM 0.33 refuses (``MaxLoRARanks``)."""
-    from planner.config.lora import ALLOWED_RANKS
-
-    if rank not in ALLOWED_RANKS:
-        raise UsageError(
-            f"--max-lora-rank must be one of {', '.join(map(str, ALLOWED_RANKS))} (vLLM's "
-            f"MaxLoRARanks), got {rank!r}"
         )
 
 

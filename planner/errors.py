@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 
 class KvplanError(Exception):
     """Expected failure; shown to the user as one `Error: ...` line, exit code 1."""
@@ -85,3 +87,24 @@ def one_line(message: str) -> str:
     return "".join(
         c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message
     )
+
+
+# What a refused setting value broke (:class:`SettingError`).
+Rule = Literal["whole", "min", "max", "number", "positive", "fraction", "bool", "name"]
+
+
+class SettingError(UsageError):
+    """A value one setting cannot take, with the rule it broke.
+
+    ``rule`` lets a caller that words refusals its own way do so without reading the message
+    (a plans file says ``must be at least 1 (got 0)`` where the command line says ``--tp must
+    be a positive integer, got 0``): ``whole`` not a whole number, ``min`` below 1, ``max``
+    above :data:`MAX_COUNT`, ``number`` not a finite number, ``positive`` not above 0,
+    ``fraction`` above 1, ``bool`` not true or false, ``name`` not a non-empty string.
+    ``value`` is the value as it was given (``90``, not ``90.0``).
+    """
+
+    def __init__(self, message: str, *, rule: Rule, value: Any) -> None:
+        super().__init__(message)
+        self.rule: Rule = rule
+        self.value = value

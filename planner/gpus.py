@@ -19,14 +19,97 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from planner.deployment import Gpu, custom_gpu
 from planner.errors import UsageError
 from planner.notes import say
 from planner.units import GIB, MIB, fmt_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpu:
+    """One GPU as software sees it: ``memory_bytes`` is the driver's total (what vLLM multiplies
+    by ``gpu_memory_utilization``), not the marketing size.
+
+    ``bandwidth_bytes_per_s`` and ``bf16_flops`` feed the simulator's roofline; they are
+    ``None`` for a GPU known only by its memory (``--gpu-memory``, a boot log). A catalog entry
+    also knows its ``vendor``, ``architecture`` (``hopper``, ``cdna3`` ...), its CUDA
+    ``compute_capability`` (NVIDIA) or ROCm ``gfx_target`` (AMD, what torch reports as
+    ``gcnArchName``), its dense ``fp8_flops`` (None without fp8 tensor units) and ``sources``:
+    (fact, where it comes from) pairs (``planner/data/gpus.json``).
+    """
+
+    name: str
+    memory_bytes: int
+    bandwidth_bytes_per_s: int | None = None
+    bf16_flops: int | None = None
+    compute_capability: str | None = None
+    aliases: tuple[str, ...] = ()
+    source: str = ""
+    # How the GPUs of one node talk ("nvlink", "xgmi" or "pcie") and how many one node holds;
+    # None where unknown. Filled per catalog entry (issue 28); read by the budget's non-torch
+    # term (issue 23) and the layout checks (issue 22).
+    interconnect: Literal["nvlink", "xgmi", "pcie"] | None = None
+    node_gpus: int | None = None
+    vendor: Literal["nvidia", "amd"] | None = None
+    architecture: str | None = None
+    gfx_target: str | None = None
+    fp8_flops: int | None = None
+    sources: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_a100(self) -> bool:
+        """vLLM's batch defaults treat A100 apart from other >= 70 GiB GPUs (it checks the
+        device name, as here: "a100-80gb" and "NVIDIA A100-SXM4-80GB" both are)."""
+        return "a100" in self.name.lower()
+
+    @property
+    def has_native_fp8(self) -> bool | None:
+        """Whether vLLM computes in fp8 on this GPU, as its platforms decide (``supports_fp8``):
+        NVIDIA from compute capability 8.9 (Ada, Hopper, Blackwell; ``platforms/cuda.py``), AMD
+        on gfx94x (MI300-class), gfx95x (MI350-class) and gfx12x (RDNA4) (``platforms/rocm.py``).
+        None when neither is known (a GPU known only by its memory)."""
+        if self.gfx_target:
+            return any(self.gfx_target.startswith(g) for g in ("gfx94", "gfx95", "gfx12"))
+        cc = re.fullmatch(r"(\d+)(?:\.(\d+))?", self.compute_capability or "")
+        if cc is None:
+            return None
+        return (int(cc[1]), int(cc[2] or 0)) >= (8, 9)
+
+    @property
+    def fp8_format(self) -> str | None:
+        """The fp8 e4m3 flavour vLLM stores and computes with (``current_platform.fp8_dtype()``):
+        ``float8_e4m3fnuz`` on gfx94x (MI300X/MI325X: no negative zero, exponent bias 8, so
+        vLLM doubles the scales of e4m3fn checkpoints), ``float8_e4m3fn`` elsewhere; None for a
+        GPU known only by its memory. Both take one byte per element, so KV bytes do not change.
+        """
+        if self.gfx_target:
+            return "float8_e4m3fnuz" if self.gfx_target.startswith("gfx94") else "float8_e4m3fn"
+        return "float8_e4m3fn" if self.compute_capability else None
+
+    @property
+    def arch_label(self) -> str:
+        """``compute capability 8.6`` or ``gfx1100``: how a note names the GPU's architecture."""
+        if self.gfx_target:
+            return self.gfx_target
+        return f"compute capability {self.compute_capability}"
+
+    def with_memory(self, memory_bytes: int, source: str) -> Gpu:
+        """This GPU with another total (``--gpu-memory`` over ``--gpu``): a custom size keeps
+        the name (so an A100 stays an A100) but loses no roofline figures."""
+        if memory_bytes <= 0:
+            raise UsageError("--gpu-memory must be positive")
+        return replace(self, memory_bytes=memory_bytes, source=source)
+
+
+def custom_gpu(memory_bytes: int, *, name: str = "custom", source: str = "--gpu-memory") -> Gpu:
+    """A GPU known only by its total memory."""
+    if memory_bytes <= 0:
+        raise UsageError("--gpu-memory must be positive")
+    return Gpu(name=name, memory_bytes=memory_bytes, source=source)
+
 
 _DATA = Path(__file__).parent / "data" / "gpus.json"
 _MEMORY = re.compile(r"(\d+(?:\.\d+)?) (MiB|GiB)")

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from planner.deployment import Gpu, ServeSettings, positive_count
+from planner.deployment import ServeSettings, positive_count
 from planner.errors import UsageError
+from planner.gpus import Gpu
 from planner.model.specs import (
     MLA,
     STATE_KINDS,

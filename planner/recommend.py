@@ -25,7 +25,6 @@ from planner.cluster import best_layout, cluster_of, layouts
 from planner.commands import engine_commands
 from planner.deployment import (
     Deployment,
-    Gpu,
     ServeSettings,
     as_flags,
     fp8_kv_caveat,
@@ -36,6 +35,7 @@ from planner.errors import DoesNotFitError, UsageError, WontStartError
 from planner.features import FeatureRecord, PlanContext, fold
 from planner.features.multimodal import MMLever
 from planner.features.speculative import SpeculativeFigures
+from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
 from planner.offload import HostRam, KvTier

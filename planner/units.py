@@ -97,3 +97,8 @@ def format_gib(n: int) -> str:
     """Bytes as GiB with 2 decimals and no unit, the way vLLM's ``format_gib`` logs them
     (``Available KV cache memory: 51.38 GiB``)."""
     return f"{round(n / GIB, 2):.2f}"
+
+
+# Token counts, lengths, sequences and parallel sizes above 2^40 describe no deployment; the
+# bound keeps every byte product exact in a float for the renderers.
+MAX_COUNT = 1 << 40

@@ -37,8 +37,8 @@ from dataclasses import replace
 import torch
 
 import planner
-from planner.deployment import Gpu
 from planner.errors import DoesNotFitError, UsageError
+from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate
 from planner.model.specs import ModelSpec
 from probes.alloc import CudaMemory, DeviceMemory, open_device, require_cuda

@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from planner.deployment import Deployment, Gpu, ServeSettings
-from planner.gpus import get_gpu
+from planner.deployment import Deployment, ServeSettings
+from planner.gpus import Gpu, get_gpu
 from planner.model.load import LoadedModel, load_model, with_headers
 from planner.model.specs import ModelSpec
 from planner.recommend import Plan, PlanOptions, plan
@@ -276,7 +276,7 @@ def guide_pool_blocks(max_num_seqs: int) -> int:
 
 def guide_plan(**kwargs: Any) -> Plan:
     """:func:`plan_for` on the field guide's card (``GUIDE_ARGS``), with more flags/options."""
-    from planner.deployment import custom_gpu
+    from planner.gpus import custom_gpu
 
     return plan_for(
         "qwen2.5-7b-instruct", custom_gpu(24 << 30), gpu_memory_utilization=0.9, **kwargs

@@ -14,8 +14,7 @@ from planner.budget import (
     sglang_mem_fraction_static,
     vllm_capacity,
 )
-from planner.deployment import Gpu
-from planner.gpus import get_gpu
+from planner.gpus import Gpu, get_gpu
 from planner.units import parse_size
 from planner.vllm_rules import rules_for
 from planner.weights import from_config

@@ -13,17 +13,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.deployment import (
-    Gpu,
-    ServeSettings,
-    SettingError,
-    as_flags,
-    as_yaml,
-    custom_gpu,
-    vllm_batch_defaults,
-)
-from planner.errors import UsageError
-from planner.gpus import get_gpu, resolve_gpu
+from planner.deployment import ServeSettings, as_flags, as_yaml, vllm_batch_defaults
+from planner.errors import SettingError, UsageError
+from planner.gpus import Gpu, custom_gpu, get_gpu, resolve_gpu
 from planner.model.specs import Engine, KVDtype
 
 GIB = 1 << 30

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 import planner
 from planner.cli import app
-from planner.deployment import Gpu
 from planner.diagnose import (
     GIB,
     LogFileError,
@@ -21,7 +20,7 @@ from planner.diagnose import (
     diagnose_file,
     parse_log,
 )
-from planner.gpus import get_gpu
+from planner.gpus import Gpu, get_gpu
 from tests.helpers import plan_for
 
 runner = CliRunner()

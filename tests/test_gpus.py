@@ -13,12 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.deployment import Gpu, fp8_kv_caveat
+from planner.deployment import fp8_kv_caveat
 from planner.errors import UsageError
 from planner.gpus import (
     AMBIGUOUS,
     DEVICE_NAMES,
     GPUS,
+    Gpu,
     detect_gpu,
     get_gpu,
     lookup_gpu,

@@ -47,7 +47,7 @@ def test_the_guides_pairs_start_and_say_how_many_run(
 
 
 def _guide_plan(max_model_len: int, max_num_seqs: int):  # type: ignore[no-untyped-def]
-    from planner.deployment import custom_gpu
+    from planner.gpus import custom_gpu
 
     return plan_for(
         "qwen2.5-7b-instruct",

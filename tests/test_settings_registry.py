@@ -19,7 +19,8 @@ from planner.check import load_yaml, parse_plans
 from planner.cli._options import settings_from
 from planner.cli.app import app
 from planner.commands import engine_commands
-from planner.config.fields import ENGINES, SETTINGS, Setting, for_command
+from planner.config.fields import SETTINGS, for_command
+from planner.config.setting import ENGINES, Setting
 from planner.deployment import ServeSettings
 from planner.diagnose.boot_log import parse_log
 from planner.diagnose.settings import layer_settings

@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from planner.config.fields import Command, Setting, for_command, setting
+from planner.config.fields import for_command, setting
+from planner.config.setting import Command, Setting
 from planner.errors import KvplanError, UsageError
 
 if TYPE_CHECKING:
-    from planner.deployment import Gpu, ServeSettings
+    from planner.deployment import ServeSettings
+    from planner.gpus import Gpu
 
 
 ModelArg = Annotated[

@@ -6,8 +6,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from planner.errors import UsageError
+from planner.model.specs import Engine
+
+if TYPE_CHECKING:
+    from planner.deployment import ServeSettings
 
 # vLLM 0.33 vllm/config/lora.py: MaxLoRARanks; max_lora_rank defaults to 16.
 ALLOWED_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -97,3 +102,50 @@ def rank_for(adapter_rank: int) -> int:
         f"LoRA rank {adapter_rank} is above vLLM's largest --max-lora-rank "
         f"{ALLOWED_RANKS[-1]}; vLLM cannot serve this adapter"
     )
+
+
+def check_lora_rank(rank: int) -> None:
+    """Refuse a ``--max-lora-rank`` vLLM 0.33 refuses (``MaxLoRARanks``)."""
+    if rank not in ALLOWED_RANKS:
+        raise UsageError(
+            f"--max-lora-rank must be one of {', '.join(map(str, ALLOWED_RANKS))} (vLLM's "
+            f"MaxLoRARanks), got {rank!r}"
+        )
+
+
+def check_lora(s: ServeSettings) -> None:
+    """vLLM's LoRAConfig rules (``vllm/config/lora.py``); the model's own rules are
+    :func:`planner.lora.check_supported`'s."""
+    given = [
+        flag
+        for flag, on in (
+            ("--max-loras", s.max_loras != 1),
+            ("--max-lora-rank", s.max_lora_rank is not None),
+            ("--lora-target-modules", s.lora_target_modules is not None),
+            ("--fully-sharded-loras", s.fully_sharded_loras),
+            ("--max-cpu-loras", s.max_cpu_loras is not None),
+            ("--lora-adapter", s.lora_adapter is not None),
+        )
+        if on
+    ]
+    if given and not s.enable_lora:
+        raise UsageError(f"{given[0]} needs --enable-lora (vLLM ignores the LoRA flags without it)")
+    rank = s.max_lora_rank
+    if rank is not None:
+        check_lora_rank(rank)
+    if s.max_cpu_loras is not None and s.max_cpu_loras < s.max_loras:
+        raise UsageError(
+            f"--max-cpu-loras {s.max_cpu_loras} must be at least --max-loras "
+            f"{s.max_loras} (vLLM's LoRAConfig)"
+        )
+    if s.lora_target_modules is not None and not s.lora_target_modules:
+        raise UsageError("--lora-target-modules needs at least one module name")
+    adapter = s.lora_adapter
+    if adapter is not None and rank is not None and adapter.rank > rank:
+        raise UsageError(
+            f"--lora-adapter {adapter.path} has rank {adapter.rank}, above --max-lora-rank "
+            f"{rank}: vLLM refuses to load it; use --max-lora-rank "
+            f"{next((r for r in ALLOWED_RANKS if r >= adapter.rank), ALLOWED_RANKS[-1])}"
+        )
+    if s.enable_lora and s.engine is not Engine.VLLM:
+        raise UsageError("--enable-lora is sized for vLLM only; drop it or use --engine vllm")

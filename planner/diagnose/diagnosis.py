@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from planner.deployment import Deployment, Gpu
+from planner.deployment import Deployment
 from planner.diagnose.boot_log import BootLog, parse_log
 from planner.diagnose.findings import Finding, explain, troubleshoot
 from planner.diagnose.ranks import DataParallel, data_parallel, rank_findings
 from planner.diagnose.settings import COMMAND_LINE, PlanSettings, layer_settings
 from planner.errors import InputFileError, KvplanError
 from planner.files import read_text_file
+from planner.gpus import Gpu
 from planner.units import GIB
 
 if TYPE_CHECKING:

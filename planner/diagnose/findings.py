@@ -15,7 +15,8 @@ from planner.model.specs import KVDtype
 from planner.units import GIB
 
 if TYPE_CHECKING:
-    from planner.deployment import Gpu, ServeSettings
+    from planner.deployment import ServeSettings
+    from planner.gpus import Gpu
     from planner.recommend import Plan
 
 LOG_ROUNDING_BYTES = GIB // 200  # format_gib rounds to 0.01 GiB: +-0.005 GiB

@@ -56,7 +56,8 @@ from planner.diagnose.findings import LOW_PCT, MIN_SAMPLES, PINNED_PCT, Finding,
 from planner.errors import InputFileError, KvplanError
 
 if TYPE_CHECKING:
-    from planner.deployment import Gpu, ServeSettings
+    from planner.deployment import ServeSettings
+    from planner.gpus import Gpu
     from planner.recommend import Plan
 
 MAX_METRICS_BYTES = 50 << 20  # one file, one response, or a directory's files together

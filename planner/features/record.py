@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from planner.budget import VllmCapacity
-from planner.config.fields import SETTINGS, Concern
+from planner.config.fields import SETTINGS
+from planner.config.setting import Concern
 from planner.deployment import Deployment, ServeSettings
 from planner.kv_layout import KVEstimate
 from planner.weights import Weights

@@ -9,7 +9,7 @@ from planner.render._output import Column, console, print_fitted, to_json, write
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
-    from planner.deployment import Gpu
+    from planner.gpus import Gpu
     from planner.model_list import ModelRow
 
 

@@ -72,8 +72,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from planner.deployment import Gpu
 from planner.errors import InputFileError
+from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate
 from planner.model.specs import ModelSpec
 from planner.simulate.roofline import ModelParams, Roofline, roofline_for

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from planner.deployment import Gpu
 from planner.errors import UsageError
+from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate
 from planner.model.specs import ModelSpec
 from planner.weights import Weights, from_config

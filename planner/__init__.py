@@ -33,8 +33,9 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time they load o
     )
     from planner.gpus import Gpu, get_gpu
     from planner.kv_layout import KVEstimate, estimate, get_pp_indices
-    from planner.model.config import load_model_spec, parse_config
+    from planner.model.config import parse_config
     from planner.model.load import LoadedModel, load_model
+    from planner.model.resolve import load_model_spec
     from planner.model.specs import (
         MLA,
         ChunkedLocal,
@@ -64,7 +65,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "parse_log": ("planner.diagnose", "parse_log"),
     "simulate_model": ("planner.simulate", "simulate_model"),
     "Deployment": ("planner.deployment", "Deployment"),
-    "Gpu": ("planner.deployment", "Gpu"),
+    "Gpu": ("planner.gpus", "Gpu"),
     "ServeSettings": ("planner.deployment", "ServeSettings"),
     "ConfigError": ("planner.errors", "ConfigError"),
     "DoesNotFitError": ("planner.errors", "DoesNotFitError"),
@@ -75,7 +76,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "KVEstimate": ("planner.kv_layout", "KVEstimate"),
     "estimate": ("planner.kv_layout", "estimate"),
     "get_pp_indices": ("planner.kv_layout", "get_pp_indices"),
-    "load_model_spec": ("planner.model.config", "load_model_spec"),
+    "load_model_spec": ("planner.model.resolve", "load_model_spec"),
     "parse_config": ("planner.model.config", "parse_config"),
     "LoadedModel": ("planner.model.load", "LoadedModel"),
     "load_model": ("planner.model.load", "load_model"),

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from planner import files, secrets
 from planner.errors import KvplanError
 from planner.lora import read_adapter
-from planner.model.config import load_model_spec
+from planner.model.resolve import load_model_spec
 from planner.simulate.steptimes import load_step_times
 from planner.simulate.trace import load_workload
 from planner.weights import read_safetensors_header

@@ -55,7 +55,7 @@ def load_model(
     Returns:
         The :class:`LoadedModel`.
     """
-    from planner.model.config import load_model_spec
+    from planner.model.resolve import load_model_spec
 
     spec = load_model_spec(model, revision=revision, offline=offline)
     return with_headers(spec, revision=revision, offline=offline)

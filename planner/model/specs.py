@@ -5,7 +5,7 @@ knows its bytes per token, its page size for a block, and how many blocks one re
 context length. Nothing outside this module branches on the kind of a layer.
 
 Specs come in two flavours built from the same classes: the *model* spec (whole model, tensor
-parallel size 1, model dtype), as :func:`planner.model.config.load_model_spec` returns it, and the
+parallel size 1, model dtype), as :func:`planner.model.resolve.load_model_spec` returns it, and the
 *per-rank* spec from :meth:`LayerSpec.for_rank`, which is what a GPU actually stores.
 """
 

@@ -6,39 +6,28 @@ rich's tables are imported by the functions that draw them: ``--json`` prints wi
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from planner.budget import estimate_ranges
-from planner.lora import describe as describe_lora
-from planner.offload import describe_tier
 from planner.render._output import (
-    BAR_CHARS,
     OUTCOME_PHRASES,
     Column,
     console,
     outcome_words,
     print_fitted,
     to_json,
-    usage_bar,
     user_text,
     warnings_,
     write_out,
 )
-from planner.units import fmt_bytes, format_gib
+from planner.render.estimate.budget import budget_lines, host_ram_line, memory_beyond, mm_line
+from planner.render.estimate.data import estimate_dict, refusal_dict, report_dict
+from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from planner.kv_layout import KVEstimate
     from planner.recommend import Plan, Refusal, Report
-
-
-def estimate_dict(est: KVEstimate) -> dict[str, Any]:
-    data = asdict(est)
-    data["pp_layers"] = list(est.pp_layers)
-    data["mha_savings"] = round(est.mha_savings, 4)
-    return data
 
 
 def estimate(est: KVEstimate, *, as_json: bool = False, warn: bool = True) -> None:
@@ -168,170 +157,6 @@ def _vllm_layout(out: Console, est: KVEstimate) -> None:
     )
 
 
-def report_dict(rep: Report) -> dict[str, Any]:
-    """The JSON of ``kvplan estimate``: the estimate's keys, plus the plan's when a GPU is set."""
-    from planner.recommend import wont_start_error
-
-    data = estimate_dict(rep.estimate)
-    if rep.plan is not None and rep.plan.warnings:
-        data["warnings"] = [*data["warnings"], *rep.plan.warnings]
-    if rep.gpu_table:
-        data["gpus"] = [asdict(r) for r in rep.gpu_table]
-    p = rep.plan
-    if p is None:
-        return data
-    if rep.engine is not None:
-        # --engine sglang|trtllm|hf on a GPU: that engine's plan; the rest is vLLM's, compared
-        data["engine_plan"] = {
-            **asdict(rep.engine),
-            "outcome": rep.engine_outcome,
-            "running_limit": rep.engine_running_limit,
-            "worst_case_running": min(
-                rep.engine_running_limit or 0, int(rep.engine.max_concurrency)
-            ),
-            "command": p.commands.get(rep.engine.engine),
-        }
-    cap = p.vllm
-    data.update(
-        gpu={"name": p.gpu.name, "memory_bytes": p.gpu.memory_bytes, "source": p.gpu.source},
-        gpu_memory_utilization=cap.gpu_memory_utilization,
-        requested_bytes=cap.requested_bytes,
-        weights_bytes=p.weights.bytes_per_rank,
-        weights_total_bytes=p.weights.total_bytes,
-        weights_source=p.weights.source,
-        parameter_count=p.weights.parameter_count,
-        activation_peak_bytes=cap.activation_peak_bytes,
-        non_torch_bytes=cap.non_torch_bytes,
-        cuda_graph_bytes=cap.cuda_graph_bytes,
-        headroom_bytes=cap.headroom_bytes,
-        activation_parts={
-            "forward_bytes": cap.activation_forward_bytes,
-            "sampler_bytes": cap.activation_sampler_bytes,
-        },
-        after_sizing={
-            "cuda_graph_bytes": cap.graphs_after_sizing_bytes,
-            "warmup_bytes": cap.warmup_bytes,
-            "free_bytes": cap.post_allocation_free_bytes,
-            "free_at_start_bytes": cap.free_at_start_bytes,
-        },
-        wont_start_term=cap.wont_start_term,
-        start_changes=[dict(c) for c in cap.start_changes],
-        available_kv_bytes=cap.available_kv_bytes,
-        num_gpu_blocks=cap.num_gpu_blocks,
-        kv_cache_size_tokens=cap.kv_cache_size_tokens,
-        max_concurrency=round(cap.max_concurrency, 4),
-        estimate_ranges={
-            k: list(v)
-            for k, v in estimate_ranges(
-                cap, p.estimate.tensor_parallel_size * p.estimate.pipeline_parallel_size
-            ).items()
-        },
-        vllm_version=p.vllm_version,
-        data_parallel_size=p.cluster.data_parallel_size if p.cluster else 1,
-        expert_parallel=p.expert_parallel,
-        cluster=asdict(p.cluster) if p.cluster else None,
-        speculative=asdict(p.speculative) if p.speculative else None,
-        lora_bytes=p.weights.lora_bytes_per_rank,
-        lora=describe_lora(p.lora) if p.lora else None,
-        weights_offloaded_bytes=p.weights.offloaded_bytes_per_rank,
-        cpu_kv_tokens=p.kv_tier.cpu_kv_tokens if p.kv_tier else None,
-        kv_offload=describe_tier(p.kv_tier),
-        host_ram_bytes=p.host_ram.as_dict(),
-        features=[f.as_dict() for f in p.features],
-        mm={**asdict(p.mm), "levers": [asdict(lv) for lv in p.mm_levers]} if p.mm else None,
-        layouts=[asdict(r) for r in p.layouts] if p.layouts else None,
-        node_commands=p.node_commands or None,
-        estimated_max_model_len=cap.estimated_max_model_len,
-        fits=p.outcome != "wont_start",
-        outcome=p.outcome,
-        worst_case_running=p.worst_case_running,
-        outcome_reason=p.outcome_reason,
-        error=cap.error,
-        mamba_max_num_seqs=cap.mamba_max_num_seqs,
-        vllm_log=cap.log_lines,
-        recommended=asdict(p.recommended) if p.recommended else None,
-        grid=[asdict(c) for c in p.grid],
-        alternatives=[asdict(a) for a in p.alternatives],
-        engines=[asdict(e) for e in p.engines],
-        block_sizes=[asdict(b) for b in p.block_sizes],
-        prefix_sharing=asdict(p.prefix_sharing) if p.prefix_sharing else None,
-        naive_vs_paged=asdict(p.naive_vs_paged),
-        commands=p.commands,
-        command_files=p.command_files,
-        workload=_advice_dict(p),
-        plan_notes=p.notes,
-        **({"layout_choice": p.layout_choice} if p.layout_choice else {}),
-        # the change that starts, as data (only when the settings won't start)
-        **({"changes": _plain(wont_start_error(p).changes)} if p.outcome == "wont_start" else {}),
-        estimates_note=(
-            "weights are exact only from safetensors headers; activation, non-torch and "
-            "CUDA-graph terms are estimates calibrated on measured vLLM startups — "
-            "`kvplan verify --gpu` measures them"
-        ),
-    )
-    return data
-
-
-def _plain(changes: list[dict[str, object] | str]) -> list[Any]:
-    """Changes as JSON data: enum values by their names."""
-    return [
-        {k: getattr(v, "value", v) for k, v in c.items()} if isinstance(c, dict) else c
-        for c in changes
-    ]
-
-
-def refusal_dict(r: Refusal) -> dict[str, Any]:
-    """The JSON of a deployment that won't start before it is planned: the estimate's keys
-    where the KV layout was computed, the figures computed before it failed, and the verdict
-    (``outcome`` ``wont_start``, ``outcome_reason``, ``wont_start_check``, ``changes`` as
-    data, ``change_flags`` as flags); no commands."""
-    data: dict[str, Any] = estimate_dict(r.estimate) if r.estimate else {"model": r.model}
-    s = r.settings
-    data.update(
-        tensor_parallel_size=s.tp,
-        pipeline_parallel_size=s.pp,
-        data_parallel_size=s.dp,
-        expert_parallel=s.enable_expert_parallel,
-        gpu=(
-            {"name": r.gpu.name, "memory_bytes": r.gpu.memory_bytes, "source": r.gpu.source}
-            if r.gpu
-            else None
-        ),
-        gpus=r.gpus,
-        gpu_memory_utilization=s.gmu,
-        requested_bytes=(-(-int(r.gpu.memory_bytes * s.gmu * 1000) // 1000) if r.gpu else None),
-    )
-    if r.weights is not None:
-        data.update(
-            weights_bytes=r.weights.bytes_per_rank,
-            weights_total_bytes=r.weights.total_bytes,
-            weights_source=r.weights.source,
-            parameter_count=r.weights.parameter_count,
-        )
-    cap = r.vllm
-    if cap is not None:
-        data.update(
-            activation_peak_bytes=cap.activation_peak_bytes,
-            non_torch_bytes=cap.non_torch_bytes,
-            cuda_graph_bytes=cap.cuda_graph_bytes,
-            available_kv_bytes=cap.available_kv_bytes,
-            num_gpu_blocks=cap.num_gpu_blocks,
-            kv_cache_size_tokens=cap.kv_cache_size_tokens,
-        )
-    data.update(
-        layouts=[asdict(row) for row in r.layouts] if r.layouts else None,
-        fits=False,
-        outcome="wont_start",
-        worst_case_running=0,
-        outcome_reason=r.reason,
-        wont_start_check=r.check,
-        changes=_plain(r.changes),
-        change_flags=r.hints,
-        commands={},
-    )
-    return data
-
-
 def refusal(r: Refusal, *, as_json: bool = False) -> None:
     """Print a deployment that won't start before it is planned: the verdict, why, the
     changes that start and the layouts of the GPUs given; never a command."""
@@ -359,25 +184,6 @@ def refusal(r: Refusal, *, as_json: bool = False) -> None:
         out.print(f"  try: {hint}", markup=False)
     if r.layouts:
         _layout_table(r.layouts, r.gpus or 0, "")
-
-
-def _advice_dict(p: Plan) -> dict[str, Any] | None:
-    """JSON ``workload``: the replay behind a workload-based recommendation."""
-    a = p.advice
-    if a is None:
-        return None
-    return {
-        "name": a.name,
-        "source": a.source,
-        "requests": a.requests,
-        "rejected": a.rejected,
-        "arrivals": "all at once (saturation)",
-        "target_usage": a.target_usage,
-        "max_num_seqs_ceiling": a.ceiling,
-        "recommended": asdict(a.recommended),
-        "next_up": asdict(a.next_up) if a.next_up else None,
-        "yours": asdict(a.yours),
-    }
 
 
 def report(
@@ -560,9 +366,9 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             f"{sp.num_lookahead_tokens} lookahead slot(s) per running request",
             markup=False,
         )
-    _beyond(p)
+    memory_beyond(p)
     if p.mm is not None:
-        _mm_line(p)
+        mm_line(p)
     if rec:
         basis = {
             "workload": "from your workload",
@@ -618,10 +424,10 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         )
     out.print()
     if p.gpu.memory_bytes:
-        _budget(p)
+        budget_lines(p)
     else:
         out.print(f"[bold]vLLM with --kv-cache-memory {fmt_bytes(cap.available_kv_bytes)}[/]")
-    out.print(_host_ram_line(p), markup=False)
+    out.print(host_ram_line(p), markup=False)
     out.print("[bold]vLLM would log:[/]")
     for line in cap.log_lines:
         out.print(f"  {line}", markup=False)
@@ -672,97 +478,6 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
         "[dim]Activation, non-torch and CUDA-graph terms are estimates (`kvplan verify --gpu` "
         "measures them); weights are exact only from safetensors headers.[/]"
     )
-
-
-def _beyond(p: Plan) -> None:
-    """One line each for the LoRA buffers, offloaded weights and the CPU KV tier."""
-    out = console()
-    if p.lora is not None:
-        b = p.lora
-        which = " ".join(b.target_modules) if b.target_modules else "every module"
-        out.print(
-            f"  LoRA: {b.max_loras} slot(s) x rank {b.max_lora_rank} = "
-            f"{fmt_bytes(p.weights.lora_bytes_per_rank)}/GPU, counted as weights ({which})",
-            markup=False,
-        )
-    if p.weights.offloaded_bytes_per_rank:
-        out.print(
-            f"  CPU offload: {fmt_bytes(p.weights.offloaded_bytes_per_rank)}/GPU of weights in "
-            "pinned host RAM (read over PCIe)",
-            markup=False,
-        )
-    tier = p.kv_tier
-    if tier is not None and tier.cpu_kv_tokens is not None:
-        ratio = tier.ratio_to_gpu_pool
-        times = f"{ratio:.2f}x the GPU pool" if ratio is not None else "no GPU pool"
-        out.print(
-            f"  CPU KV tier ({tier.backend}): {tier.cpu_kv_tokens:,} tokens, "
-            f"{tier.cpu_blocks:,} blocks = {times}",
-            markup=False,
-        )
-    elif tier is not None:
-        out.print(
-            f"  CPU KV tier ({tier.backend}): sized by the LMCache server, not by vLLM",
-            markup=False,
-        )
-
-
-def _mm_line(p: Plan) -> None:
-    """A multimodal model's tower and encoder, in two short lines under the KV line."""
-    mm = p.mm
-    assert mm is not None
-    out = console()
-    if mm.mm_encoder_tp_mode == "off":
-        out.print(
-            f"  vision tower ({mm.family}): not built, no encoder (every modality off)",
-            markup=False,
-        )
-        return
-    where = {"weights": "TP-sharded", "data": "a copy per TP rank"}
-    out.print(
-        f"  vision tower ({mm.family}): {fmt_bytes(mm.tower_weights_bytes)} per GPU "
-        f"({where[mm.mm_encoder_tp_mode]})",
-        markup=False,
-    )
-    if mm.encoder_budget_tokens is None:
-        out.print(
-            "  encoder budget unknown: tokens per item not derived (--mm-tokens-per-item)",
-            markup=False,
-        )
-    elif mm.profiled_modality is not None:
-        tokens = mm.tokens_per_item[mm.profiled_modality] or 0
-        items = mm.profile_items or 0
-        what = f"{items:,} {mm.profiled_modality}{'s' if items != 1 else ''} of {tokens:,}"
-        out.print(
-            f"  encoder: budget {mm.encoder_budget_tokens:,} tokens, {what} "
-            + (
-                f"profiled: +{fmt_bytes(mm.activation_bytes)} activation"
-                if mm.profiled
-                else "not profiled (--skip-mm-profiling)"
-            ),
-            markup=False,
-        )
-
-
-HOST_PARTS = (
-    ("kv_offload", "KV tier"),
-    ("pinned_weights", "offloaded weights"),
-    ("lora_cpu_cache", "LoRA cache"),
-    ("mm_processor_cache", "MM cache"),
-)
-
-
-def _host_ram_line(p: Plan) -> str:
-    """The host RAM the deployment holds, in one line with its parts (at most: the LoRA and
-    multimodal caches fill up to their size)."""
-    parts = p.host_ram.as_dict()
-    shown = [f"{label} {fmt_bytes(parts[key])}" for key, label in HOST_PARTS if parts[key]]
-    if not shown:
-        return "Host RAM: none held (no KV tier, weight offload, LoRA or multimodal cache)"
-    line = f"Host RAM: {fmt_bytes(p.host_ram.total)} = " + " + ".join(shown)
-    if len(line) <= 80:
-        return line
-    return f"Host RAM: {fmt_bytes(p.host_ram.total)} =\n  " + " + ".join(shown)
 
 
 def _layouts(p: Plan) -> None:
@@ -840,109 +555,6 @@ def _short_reason(p: Plan) -> str:
         )
     reason = p.outcome_reason or ""
     return reason.split(" Try increasing")[0]
-
-
-def _budget(p: Plan) -> None:
-    from rich.table import Table
-
-    out = console()
-    cap = p.vllm
-    out.print(
-        f"[bold]vLLM's budget[/]: {fmt_bytes(p.gpu.memory_bytes)} × gpu_memory_utilization "
-        f"{cap.gpu_memory_utilization:g} = {fmt_bytes(cap.requested_bytes)}"
-    )
-    free = p.gpu.memory_bytes - cap.requested_bytes
-    parts = [
-        ("weights", cap.weights_bytes),
-        ("activation", cap.activation_peak_bytes),
-        ("overhead", cap.non_torch_bytes + cap.cuda_graph_bytes + cap.headroom_bytes),
-        ("KV cache", max(cap.available_kv_bytes, 0)),
-        ("not requested", free),
-    ]
-    out.print("  [" + usage_bar(parts, p.gpu.memory_bytes) + "]", markup=False)
-    out.print("   " + "  ".join(f"{c} {label}" for label, c in BAR_CHARS.items()), markup=False)
-    legend = Table(box=None, show_header=False, pad_edge=False)
-    legend.add_column(no_wrap=True)
-    legend.add_column(justify="right", no_wrap=True)
-    legend.add_column()
-    ranges = estimate_ranges(
-        cap, p.estimate.tensor_parallel_size * p.estimate.pipeline_parallel_size
-    )
-
-    def span(key: str) -> str:
-        low, high = ranges[key]
-        return f"{format_gib(low)}–{format_gib(high)}"
-
-    rows = [
-        ("weights", cap.weights_bytes, f"{p.weights.source}: {p.weights.detail}"),
-        (
-            "activation peak",
-            cap.activation_peak_bytes,
-            f"est. {span('activation_peak_bytes')}: " + _activation_why(cap, p.vllm_version),
-        ),
-        ("non-torch", cap.non_torch_bytes, f"est. {span('non_torch_bytes')}: cuBLAS, NCCL"),
-        (
-            "CUDA graphs",
-            cap.cuda_graph_bytes,
-            f"est. {span('cuda_graph_bytes')} (--enforce-eager: 0)"
-            if cap.cuda_graph_bytes
-            else f"none subtracted (eager mode, or vLLM {p.vllm_version} < 0.20)",
-        ),
-    ]
-    mm = p.mm
-    if mm is not None and cap.encoder_activation_bytes and mm.profiled_modality:
-        rows.insert(
-            2,
-            (
-                "  of which encoder",
-                cap.encoder_activation_bytes,
-                f"est.: encoder outputs {fmt_bytes(mm.encoder_output_bytes)} held"
-                + (
-                    f" + the tower's peak beyond the language model's "
-                    f"({fmt_bytes(mm.activation_bytes - mm.encoder_output_bytes)})"
-                    if mm.activation_bytes > mm.encoder_output_bytes
-                    else f"; the tower's peak ({fmt_bytes(mm.tower_activation_bytes)}, "
-                    f"{mm.tower_activation_source}) stays under the language model's"
-                ),
-            ),
-        )
-    if cap.headroom_bytes:
-        rows.append(("headroom", cap.headroom_bytes, "--headroom"))
-    rows.append(("KV cache", cap.available_kv_bytes, f"what is left: {span('available_kv_bytes')}"))
-    if cap.post_allocation_free_bytes is not None and (
-        cap.graphs_after_sizing_bytes or cap.wont_start_term in ("cuda_graphs", "sampler_warmup")
-    ):
-        need = cap.graphs_after_sizing_bytes + cap.warmup_bytes
-        rows.append(
-            (
-                "after sizing",
-                need,
-                f"graphs {format_gib(cap.graphs_after_sizing_bytes)} + sampler warm-up "
-                f"{format_gib(cap.warmup_bytes)} GiB; {format_gib(cap.post_allocation_free_bytes)}"
-                " GiB free then"
-                + (
-                    " (won't start)"
-                    if cap.wont_start_term in ("cuda_graphs", "sampler_warmup")
-                    else ""
-                ),
-            )
-        )
-    for label, size, why in rows:
-        legend.add_row(f"  {label}", fmt_bytes(size), f"[dim]{user_text(why)}[/]")
-    out.print(legend)
-
-
-def _activation_why(cap: Any, version: str) -> str:
-    """Which phase of the profile run the activation peak is: the forward over the token
-    budget or the sampler warm-up over its rows (``version``'s sampler: see --json)."""
-    del version
-    rows = min(cap.max_num_seqs, cap.max_num_batched_tokens)
-    if (
-        cap.activation_sampler_bytes
-        and cap.activation_sampler_bytes >= cap.activation_forward_bytes
-    ):
-        return f"sampler over {rows:,} rows"
-    return f"forward over {cap.max_num_batched_tokens:,} tokens"
 
 
 def _prefix_sharing(p: Plan) -> None:

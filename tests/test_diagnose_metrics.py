@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from planner.cli import app
 from planner.diagnose import diagnose_file
 from planner.diagnose import metrics as m
+from planner.diagnose.metrics import observed, read
 from planner.gpus import get_gpu
 from planner.simulate.trace import load_workload
 
@@ -297,7 +298,7 @@ def test_scrapes_concatenated_without_times() -> None:
         'finished_reason="stop",model_name="meta-llama/Llama-3.1-8B-Instruct"} 500.0',
         'finished_reason="stop",model_name="meta-llama/Llama-3.1-8B-Instruct"} 650.0',
     )
-    scrapes = m.parse_text(text + later, "two", default_time=None)
+    scrapes = read.parse_text(text + later, "two", default_time=None)
     assert len(scrapes) == 2
     dg = m.diagnose_metrics("two", scrapes=scrapes)
     assert dg.cluster.requests_finished == 650 - 500
@@ -311,7 +312,7 @@ def test_sample_timestamps_make_scrapes() -> None:
         f'vllm:kv_cache_usage_perc{{engine="0",model_name="x"}} {u} {(T0 + 5 * i) * 1000}\n'
         for i, u in enumerate([0.5, 0.6, 0.7, 0.8])
     )
-    scrapes = m.parse_text(text, "stamped", default_time=None)
+    scrapes = read.parse_text(text, "stamped", default_time=None)
     assert [s.time_s for s in scrapes] == [T0, T0 + 5, T0 + 10, T0 + 15]
     dg = m.diagnose_metrics("stamped", scrapes=scrapes)
     assert dg.window_s == 15
@@ -323,7 +324,7 @@ def test_counter_reset_uses_the_scrapes_since() -> None:
     """A counter that falls means the server restarted: the increase is counted from there."""
     base = 'vllm:num_preemptions_total{{engine="0",model_name="x"}} {}\n'
     text = "".join(f"# {T0 + 10 * i}\n{base.format(v)}" for i, v in enumerate([50, 60, 3, 9]))
-    dg = m.diagnose_metrics("reset", scrapes=m.parse_text(text, "reset", default_time=None))
+    dg = m.diagnose_metrics("reset", scrapes=read.parse_text(text, "reset", default_time=None))
     assert dg.cluster.preemptions == 9 - 3
 
 
@@ -333,7 +334,7 @@ def test_kv_low_suggests_a_lower_utilization_with_a_plan() -> None:
         f'# {T0 + 10 * i}\nvllm:kv_cache_usage_perc{{engine="0",model_name="x"}} {u}\n'
         for i, u in enumerate([0.30, 0.40, 0.35])
     )
-    dg = m.diagnose_metrics("low", scrapes=m.parse_text(text, "low", default_time=None))
+    dg = m.diagnose_metrics("low", scrapes=read.parse_text(text, "low", default_time=None))
     low = next(f for f in dg.cluster.findings if f.kind == "kv-low")
     assert low.data["peak_pct"] == 40.0 and low.data["samples"] == 3
 
@@ -435,16 +436,16 @@ def test_save_workload_round_trips_through_estimate_and_simulate(tmp_path: Path)
 def test_save_workload_poisson_rate_from_a_timed_series(tmp_path: Path) -> None:
     """360 requests finished in 20 s: Poisson arrivals at 18 a second."""
     dg = m.diagnose_metrics(str(SERIES))
-    spec = m.workload_spec(dg)
+    spec = observed.workload_spec(dg)
     assert spec["arrival"] == {"process": "poisson", "rate_per_s": 360 / 20}
 
 
 def test_inf_bucket_ends_below_the_next_125_value() -> None:
     """vLLM's largest length bucket is the largest 1-2-5 value within max_model_len, so what
     the +Inf bucket holds is at most the next 1-2-5 value less 1 (5,000 -> 9,999)."""
-    rows = m.histogram_rows({1000.0: 0, 2000.0: 10, 5000.0: 10, math.inf: 12})
+    rows = observed.histogram_rows({1000.0: 0, 2000.0: 10, 5000.0: 10, math.inf: 12})
     assert rows == [[1001, 2000, 10], [5001, 9999, 2]]
-    assert m.histogram_rows({5000.0: 10, math.inf: 12}, 8192)[-1] == [5001, 8192, 2]
+    assert observed.histogram_rows({5000.0: 10, math.inf: 12}, 8192)[-1] == [5001, 8192, 2]
 
 
 def test_save_workload_without_histograms_is_one_error(tmp_path: Path) -> None:
@@ -544,14 +545,14 @@ def test_url_failures_are_one_line(server: str, path: str, expected: str) -> Non
 
 
 def test_url_timeouts_and_size_bound(server: str) -> None:
-    with pytest.raises(m.MetricsFileError, match="response within 0.5 s"):
-        m.fetch_url(f"{server}/slow", timeout_s=0.5)
+    with pytest.raises(read.MetricsFileError, match="response within 0.5 s"):
+        read.fetch_url(f"{server}/slow", timeout_s=0.5)
     start = time.monotonic()
-    with pytest.raises(m.MetricsFileError, match="no complete response within 1 s"):
-        m.fetch_url(f"{server}/drip", timeout_s=1)
+    with pytest.raises(read.MetricsFileError, match="no complete response within 1 s"):
+        read.fetch_url(f"{server}/drip", timeout_s=1)
     assert time.monotonic() - start < 4.5  # the deadline is for the whole body (6 s drip)
-    with pytest.raises(m.MetricsFileError, match="larger than the 1,000-byte limit"):
-        m.fetch_url(f"{server}/big", limit=1000)
+    with pytest.raises(read.MetricsFileError, match="larger than the 1,000-byte limit"):
+        read.fetch_url(f"{server}/big", limit=1000)
 
 
 def test_unreachable_and_not_http() -> None:
@@ -623,11 +624,11 @@ def test_mutated_scrapes_fail_only_as_kvplan_errors() -> None:
             else:
                 t.insert(j, t[rng.randrange(len(t))])
         try:
-            scrapes = m.parse_text("\n".join(t) + "\n", "mutated", default_time=None)
+            scrapes = read.parse_text("\n".join(t) + "\n", "mutated", default_time=None)
             dg = m.diagnose_metrics("mutated", scrapes=scrapes, max_num_seqs=rng.choice([None, 64]))
             to_json(metrics_dict(dg))
             lines(dg)
-            m.workload_yaml(dg)
+            observed.workload_yaml(dg)
         except KvplanError:
             pass
 

@@ -56,7 +56,7 @@ def diagnose_metrics(
             dg = run(metrics, **plan)
             show(dg, as_json=json_)
         if save_workload is not None and dg is not None:
-            from planner.diagnose.metrics import workload_yaml
+            from planner.diagnose.metrics.observed import workload_yaml
             from planner.files import write_atomic
 
             write_atomic(save_workload, workload_yaml(dg), flag="--save-workload")

@@ -20,7 +20,8 @@ from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
     from planner.diagnose import Finding
-    from planner.diagnose.metrics import MetricsDiagnosis, Quantiles, RankMetrics
+    from planner.diagnose.metrics import MetricsDiagnosis
+    from planner.diagnose.metrics.series import Quantiles, RankMetrics
 
 MARK = {"info": "·", "warning": "!", "error": "✗"}
 

@@ -17,6 +17,10 @@ from planner.gpus import Gpu, get_gpu
 from planner.model.load import LoadedModel, load_model, with_headers
 from planner.model.specs import ModelSpec
 from planner.recommend import Plan, PlanOptions, plan
+from planner.simulate.engine import BlockLayout, SimConfig
+from planner.simulate.roofline import Roofline
+from tests.conftest import fixture_config
+from tests.test_weights import write_safetensors
 
 _OPTIONS = {f.name for f in fields(PlanOptions)}
 
@@ -294,3 +298,59 @@ def parse_command(command: str) -> dict[str, str]:
     if "model-path" in out:
         out["model"] = out.pop("model-path")
     return out
+
+
+def sim_config(
+    usable_blocks: int,
+    *,
+    block_size: int = 16,
+    max_num_seqs: int = 4,
+    max_num_batched_tokens: int = 64,
+    max_model_len: int = 64,
+    step_s: float = 1.0,
+    prefix_caching: bool = False,
+    null_block: bool = True,
+    **overrides: Any,
+) -> SimConfig:
+    """The one :class:`SimConfig` factory of the scheduler tests: ``usable_blocks`` blocks of
+    ``block_size`` tokens plus vLLM's null block (``null_block=False``: exactly that many),
+    every step ``step_s`` seconds (``Roofline.constant``), prefix caching off; any other
+    field by keyword. Each test file fixes its own defaults with ``functools.partial``."""
+    values: dict[str, Any] = dict(
+        num_gpu_blocks=usable_blocks + (1 if null_block else 0),
+        layout=BlockLayout(block_size),
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        roofline=Roofline.constant(step_s),
+        prefix_caching=prefix_caching,
+    )
+    return SimConfig(**{**values, **overrides})  # a layout= or roofline= replaces the default
+
+
+def moe_checkpoint(tmp_path: Path, *, mtp_layer: bool = True, tower: bool = True) -> Path:
+    """A 2-layer MoE with 4 experts per layer, one MTP layer and a vision tower, every tensor
+    a whole number of MiB (bf16: 1 MiB = 512 x 1,024 elements)."""
+    config = json.loads(fixture_config("Qwen--Qwen3-30B-A3B").read_text())
+    config.update(num_hidden_layers=2, num_experts=4, num_nextn_predict_layers=1)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    one = ("BF16", [512, 1024])  # 1 MiB
+    tensors = {
+        "model.embed_tokens.weight": ("BF16", [1024, 1024]),  # 2 MiB
+        "lm_head.weight": ("BF16", [1024, 1024]),  # 2 MiB
+    }
+    for layer in (0, 1):
+        tensors[f"model.layers.{layer}.self_attn.qkv.weight"] = ("BF16", [4096, 1024])  # 8 MiB
+        tensors[f"model.layers.{layer}.mlp.shared_experts.up.weight"] = one
+        for e in range(4):
+            tensors[f"model.layers.{layer}.mlp.experts.{e}.up_proj.weight"] = one
+    if mtp_layer:
+        tensors["model.layers.2.self_attn.qkv.weight"] = ("BF16", [2048, 1024])  # 4 MiB
+        for e in range(4):
+            tensors[f"model.layers.2.mlp.experts.{e}.up_proj.weight"] = one
+    if tower:
+        tensors["visual.blocks.0.attn.qkv.weight"] = ("BF16", [1024, 1024])  # 2 MiB
+        tensors["visual.blocks.1.attn.qkv.weight"] = ("BF16", [1024, 1024])  # 2 MiB
+        tensors["multi_modal_projector.linear.weight"] = one
+    write_safetensors(tmp_path / "model.safetensors", tensors)
+    return tmp_path

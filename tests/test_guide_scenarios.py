@@ -2,10 +2,10 @@
 value is the guide's arithmetic, written out here, never kvplan's output pasted.
 
 Covered elsewhere and not repeated: the four Qwen2.5-7B pairs through ``recommend.plan`` and
-16,384 -> 8,192 doubling who runs at once (tests/test_outcome.py), the 800-token prefix shared
+16,384 -> 8,192 doubling who runs at once (tests/test_worst_case_outcome.py), the 800-token prefix shared
 by 100 requests (tests/test_recommend.py::test_prefix_sharing_saves_full_blocks and the
 simulated one in tests/test_cli_simulate.py), fp8 caveats in estimate's plan notes on each GPU
-kind (tests/test_outcome.py::test_fp8_kv_always_comes_with_its_caveat).
+kind (tests/test_worst_case_outcome.py::test_fp8_kv_always_comes_with_its_caveat).
 """
 
 # ruff: noqa: E501  (expected lines stay whole, as the user reads them)

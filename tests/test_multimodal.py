@@ -33,8 +33,7 @@ from planner.multimodal import (
 from planner.recommend import Plan, plan
 from planner.weights import Placement, per_rank
 from tests.conftest import fixture_config
-from tests.helpers import check_command
-from tests.test_scale import _moe_checkpoint
+from tests.helpers import check_command, moe_checkpoint
 
 runner = CliRunner()
 MIB, GIB = 1 << 20, 1 << 30
@@ -110,8 +109,8 @@ def test_gemma3_siglip_tower_from_the_config() -> None:
 
 
 def test_tower_placement_follows_the_encoder_tp_mode(tmp_path: Path) -> None:
-    model = planner.load_model(str(_moe_checkpoint(tmp_path, mtp_layer=False)))
-    # the checkpoint of tests/test_scale.py: 30 MiB language model + a 5 MiB tower
+    model = planner.load_model(str(moe_checkpoint(tmp_path, mtp_layer=False)))
+    # the checkpoint of tests/helpers.py moe_checkpoint: 30 MiB language model + a 5 MiB tower
     assert per_rank(model, placement=Placement(tp=2)).bytes_per_rank == (30 + 5) * MIB // 2
     # data: a whole copy of the tower on each TP rank
     assert per_rank(model, placement=Placement(tp=2, tower="data")).bytes_per_rank == (

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from planner.cli import app
 from planner.errors import InputFileError, UsageError
 from planner.gpus import get_gpu
-from planner.simulate import BlockLayout, Roofline, SimConfig, simulate
+from planner.simulate import Roofline, SimConfig, simulate
 from planner.simulate.calibrate import parse_result, workload_of
 from planner.simulate.clock import (
     EXPECTED_ERROR,
@@ -30,6 +30,7 @@ from planner.simulate.clock import (
 from planner.simulate.engine import BenchFigures
 from planner.simulate.spec import Arrival, bench_workload
 from planner.simulate.workload import Request, Workload
+from tests.helpers import sim_config
 from tests.sim_clock_cases import cases, ratios, replay
 
 DATA = Path(__file__).parent / "data"
@@ -119,17 +120,9 @@ def test_tp2_pays_two_all_reduces_a_layer(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- clients
 
 
-def const(step_s: float = 1.0, **kw: object) -> SimConfig:
-    return SimConfig(
-        num_gpu_blocks=50,
-        layout=BlockLayout(16),
-        max_num_seqs=8,
-        max_num_batched_tokens=64,
-        max_model_len=300,
-        roofline=Roofline.constant(step_s),
-        prefix_caching=False,
-        **kw,  # type: ignore[arg-type]
-    )
+def const(step_s: float = 1.0, **kw: Any) -> SimConfig:
+    # 50 blocks of 16 tokens, 8 sequences, 300-token requests, every step step_s seconds
+    return sim_config(50, null_block=False, max_num_seqs=8, max_model_len=300, step_s=step_s, **kw)
 
 
 def test_closed_loop_sends_the_next_request_at_a_completion() -> None:

@@ -9,27 +9,22 @@ to follow by hand: block size 4, 16 tokens a step, steps of 1 s, a pool of 6 usa
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from planner.simulate.engine import BlockLayout, SimConfig, simulate
-from planner.simulate.roofline import Roofline
+from planner.simulate.engine import SimConfig, simulate
 from planner.simulate.workload import Request, Workload
+from tests.helpers import sim_config
 from tests.sim_reference import reference_for
 
 
-def config(cpu_blocks: int, **overrides: object) -> SimConfig:
-    values: dict[str, object] = dict(
-        num_gpu_blocks=6 + 1,  # + vLLM's null block
-        layout=BlockLayout(4),
-        max_num_seqs=4,
-        max_num_batched_tokens=16,
-        max_model_len=24,
-        roofline=Roofline.constant(1.0),
-        prefix_caching=True,
-        cpu_blocks=cpu_blocks,
+def config(cpu_blocks: int, **overrides: Any) -> SimConfig:
+    # 6 usable 4-token blocks, 4 sequences, 16 batched tokens, 24-token requests, caching on
+    values: dict[str, Any] = dict(
+        block_size=4, max_num_batched_tokens=16, max_model_len=24, prefix_caching=True
     )
-    values.update(overrides)
-    return SimConfig(**values)  # type: ignore[arg-type]
+    return sim_config(6, cpu_blocks=cpu_blocks, **{**values, **overrides})
 
 
 def trace(b_prompt: int) -> Workload:

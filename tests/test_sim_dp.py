@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 
 from planner.simulate import cluster
-from planner.simulate.engine import BlockLayout, SimConfig, SimEngine, SimRequest, simulate
-from planner.simulate.roofline import Roofline
+from planner.simulate.engine import SimConfig, SimEngine, SimRequest, simulate
 from planner.simulate.workload import Request, Workload
+from tests.helpers import sim_config
 from tests.test_simulate import scenarios
 
 
@@ -47,16 +47,7 @@ def test_requests_at_once_alternate_between_two_ranks() -> None:
     # Each rank then runs 2 requests with a 64-token budget: step 0 prefills the first (40)
     # and 24 of the second, step 1 the second's last 16; they decode 9 more tokens each and
     # finish in steps 9 and 10; 11 steps of 1 s per rank.
-    cfg = SimConfig(
-        num_gpu_blocks=20,
-        layout=BlockLayout(16),
-        max_num_seqs=8,
-        max_num_batched_tokens=64,
-        max_model_len=300,
-        roofline=Roofline.constant(1.0),
-        prefix_caching=False,
-        data_parallel_size=2,
-    )
+    cfg = sim_config(20, null_block=False, max_num_seqs=8, max_model_len=300, data_parallel_size=2)
     r = simulate(workload(*(Request(40, 10) for _ in range(4))), cfg)
     assert list(r.finish_steps) == [9, 9, 10, 10]
     assert [(x.requests, x.completed, x.steps, x.output_tokens) for x in r.ranks] == [

@@ -10,11 +10,13 @@ enough to follow by hand: block size 16, steps of 1 s.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from planner.simulate.engine import BlockLayout, SimConfig, simulate
-from planner.simulate.roofline import Roofline
+from planner.simulate.engine import SimConfig, simulate
 from planner.simulate.workload import Request, Workload
+from tests.helpers import sim_config
 from tests.sim_reference import reference_for
 
 
@@ -22,19 +24,8 @@ def workload(*requests: Request) -> Workload:
     return Workload(name="test", source="test", requests=tuple(requests))
 
 
-def config(usable: int, lookahead: int, **overrides: object) -> SimConfig:
-    values: dict[str, object] = dict(
-        num_gpu_blocks=usable + 1,  # + vLLM's null block
-        layout=BlockLayout(16),
-        max_num_seqs=4,
-        max_num_batched_tokens=64,
-        max_model_len=64,
-        roofline=Roofline.constant(1.0),
-        prefix_caching=False,
-        num_lookahead_tokens=lookahead,
-    )
-    values.update(overrides)
-    return SimConfig(**values)  # type: ignore[arg-type]
+def config(usable: int, lookahead: int, **overrides: Any) -> SimConfig:
+    return sim_config(usable, num_lookahead_tokens=lookahead, **overrides)
 
 
 @pytest.mark.parametrize(("lookahead", "blocks"), [(0, 1), (2, 2)])

@@ -4,30 +4,22 @@ started is read in vLLM's sources (see :mod:`planner.vllm_rules`)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
-from planner.simulate.engine import BlockLayout, SimConfig, simulate
-from planner.simulate.roofline import Roofline
+from planner.simulate.engine import simulate
 from planner.simulate.workload import Request, Workload
 from planner.vllm_rules import rules_for
+from tests.helpers import sim_config
 
 
 def workload(*requests: Request) -> Workload:
     return Workload(name="test", source="test", requests=tuple(requests))
 
 
-def config(usable: int, **overrides: object) -> SimConfig:
-    values: dict[str, object] = dict(
-        num_gpu_blocks=usable + 1,  # + vLLM's null block
-        layout=BlockLayout(4),
-        max_num_seqs=4,
-        max_num_batched_tokens=8,
-        max_model_len=32,
-        roofline=Roofline.constant(1.0),
-        prefix_caching=False,
-    )
-    values.update(overrides)
-    return SimConfig(**values)  # type: ignore[arg-type]
+# every test here: 4-token blocks, 4 sequences, 8 batched tokens, 32-token requests
+config = functools.partial(sim_config, block_size=4, max_num_batched_tokens=8, max_model_len=32)
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import asdict
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -27,7 +28,7 @@ from planner.simulate import (
 )
 from planner.simulate.engine import Percentiles, _unused_slots
 from planner.simulate.workload import Request, Workload
-from tests.helpers import deployment, plan_for
+from tests.helpers import deployment, plan_for, sim_config
 from tests.sim_reference import reference_for
 
 
@@ -35,18 +36,10 @@ def workload(*requests: Request) -> Workload:
     return Workload(name="test", source="test", requests=tuple(requests))
 
 
-def config(blocks: int, block_size: int, **overrides: object) -> SimConfig:
-    values: dict[str, object] = dict(
-        num_gpu_blocks=blocks,
-        layout=BlockLayout(block_size),
-        max_num_seqs=8,
-        max_num_batched_tokens=64,
-        max_model_len=300,
-        roofline=Roofline.constant(1.0),
-        prefix_caching=False,
-    )
-    values.update(overrides)
-    return SimConfig(**values)  # type: ignore[arg-type]
+def config(blocks: int, block_size: int, **overrides: Any) -> SimConfig:
+    # exactly ``blocks`` blocks (no null block added), 8 sequences, 300-token requests
+    values: dict[str, Any] = dict(max_num_seqs=8, max_model_len=300)
+    return sim_config(blocks, block_size=block_size, null_block=False, **{**values, **overrides})
 
 
 # --------------------------------------------------------------------------- by hand

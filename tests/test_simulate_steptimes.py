@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 
 from planner.cli import app
 from planner.errors import InputFileError
-from planner.simulate import BlockLayout, Roofline, SimConfig, simulate
+from planner.simulate import Roofline, SimConfig, simulate
 from planner.simulate.steptimes import StepTable, load_step_times, parse_step_times
 from planner.simulate.workload import Request, Workload
+from tests.helpers import sim_config
 
 TABLE = StepTable((1, 101), (0.010, 0.020), source="t.csv")
 CSV = "tokens,seconds\n1,0.010\n101,0.020\n"
@@ -43,15 +44,7 @@ def test_ttft_and_tpot_come_from_the_table_by_hand() -> None:
     # step 2: both decode -> 2 tokens, 10.1 ms (38.0 ms); R0 has its 3 tokens and finishes
     # step 3: R1 decodes alone -> 1 token, 10.0 ms; R1 finishes at 48.0 ms
     w = Workload(name="t", source="t", requests=(Request(40, 3), Request(40, 3)))
-    config = SimConfig(
-        num_gpu_blocks=20,
-        layout=BlockLayout(16),
-        max_num_seqs=8,
-        max_num_batched_tokens=64,
-        max_model_len=300,
-        roofline=TABLE,
-        prefix_caching=False,
-    )
+    config = sim_config(20, null_block=False, max_num_seqs=8, max_model_len=300, roofline=TABLE)
     r = simulate(w, config)
     assert r.steps == 4 and list(r.finish_steps) == [2, 3]
     assert r.duration_s == pytest.approx(0.048)
@@ -69,15 +62,7 @@ def test_a_long_decode_stretch_is_the_sum_of_its_steps() -> None:
     # One request, 10 prompt / 1,000 output tokens: a 10-token prefill step (10.9 ms), then
     # 999 decode steps of 1 token (10 ms each), run by the engine as one stretch
     w = Workload(name="t", source="t", requests=(Request(10, 1000),))
-    config = SimConfig(
-        num_gpu_blocks=200,
-        layout=BlockLayout(16),
-        max_num_seqs=8,
-        max_num_batched_tokens=64,
-        max_model_len=2000,
-        roofline=TABLE,
-        prefix_caching=False,
-    )
+    config = sim_config(200, null_block=False, max_num_seqs=8, max_model_len=2000, roofline=TABLE)
     r = simulate(w, config)
     assert r.steps == 1000
     assert r.ttft_s.p50 == pytest.approx(0.0109)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from planner import status as status_mod
+from tests.helpers import sim_config
 
 
 class Terminal(io.StringIO):
@@ -68,21 +69,20 @@ def test_a_hub_fetch_says_what_it_waits_for(
 
 def test_a_long_replay_reports_arrivals_every_4096(monkeypatch: pytest.MonkeyPatch) -> None:
     from planner.simulate import engine
-    from planner.simulate.engine import BlockLayout, SimConfig, simulate
-    from planner.simulate.roofline import Roofline
+    from planner.simulate.engine import simulate
     from planner.simulate.workload import Request, Workload
 
     # 10,000 one-token requests, one every 10 ms: arrivals 4,096 and 8,192 are reported
     work = Workload(
         name="w", source="t", requests=tuple(Request(16, 1, i * 0.01) for i in range(10_000))
     )
-    config = SimConfig(
-        num_gpu_blocks=100,
-        layout=BlockLayout(16),
+    config = sim_config(
+        100,
+        null_block=False,
         max_num_seqs=8,
         max_num_batched_tokens=256,
-        max_model_len=64,
-        roofline=Roofline.constant(0.001),
+        step_s=0.001,
+        prefix_caching=True,
     )
     seen: list[int] = []
     monkeypatch.setattr(engine, "PROGRESS", seen.append)

@@ -1,5 +1,5 @@
 """What the user's own settings do, in one vocabulary: won't start, starts but queues at worst
-case, fits at worst case (issue 11, first part). Expected values are arithmetic in the tests."""
+case, fits at worst case. Expected values are arithmetic in the tests."""
 
 from __future__ import annotations
 

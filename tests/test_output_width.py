@@ -1,4 +1,4 @@
-"""Every command as users see it piped at 80 columns with NO_COLOR (issue 14, item 1): the
+"""Every command as users see it piped at 80 columns with NO_COLOR: the
 names users type and the numbers from ``--json`` appear whole, nothing is cut with an
 ellipsis, and a row can be found with grep."""
 

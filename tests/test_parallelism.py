@@ -1,4 +1,4 @@
-"""Issue 15: data + expert parallelism, DP attention, EPLB, DCP, speculative decoding, nodes.
+"""Data + expert parallelism, DP attention, EPLB, DCP, speculative decoding, nodes.
 
 Every expected figure is arithmetic written out here from the configs (shared/model-configs,
 copied to tests/fixtures/configs) or from vLLM 0.33's rules as ../shared/ENGINES-SCALE.md §4.1-4.2
@@ -24,8 +24,7 @@ from planner.recommend import PlanOptions, plan
 from planner.speculative import SpeculativeConfig, parse_speculative
 from planner.weights import Placement, from_tensors, per_rank
 from tests.conftest import fixture_config
-from tests.helpers import check_command
-from tests.test_weights import write_safetensors
+from tests.helpers import check_command, moe_checkpoint
 
 runner = CliRunner()
 
@@ -138,36 +137,8 @@ def test_draft_tp_must_be_one_or_the_targets() -> None:
 # --------------------------------------------------------------------------- weights
 
 
-def _moe_checkpoint(tmp_path: Path, *, mtp_layer: bool = True, tower: bool = True) -> Path:
-    """A 2-layer MoE with 4 experts per layer, one MTP layer and a vision tower, every tensor
-    a whole number of MiB (bf16: 1 MiB = 512 x 1,024 elements)."""
-    config = json.loads(fixture_config("Qwen--Qwen3-30B-A3B").read_text())
-    config.update(num_hidden_layers=2, num_experts=4, num_nextn_predict_layers=1)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    one = ("BF16", [512, 1024])  # 1 MiB
-    tensors = {
-        "model.embed_tokens.weight": ("BF16", [1024, 1024]),  # 2 MiB
-        "lm_head.weight": ("BF16", [1024, 1024]),  # 2 MiB
-    }
-    for layer in (0, 1):
-        tensors[f"model.layers.{layer}.self_attn.qkv.weight"] = ("BF16", [4096, 1024])  # 8 MiB
-        tensors[f"model.layers.{layer}.mlp.shared_experts.up.weight"] = one
-        for e in range(4):
-            tensors[f"model.layers.{layer}.mlp.experts.{e}.up_proj.weight"] = one
-    if mtp_layer:
-        tensors["model.layers.2.self_attn.qkv.weight"] = ("BF16", [2048, 1024])  # 4 MiB
-        for e in range(4):
-            tensors[f"model.layers.2.mlp.experts.{e}.up_proj.weight"] = one
-    if tower:
-        tensors["visual.blocks.0.attn.qkv.weight"] = ("BF16", [1024, 1024])  # 2 MiB
-        tensors["visual.blocks.1.attn.qkv.weight"] = ("BF16", [1024, 1024])  # 2 MiB
-        tensors["multi_modal_projector.linear.weight"] = one
-    write_safetensors(tmp_path / "model.safetensors", tensors)
-    return tmp_path
-
-
 def test_experts_shard_over_dp_times_tp_the_rest_over_tp(tmp_path: Path) -> None:
-    model = planner.load_model(str(_moe_checkpoint(tmp_path, mtp_layer=False, tower=False)))
+    model = planner.load_model(str(moe_checkpoint(tmp_path, mtp_layer=False, tower=False)))
     # per layer: 8 MiB attention + 1 MiB shared expert (TP-sharded) and 4 x 1 MiB experts;
     # embeddings 2 MiB and head 2 MiB (vocab-parallel)
     non_expert = 2 * (8 + 1) + 2 + 2  # 22 MiB
@@ -185,7 +156,7 @@ def test_experts_shard_over_dp_times_tp_the_rest_over_tp(tmp_path: Path) -> None
 
 
 def test_mtp_layer_loads_only_with_mtp_and_shards_like_the_target(tmp_path: Path) -> None:
-    model = planner.load_model(str(_moe_checkpoint(tmp_path, tower=False)))
+    model = planner.load_model(str(moe_checkpoint(tmp_path, tower=False)))
     base = (2 * (8 + 1) + 2 + 2 + 2 * 4) * MIB // 2  # 15 MiB at TP 2, as without the layer
     assert per_rank(model, tp=2).bytes_per_rank == base
     # MTP on: its 4 MiB attention over TP 2 and its 4 x 1 MiB experts over TP 2
@@ -196,7 +167,7 @@ def test_mtp_layer_loads_only_with_mtp_and_shards_like_the_target(tmp_path: Path
 
 
 def test_tower_is_not_a_language_model_layer(tmp_path: Path) -> None:
-    model = planner.load_model(str(_moe_checkpoint(tmp_path, mtp_layer=False)))
+    model = planner.load_model(str(moe_checkpoint(tmp_path, mtp_layer=False)))
     # the tower's 2 + 2 + 1 MiB sit on the first stage, TP-sharded (mm_encoder_tp_mode
     # "weights"): +2.5 MiB per rank at TP 2, not added to LM layers 0 and 1
     assert per_rank(model, tp=2).bytes_per_rank == (30 + 5) * MIB // 2

@@ -339,7 +339,7 @@ def _build(model_type: str, small: dict[str, Any], dtype: torch.dtype) -> Any:
 
 def cross_check_file(path: Path, name: str | None = None) -> CacheCheck:
     """:func:`cross_check` of a config.json on disk."""
-    from planner.model.config import read_json_config  # the bounded, non-blocking reader
+    from planner.model.resolve import read_json_config  # the bounded, non-blocking reader
 
     raw = read_json_config(Path(path))
     return cross_check(text_config_of(raw), name=name or Path(path).parent.name)

@@ -1139,7 +1139,7 @@ def _layout_for(
     and, for ``--gpus N`` (or ``--nodes``) with no layout typed, pick the layout that holds
     the most: returns the deployment to plan, the options (``--gpus`` above a node's size
     spread over whole nodes) and why that layout, or raises the refusal."""
-    from planner.cluster import best_layout, choice_reason, layouts, node_size, physical_problems
+    from planner.cluster import best_layout, choice_reason, layouts, node_size
 
     total = options.total_gpus
     node, _ = node_size(dep.gpu, options.gpus_per_node)
@@ -1165,22 +1165,46 @@ def _layout_for(
             enable_expert_parallel=best.expert_parallel,
             num_redundant_experts=s.num_redundant_experts if best.expert_parallel else 0,
         )
+    refusal = physical_refusal(dep, options, rows)
+    if refusal is not None:
+        raise refusal.error()
+    return dep, options, choice
+
+
+def physical_refusal(
+    dep: Deployment, options: PlanOptions | None = None, rows: list[LayoutRow] | None = None
+) -> Refusal | None:
+    """The :class:`Refusal` of a layout no machine starts (:func:`planner.cluster.
+    physical_problems`: GPUs given, node size, heads / layers / DCP / EP divisibility), None
+    when there is none: ``kvplan estimate`` and every ``kvplan check`` entry ask this. For a
+    GPU count too small the layout of the GPUs given that holds the most comes first among
+    the changes (``rows``: the layouts already planned, else planned here)."""
+    from planner.cluster import best_layout, layouts, physical_problems
+
+    options = options or PlanOptions()
+    total, gpu = options.total_gpus, dep.gpu
     problems = physical_problems(dep, total, options.nodes, options.gpus_per_node)
     if not problems:
-        return dep, options, choice
+        return None
     first = problems[0]
     changes = list(first.changes)
+    rows = rows or []
     if first.check in ("gpus", "node") and total is not None and gpu is not None:
+        planned = dep.with_settings(engine=Engine.VLLM, block_size=None)
         rows = rows or layouts(
             planned, total, options.gpus_per_node, layout_capacity, nodes=options.nodes
         )
         best = best_layout(rows)
         if best is not None:
             changes.insert(0, _layout_change(best, dep.settings))
-    changes = _distinct(changes, dep.settings)
+    changes = [
+        c
+        for c in _distinct(changes, dep.settings)
+        if not isinstance(c, dict) or _layout_starts(dep, c, options)
+    ]
     reason = "; also ".join(p.reason for p in problems)
-    raise Refusal(
-        model=spec.name,
+    return Refusal(
+        model=dep.spec.name,
         gpu=gpu,
         settings=dep.settings,
         check=first.check,
@@ -1188,7 +1212,21 @@ def _layout_for(
         changes=changes,
         layouts=rows,
         gpus=total,
-    ).error()
+    )
+
+
+def _layout_starts(dep: Deployment, change: dict[str, object], options: PlanOptions) -> bool:
+    """Whether a change of layout passes the layout rules itself (``--dcp 2`` on a GQA model
+    offers ``tp: 16, dcp: 2``; on an 8-GPU node that is no fix). Other changes pass."""
+    from planner.cluster import physical_problems
+
+    if not set(change) <= {"tp", "pp", "dp", "dcp", "enable_expert_parallel"}:
+        return True
+    try:
+        moved = dep.with_settings(**change)
+    except UsageError:
+        return False
+    return not physical_problems(moved, options.total_gpus, options.nodes, options.gpus_per_node)
 
 
 def _closest(rows: list[LayoutRow]) -> LayoutRow | None:

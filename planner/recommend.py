@@ -35,6 +35,7 @@ from planner.errors import DoesNotFitError, UsageError, WontStartError
 from planner.features import FeatureRecord, PlanContext, fold
 from planner.features.multimodal import MMLever
 from planner.features.speculative import SpeculativeFigures
+from planner.free_memory import with_starting_gmu
 from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
@@ -458,6 +459,9 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     at_length = dep.with_settings(max_model_len=length, auto_fit_max_model_len=False)
     est = est_at(length)
     cap = capacity(at_length, est)
+    cap = with_starting_gmu(  # another process on the GPU: the fraction that starts
+        cap, lambda gmu: capacity(at_length.with_settings(gpu_memory_utilization=gmu), est)
+    )
     _check_kv_memory(at_length, est, cap, weights, capacity)
     act = cap.activation_peak_bytes
 

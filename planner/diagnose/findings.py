@@ -403,10 +403,10 @@ def _shared_gpu_finding(log: BootLog, s: ServeSettings) -> Finding | None:
     (more than the 1 GiB a CUDA context and the driver take), and what vLLM can use of the
     rest: it refuses to start when ``gpu_memory_utilization x total`` exceeds the free memory
     (vLLM's ``request_memory``)."""
-    free, total = log.startup_free_bytes, log.total_gpu_bytes
-    assert free is not None and total
-    held = total - free
-    if held <= GIB:
+    from planner.diagnose.shared_gpu import held_by_others
+
+    free, total, held = log.startup_free_bytes, log.total_gpu_bytes, held_by_others(log)
+    if free is None or not total or held is None:
         return None
     gmu = s.gmu
     fits_gmu = math.floor(free / total * 100) / 100

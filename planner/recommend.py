@@ -36,6 +36,7 @@ from planner.features import FeatureRecord, PlanContext, fold
 from planner.features.multimodal import MMLever
 from planner.features.speculative import SpeculativeFigures
 from planner.free_memory import with_starting_gmu
+from planner.gpu_support import engine_refusal, fp8_kv_refusal, runs_fp8_weights
 from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
@@ -506,6 +507,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
             ),
         ]
     )
+    engines = [e for e in engines if engine_refusal(Engine(e.engine), dep.gpu) is None]
     grid = _grid(at_length, capacity, options.grid_lens, length, cap.max_num_seqs)
     outcome, running, why = worst_case(cap)
     recommended, advice = _recommend(at_length, est, cap, options, capacity, est_at, weights)
@@ -643,7 +645,7 @@ def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
         if -(-weights.bytes_per_rank // more) < requested * 0.8:
             changes.append({"tp": s.tp * more})
             break
-    if weights.quantization is None and spec.dtype_bytes >= 2 and _runs_fp8_weights(gpu):
+    if weights.quantization is None and spec.dtype_bytes >= 2 and runs_fp8_weights(gpu):
         changes.append("an fp8 checkpoint (about half the weight bytes)")
     bigger = [g for g in GPUS if g.memory_bytes * gmu > weights.bytes_per_rank * 1.2]
     if bigger:
@@ -665,16 +667,6 @@ def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
         weights=weights,
     )
     raise replace(refusal, message=f"{spec.name} {reason}").error()
-
-
-def _runs_fp8_weights(gpu: Gpu) -> bool:
-    """Whether vLLM serves an fp8 checkpoint on ``gpu``: natively from compute capability 8.9,
-    as weight-only FP8 Marlin on 8.0-8.6 (vLLM's ``fp8.py`` falls back to Marlin below 8.9;
-    Marlin needs 8.0). A GPU known only by its memory is given the benefit of the doubt."""
-    if not gpu.compute_capability:
-        return True
-    major, _, minor = gpu.compute_capability.partition(".")
-    return (int(major), int(minor or 0)) >= (8, 0)
 
 
 def _check_kv_memory(
@@ -922,7 +914,7 @@ def _alternatives(
     each planned as its own deployment."""
     s = dep.settings
     changes: list[dict[str, object]] = []
-    if est.kv_dtype_bytes > 1:
+    if est.kv_dtype_bytes > 1 and fp8_kv_refusal(dep.gpu) is None:  # what the GPU runs
         changes.append({"kv_cache_dtype": KVDtype.FP8})
     changes.append({"tp": s.tp * 2})
     out = []
@@ -1265,7 +1257,7 @@ def _no_layout(dep: Deployment, rows: list[LayoutRow], total: int, nodes: int) -
         bigger = [g for g in GPUS if g.memory_bytes * s.gmu > least.weights_bytes * 1.2]
         if bigger:
             changes.append({"gpu": min(bigger, key=lambda g: g.memory_bytes).name})
-    if spec.dtype_bytes >= 2 and _runs_fp8_weights(gpu):
+    if spec.dtype_bytes >= 2 and runs_fp8_weights(gpu):
         w = for_deployment(dep)
         if w.quantization is None:
             changes.append("an fp8 checkpoint (about half the weight bytes)")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from planner.deployment import SPELLINGS, as_flags
 from planner.diagnose.boot_log import BootLog
+from planner.gpu_support import fp8_kv_refusal
 from planner.model.specs import KVDtype
 from planner.units import GIB
 
@@ -264,7 +265,24 @@ def troubleshoot(
     if log.encoder_budget_tokens is not None:
         out.append(_encoder_finding(log, p))
     out += _usage_findings(log, p, s, caveat)
-    return out
+    return runnable(out, gpu)
+
+
+def runnable(findings: list[Finding], gpu: Gpu | None) -> list[Finding]:
+    """The findings less the fixes ``gpu`` cannot run: fp8 KV where vLLM has none
+    (:func:`planner.gpu_support.fp8_kv_refusal`: below compute capability 8.0), with its
+    caveat."""
+    if fp8_kv_refusal(gpu) is None:
+        return findings
+    words = (as_flags(FP8_KV), as_named(FP8_KV))
+    return [
+        replace(
+            f,
+            fix=[x for x in f.fix if not any(w in x for w in words)],
+            caveats=[c for c in f.caveats if not c.startswith("fp8 KV")],
+        )
+        for f in findings
+    ]
 
 
 def _encoder_finding(log: BootLog, p: Plan | None) -> Finding:

@@ -374,11 +374,14 @@ def _gpu_problems(dep: Deployment) -> list[Problem]:
     s, out = dep.settings, []
     engine = engine_refusal(s.engine, dep.gpu)
     if engine:
-        out.append(Problem("engine", engine, [{"engine": Engine.VLLM}, {"engine": Engine.SGLANG}]))
+        fix: list[dict[str, object] | str] = [{"engine": Engine.VLLM}, {"engine": Engine.SGLANG}]
+        out.append(Problem(check="engine", reason=engine, changes=fix))
     fp8 = fp8_kv_refusal(dep.gpu) if s.engine is Engine.VLLM else None
     if fp8 and s.kv_cache_dtype.value.startswith("fp8"):
         # vLLM 0.33.0 triton_attn.py:520-523 suggests float16 below 8.0
-        out.append(Problem("kv_cache_dtype", fp8, [{"kv_cache_dtype": KVDtype.FP16}]))
+        out.append(
+            Problem(check="kv_cache_dtype", reason=fp8, changes=[{"kv_cache_dtype": KVDtype.FP16}])
+        )
     return out
 
 

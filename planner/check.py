@@ -77,7 +77,7 @@ if TYPE_CHECKING:
     from planner.gpus import Gpu
     from planner.kv_layout import KVEstimate
     from planner.model.load import LoadedModel
-    from planner.recommend import Plan
+    from planner.recommend import Plan, Refusal
     from planner.simulate.engine import SimResult
     from planner.simulate.workload import Workload
     from planner.weights import Weights
@@ -680,13 +680,15 @@ class Check:
         name: what is checked: ``max_model_len`` (one request of that length fits; every
             plannable deployment has it), ``weights`` (the only check when the weights alone
             exceed the engine's budget), ``max_num_seqs`` (a vLLM hybrid: each running
-            sequence holds a Mamba state block), or a requirement of the plans file:
-            ``min_concurrency``, ``min_kv_tokens``, ``max_kv_usage``, and the workload's
-            ``max_preemptions``, ``max_kv_usage_p90``, ``max_ttft_p90_s``,
-            ``min_output_tokens_per_s``.
+            sequence holds a Mamba state block), a rule ``kvplan estimate`` refuses by
+            (unit ``rule``, required 1, actual 0: ``node``, ``divisibility``;
+            ``kv_cache_memory`` in bytes: the pool, weights and non-torch memory against the
+            GPU's total), or a requirement of the plans file: ``min_concurrency``,
+            ``min_kv_tokens``, ``max_kv_usage``, and the workload's ``max_preemptions``,
+            ``max_kv_usage_p90``, ``max_ttft_p90_s``, ``min_output_tokens_per_s``.
         resource: the same in words, e.g. ``KV memory for one max_model_len request``.
         unit: how to show the numbers: ``bytes``, ``x`` (requests), ``tokens``, ``ratio``,
-            ``seqs``, ``preemptions``, ``s`` or ``tokens/s``.
+            ``seqs``, ``preemptions``, ``s``, ``tokens/s`` or ``rule`` (no numbers).
         required: the bound: the plans file's, or what one ``max_model_len`` request needs.
         actual: what the deployment gets.
         passed: ``actual >= required``; ``actual <= required`` for ``weights``,
@@ -977,6 +979,7 @@ def check_deployment(entry: Entry, *, cache: ModelCache | None = None) -> Deploy
     """
     from planner.deployment import Deployment
     from planner.model.load import load_draft
+    from planner.recommend import physical_refusal
     from planner.weights import for_deployment
 
     cache = cache or ModelCache(None)
@@ -995,6 +998,9 @@ def check_deployment(entry: Entry, *, cache: ModelCache | None = None) -> Deploy
         loaded = cache.model(entry.model)
         s, draft = load_draft(s, offline=cache.offline)
         dep = Deployment(model=loaded, gpu=entry.gpu, settings=s, draft=draft)
+        refusal = physical_refusal(dep)  # the layout rules kvplan estimate applies
+        if refusal is not None:
+            return _refused(entry, refusal, shown)
         weights = for_deployment(dep)
         if s.engine is Engine.VLLM:
             return _check_vllm(entry, dep, weights, shown)
@@ -1199,8 +1205,8 @@ def _check_vllm(
 ) -> DeploymentResult:
     """vLLM: the same :func:`planner.recommend.plan` as ``kvplan estimate --gpu``, and the
     entry's workload replayed when vLLM starts."""
-    from planner.errors import DoesNotFitError
-    from planner.recommend import WONT_START, PlanOptions, plan
+    from planner.errors import DoesNotFitError, WontStartError
+    from planner.recommend import WONT_START, PlanOptions, Refusal, plan
 
     spec, gmu = dep.spec, dep.settings.gmu
     settings["gpu_memory_utilization"] = gmu
@@ -1208,6 +1214,9 @@ def _check_vllm(
         # no max_model_len x max_num_seqs grid: the check needs one cell
         p = plan(dep, PlanOptions(grid_lens=(), batch_sizes=()))
     except DoesNotFitError as exc:
+        refusal = exc.refusal if isinstance(exc, WontStartError) else None
+        if isinstance(refusal, Refusal) and refusal.check != "weights":
+            return _refused(entry, refusal, settings)  # a kv_cache_memory over the GPU
         memory = dep.gpu.memory_bytes if dep.gpu else 0
         requested = math.ceil(memory * gmu)
         check = _at_most("weights", "weights", "bytes", requested, weights.bytes_per_rank)
@@ -1269,6 +1278,29 @@ def _check_vllm(
     fixes = [] if ok else _vllm_fixes(entry, dep, p, checks)
     verdict = _Verdict(p.outcome, p.worst_case_running, p.outcome_reason)
     return _judged(entry, settings, checks, figures, fixes, verdict, spec.name, simulated)
+
+
+def _refused(entry: Entry, refusal: Refusal, settings: dict[str, Any]) -> DeploymentResult:
+    """An entry that won't start for a rule kvplan estimate applies first (a layout no node
+    holds, heads that do not split, a ``kv_cache_memory`` pool over the GPU): one failed
+    check named by the rule, the refusal's reason and its changes as the fix."""
+    from planner.recommend import WONT_START
+
+    cap, gpu = refusal.vllm, refusal.gpu
+    if refusal.check == "kv_cache_memory" and cap is not None and gpu is not None:
+        need = cap.weights_bytes + cap.non_torch_bytes + cap.available_kv_bytes
+        check = _at_most(
+            "kv_cache_memory",
+            "kv_cache_memory + weights + non-torch",
+            "bytes",
+            gpu.memory_bytes,
+            need,
+        )
+    else:
+        check = Check(refusal.check, "a layout the engine starts", "rule", 1, 0, False, -1.0)
+    fix = ", or ".join(_yaml_fix(change) for change in refusal.changes) or None
+    verdict = _Verdict(WONT_START, 0, refusal.reason)
+    return _result(entry, "fail", settings, [check], None, fix, verdict, model=refusal.model)
 
 
 def _yaml_fix(change: Mapping[str, object] | str) -> str:

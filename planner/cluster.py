@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from planner.budget import VllmCapacity
 from planner.deployment import Deployment
 from planner.errors import UsageError
+from planner.gpu_support import engine_refusal, fp8_kv_refusal
 from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate
+from planner.model.specs import Engine, KVDtype
 from planner.weights import Weights
 
 DEFAULT_RPC_PORT = 13345  # the port vLLM's data-parallel docs use
@@ -362,6 +364,24 @@ def physical_problems(
             )
         )
     out.extend(_dcp_problems(dep))
+    out.extend(_gpu_problems(dep))
+    return out
+
+
+def _gpu_problems(dep: Deployment) -> list[Problem]:
+    """What the GPU itself does not run (:mod:`planner.gpu_support`): the engine (TensorRT-LLM
+    on AMD), vLLM's fp8 KV cache below compute capability 8.0."""
+    s, out = dep.settings, []
+    engine = engine_refusal(s.engine, dep.gpu)
+    if engine:
+        fix: list[dict[str, object] | str] = [{"engine": Engine.VLLM}, {"engine": Engine.SGLANG}]
+        out.append(Problem(check="engine", reason=engine, changes=fix))
+    fp8 = fp8_kv_refusal(dep.gpu) if s.engine is Engine.VLLM else None
+    if fp8 and s.kv_cache_dtype.value.startswith("fp8"):
+        # vLLM 0.33.0 triton_attn.py:520-523 suggests float16 below 8.0
+        out.append(
+            Problem(check="kv_cache_dtype", reason=fp8, changes=[{"kv_cache_dtype": KVDtype.FP16}])
+        )
     return out
 
 

@@ -21,6 +21,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from planner.gpu_support import engine_refusal
+from planner.model.specs import Engine
+
 if TYPE_CHECKING:
     from planner.budget import EngineCapacity
     from planner.deployment import ServeSettings
@@ -249,8 +252,12 @@ def engine_commands(
         trt += ["--extra_llm_api_options", TRTLLM_FILE]
 
     commands = {
-        name: shlex.join(args) for name, args in (("vllm", vllm), ("sglang", sgl), ("trtllm", trt))
+        name: shlex.join(args)
+        for name, args in (("vllm", vllm), ("sglang", sgl), ("trtllm", trt))
+        if engine_refusal(Engine(name), gpu) is None  # no TRT-LLM command for an AMD GPU
     }
+    if "trtllm" not in commands:
+        files.pop(TRTLLM_FILE, None)
     return EngineCommands(commands=commands, files=files, notes=notes + rocm_notes(gpu))
 
 
@@ -270,7 +277,7 @@ def rocm_notes(gpu: Gpu | None) -> list[str]:
         "is ROCM_ATTN (TRITON_MLA for MLA models) unless VLLM_ROCM_USE_AITER=1 puts AITER's "
         "kernels first; HIP graphs are captured as CUDA graphs are, but their memory is not "
         "profiled before the KV pool is sized on ROCm (vllm#36720)",
-        f"TensorRT-LLM runs on NVIDIA GPUs only: the trtllm command does not start on {gpu.name}",
+        f"TensorRT-LLM runs on NVIDIA GPUs only: no trtllm command or figures for {gpu.name}",
     ]
 
 

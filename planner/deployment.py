@@ -126,8 +126,13 @@ def _with_unit(size: int) -> str:
 
 
 def as_yaml(changes: Mapping[str, Any]) -> str:
-    """``{"tp": 2, "kv_cache_dtype": "fp8"}`` -> ``tp: 2, kv_cache_dtype: fp8``."""
-    return ", ".join(f"{SPELLINGS[k].yaml}: {_shown(v)}" for k, v in changes.items())
+    """``{"tp": 2, "kv_cache_dtype": "fp8"}`` -> ``tp: 2, kv_cache_dtype: fp8`` (a byte
+    count with its unit, ``kv_cache_memory: 53747MiB``, as the flags spell it)."""
+    return ", ".join(
+        f"{SPELLINGS[k].yaml}: "
+        + (_with_unit(v) if k.endswith("_bytes") and isinstance(v, int) else _shown(v))
+        for k, v in changes.items()
+    )
 
 
 def render_changes(changes: Mapping[str, Any] | str, spelling: Spelling) -> str:

@@ -42,6 +42,18 @@ VLLM_MLA_HYBRID_BLOCK_ALIGNMENT = 128
 DEFAULT_BATCH_SIZES = (1, 8, 32)
 
 
+def refused_block_size(engine: Engine, block_size: int | None) -> str | None:
+    """Why vLLM's attention backends refuse a ``--block-size`` (None: they take it). Each
+    declares its kernel block sizes and ``supports_block_size`` accepts a multiple of one of
+    them (vLLM 0.33.0 ``vllm/v1/attention/backend.py:122-137``); the smallest any GPU backend
+    declares is 16: FlashAttention and Triton ``[MultipleOf(16)]`` (``backends/
+    flash_attn.py:357-367``, ``triton_attn.py:339-340``), FlashInfer ``[16, 32, 64]``, ROCm
+    ``[16, 32]``. So a block size that is no multiple of 16 finds no backend."""
+    if engine is not Engine.VLLM or not block_size or block_size % VLLM_KERNEL_BLOCK_ALIGNMENT == 0:
+        return None
+    return "vLLM's FlashAttention backend needs a multiple of 16"
+
+
 @dataclass(frozen=True, kw_only=True)
 class LayerGroup:
     """Layers of one kind and size, per rank (the JSON ``layer_groups`` rows)."""
@@ -270,8 +282,9 @@ def estimate(
     if engine is Engine.HF and tp > 1:
         notes.append("transformers shards KV heads only when loaded with a tp_plan")
     bs = block_size or engine.default_block_size
-    if engine is Engine.VLLM and bs % VLLM_KERNEL_BLOCK_ALIGNMENT and block_size:
-        warnings.append(f"--block-size {bs}: vLLM's FlashAttention backend needs a multiple of 16")
+    refused = refused_block_size(engine, block_size)
+    if refused:
+        warnings.append(f"--block-size {bs}: {refused}")
 
     # Engines serve float32 checkpoints in bf16 (vLLM _resolve_auto_dtype); transformers does not.
     run_dtype_bytes = 2 if spec.dtype == "float32" and engine is not Engine.HF else spec.dtype_bytes

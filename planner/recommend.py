@@ -35,6 +35,8 @@ from planner.errors import DoesNotFitError, UsageError, WontStartError
 from planner.features import FeatureRecord, PlanContext, fold
 from planner.features.multimodal import MMLever
 from planner.features.speculative import SpeculativeFigures
+from planner.free_memory import with_starting_gmu
+from planner.gpu_support import engine_refusal, fp8_kv_refusal, runs_fp8_weights
 from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
@@ -458,6 +460,9 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     at_length = dep.with_settings(max_model_len=length, auto_fit_max_model_len=False)
     est = est_at(length)
     cap = capacity(at_length, est)
+    cap = with_starting_gmu(  # another process on the GPU: the fraction that starts
+        cap, lambda gmu: capacity(at_length.with_settings(gpu_memory_utilization=gmu), est)
+    )
     _check_kv_memory(at_length, est, cap, weights, capacity)
     act = cap.activation_peak_bytes
 
@@ -502,6 +507,7 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
             ),
         ]
     )
+    engines = [e for e in engines if engine_refusal(Engine(e.engine), dep.gpu) is None]
     grid = _grid(at_length, capacity, options.grid_lens, length, cap.max_num_seqs)
     outcome, running, why = worst_case(cap)
     recommended, advice = _recommend(at_length, est, cap, options, capacity, est_at, weights)
@@ -639,7 +645,7 @@ def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
         if -(-weights.bytes_per_rank // more) < requested * 0.8:
             changes.append({"tp": s.tp * more})
             break
-    if weights.quantization is None and spec.dtype_bytes >= 2 and _runs_fp8_weights(gpu):
+    if weights.quantization is None and spec.dtype_bytes >= 2 and runs_fp8_weights(gpu):
         changes.append("an fp8 checkpoint (about half the weight bytes)")
     bigger = [g for g in GPUS if g.memory_bytes * gmu > weights.bytes_per_rank * 1.2]
     if bigger:
@@ -661,16 +667,6 @@ def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
         weights=weights,
     )
     raise replace(refusal, message=f"{spec.name} {reason}").error()
-
-
-def _runs_fp8_weights(gpu: Gpu) -> bool:
-    """Whether vLLM serves an fp8 checkpoint on ``gpu``: natively from compute capability 8.9,
-    as weight-only FP8 Marlin on 8.0-8.6 (vLLM's ``fp8.py`` falls back to Marlin below 8.9;
-    Marlin needs 8.0). A GPU known only by its memory is given the benefit of the doubt."""
-    if not gpu.compute_capability:
-        return True
-    major, _, minor = gpu.compute_capability.partition(".")
-    return (int(major), int(minor or 0)) >= (8, 0)
 
 
 def _check_kv_memory(
@@ -918,7 +914,7 @@ def _alternatives(
     each planned as its own deployment."""
     s = dep.settings
     changes: list[dict[str, object]] = []
-    if est.kv_dtype_bytes > 1:
+    if est.kv_dtype_bytes > 1 and fp8_kv_refusal(dep.gpu) is None:  # what the GPU runs
         changes.append({"kv_cache_dtype": KVDtype.FP8})
     changes.append({"tp": s.tp * 2})
     out = []
@@ -1139,7 +1135,7 @@ def _layout_for(
     and, for ``--gpus N`` (or ``--nodes``) with no layout typed, pick the layout that holds
     the most: returns the deployment to plan, the options (``--gpus`` above a node's size
     spread over whole nodes) and why that layout, or raises the refusal."""
-    from planner.cluster import best_layout, choice_reason, layouts, node_size, physical_problems
+    from planner.cluster import best_layout, choice_reason, layouts, node_size
 
     total = options.total_gpus
     node, _ = node_size(dep.gpu, options.gpus_per_node)
@@ -1165,22 +1161,46 @@ def _layout_for(
             enable_expert_parallel=best.expert_parallel,
             num_redundant_experts=s.num_redundant_experts if best.expert_parallel else 0,
         )
+    refusal = physical_refusal(dep, options, rows)
+    if refusal is not None:
+        raise refusal.error()
+    return dep, options, choice
+
+
+def physical_refusal(
+    dep: Deployment, options: PlanOptions | None = None, rows: list[LayoutRow] | None = None
+) -> Refusal | None:
+    """The :class:`Refusal` of a layout no machine starts (:func:`planner.cluster.
+    physical_problems`: GPUs given, node size, heads / layers / DCP / EP divisibility), None
+    when there is none: ``kvplan estimate`` and every ``kvplan check`` entry ask this. For a
+    GPU count too small the layout of the GPUs given that holds the most comes first among
+    the changes (``rows``: the layouts already planned, else planned here)."""
+    from planner.cluster import best_layout, layouts, physical_problems
+
+    options = options or PlanOptions()
+    total, gpu = options.total_gpus, dep.gpu
     problems = physical_problems(dep, total, options.nodes, options.gpus_per_node)
     if not problems:
-        return dep, options, choice
+        return None
     first = problems[0]
     changes = list(first.changes)
+    rows = rows or []
     if first.check in ("gpus", "node") and total is not None and gpu is not None:
+        planned = dep.with_settings(engine=Engine.VLLM, block_size=None)
         rows = rows or layouts(
             planned, total, options.gpus_per_node, layout_capacity, nodes=options.nodes
         )
         best = best_layout(rows)
         if best is not None:
             changes.insert(0, _layout_change(best, dep.settings))
-    changes = _distinct(changes, dep.settings)
+    changes = [
+        c
+        for c in _distinct(changes, dep.settings)
+        if not isinstance(c, dict) or _layout_starts(dep, c, options)
+    ]
     reason = "; also ".join(p.reason for p in problems)
-    raise Refusal(
-        model=spec.name,
+    return Refusal(
+        model=dep.spec.name,
         gpu=gpu,
         settings=dep.settings,
         check=first.check,
@@ -1188,7 +1208,21 @@ def _layout_for(
         changes=changes,
         layouts=rows,
         gpus=total,
-    ).error()
+    )
+
+
+def _layout_starts(dep: Deployment, change: dict[str, object], options: PlanOptions) -> bool:
+    """Whether a change of layout passes the layout rules itself (``--dcp 2`` on a GQA model
+    offers ``tp: 16, dcp: 2``; on an 8-GPU node that is no fix). Other changes pass."""
+    from planner.cluster import physical_problems
+
+    if not set(change) <= {"tp", "pp", "dp", "dcp", "enable_expert_parallel"}:
+        return True
+    try:
+        moved = dep.with_settings(**change)
+    except UsageError:
+        return False
+    return not physical_problems(moved, options.total_gpus, options.nodes, options.gpus_per_node)
 
 
 def _closest(rows: list[LayoutRow]) -> LayoutRow | None:
@@ -1223,7 +1257,7 @@ def _no_layout(dep: Deployment, rows: list[LayoutRow], total: int, nodes: int) -
         bigger = [g for g in GPUS if g.memory_bytes * s.gmu > least.weights_bytes * 1.2]
         if bigger:
             changes.append({"gpu": min(bigger, key=lambda g: g.memory_bytes).name})
-    if spec.dtype_bytes >= 2 and _runs_fp8_weights(gpu):
+    if spec.dtype_bytes >= 2 and runs_fp8_weights(gpu):
         w = for_deployment(dep)
         if w.quantization is None:
             changes.append("an fp8 checkpoint (about half the weight bytes)")

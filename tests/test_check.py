@@ -677,10 +677,11 @@ def test_readme_shows_the_markdown_this_build_prints(monkeypatch: pytest.MonkeyP
     assert "```markdown\n" + result.stdout + "```" in (ROOT / "docs" / "check.md").read_text()
 
 
-def test_a_pipeline_longer_than_the_model_is_an_error_not_a_crash(tmp_path: Path) -> None:
-    # 2^40 pipeline stages for 32 layers: the entry errors with vLLM's rule (pp <= layers)
-    # instead of laying out 2^40 stages.
+def test_a_pipeline_longer_than_the_model_wont_start_not_a_crash(tmp_path: Path) -> None:
+    # 2^40 pipeline stages for 32 layers: the entry won't start by vLLM's rule (pp <= layers)
+    # instead of laying out 2^40 stages; at most one stage per layer starts.
     text = "deployments:\n  - {name: a, model: llama-3.1-8b, gpu: h100, pp: 1099511627776}\n"
     result = check_file(write(tmp_path, text)).results[0]
-    assert result.status == "error"
-    assert result.error == "--pp 1099511627776 is more than the model's 32 layers"
+    assert (result.status, result.outcome) == ("fail", "wont_start")
+    assert result.outcome_reason == "--pp 1099511627776 is more than the model's 32 layers"
+    assert result.fix == "pp: 32"

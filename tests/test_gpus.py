@@ -479,7 +479,7 @@ def test_an_amd_plan_says_what_rocm_changes_and_an_nvidia_one_does_not() -> None
         for n in notes["mi300x"]
     )
     assert (
-        "TensorRT-LLM runs on NVIDIA GPUs only: the trtllm command does not start on mi300x"
+        "TensorRT-LLM runs on NVIDIA GPUs only: no trtllm command or figures for mi300x"
         in (notes["mi300x"])
     )
     assert not any("ROCm" in n or "TensorRT-LLM runs" in n for n in notes["h100"])

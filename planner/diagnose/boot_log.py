@@ -170,7 +170,8 @@ class BootLog:
     max_running: int = 0  # the most "Running: N reqs" of the stat lines
     # (prompt, generation) tokens/s of each stat line that states both
     throughput: list[tuple[float, float]] = field(default_factory=list)
-    # "Free memory on device (60.87/79.19 GiB) on startup": memory another process holds
+    # "Free memory on device (60.87/79.19 GiB) on startup" (0.33: "on device cuda:0 (...)"):
+    # what another process holds
     startup_free_bytes: int | None = None
     # start-up milestones reached, by name (STAGES), each with its line; "serving" once the
     # API server is up or a stat line is printed
@@ -628,7 +629,7 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
     ),
     (
         "Free memory on device",
-        re.compile(rf"Free memory on device \({_NUM}/{_NUM} GiB\) on startup"),
+        re.compile(rf"Free memory on device (?:\S+ )?\({_NUM}/{_NUM} GiB\) on startup"),
         _many(("startup_free_bytes", _g(1)), ("total_gpu_bytes", _g(2))),
     ),
     ("version", re.compile(r"vLLM API server version ([\w.+-]+)"), _banner),

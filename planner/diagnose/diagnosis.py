@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -12,6 +12,7 @@ from planner.diagnose.boot_log import BootLog, parse_log
 from planner.diagnose.findings import Finding, explain, troubleshoot
 from planner.diagnose.ranks import DataParallel, data_parallel, rank_findings
 from planner.diagnose.settings import COMMAND_LINE, PlanSettings, layer_settings
+from planner.diagnose.shared_gpu import what_fits, with_free_memory
 from planner.errors import InputFileError, KvplanError
 from planner.files import read_text_file
 from planner.gpus import Gpu
@@ -174,7 +175,8 @@ def diagnose_file(
         )
     given = {"model": model, **settings_given}
     notes: list[str] = []
-    settings = layer_settings(log, given, notes)
+    # another process on the GPU: plan with the memory the log says was free
+    settings = with_free_memory(log, layer_settings(log, given, notes))
     gpu = gpu or _gpu_from_log(log, settings.serve.gmu)
     the_plan = None
     findings: list[Finding] = []
@@ -189,6 +191,16 @@ def diagnose_file(
     if the_plan is not None:
         findings += explain(log, the_plan)
     findings += troubleshoot(log, the_plan, settings.serve, gpu)
+    if gpu is not None:  # what starts in the free memory, planned at that fraction
+        planned = settings
+
+        def plan_at(gmu: float) -> Plan | None:
+            at = replace(planned, serve=planned.serve.but(gpu_memory_utilization=gmu))
+            return plan_for(log, at, given, gpu, offline, [], [], False)[0]
+
+        findings = [
+            what_fits(f, the_plan, plan_at) if f.kind == "gpu-shared" else f for f in findings
+        ]
     dp = data_parallel(log)
     if dp is not None:
         findings += rank_findings(dp, notes)

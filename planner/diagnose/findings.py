@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from planner.deployment import SPELLINGS, as_flags
 from planner.diagnose.boot_log import BootLog
+from planner.gpu_support import fp8_kv_refusal
 from planner.model.specs import KVDtype
 from planner.units import GIB
 
@@ -264,7 +265,24 @@ def troubleshoot(
     if log.encoder_budget_tokens is not None:
         out.append(_encoder_finding(log, p))
     out += _usage_findings(log, p, s, caveat)
-    return out
+    return runnable(out, gpu)
+
+
+def runnable(findings: list[Finding], gpu: Gpu | None) -> list[Finding]:
+    """The findings less the fixes ``gpu`` cannot run: fp8 KV where vLLM has none
+    (:func:`planner.gpu_support.fp8_kv_refusal`: below compute capability 8.0), with its
+    caveat."""
+    if fp8_kv_refusal(gpu) is None:
+        return findings
+    words = (as_flags(FP8_KV), as_named(FP8_KV))
+    return [
+        replace(
+            f,
+            fix=[x for x in f.fix if not any(w in x for w in words)],
+            caveats=[c for c in f.caveats if not c.startswith("fp8 KV")],
+        )
+        for f in findings
+    ]
 
 
 def _encoder_finding(log: BootLog, p: Plan | None) -> Finding:
@@ -403,10 +421,10 @@ def _shared_gpu_finding(log: BootLog, s: ServeSettings) -> Finding | None:
     (more than the 1 GiB a CUDA context and the driver take), and what vLLM can use of the
     rest: it refuses to start when ``gpu_memory_utilization x total`` exceeds the free memory
     (vLLM's ``request_memory``)."""
-    free, total = log.startup_free_bytes, log.total_gpu_bytes
-    assert free is not None and total
-    held = total - free
-    if held <= GIB:
+    from planner.diagnose.shared_gpu import held_by_others
+
+    free, total, held = log.startup_free_bytes, log.total_gpu_bytes, held_by_others(log)
+    if free is None or not total or held is None:
         return None
     gmu = s.gmu
     fits_gmu = math.floor(free / total * 100) / 100

@@ -56,6 +56,8 @@ def _check_text(c: Check, r: DeploymentResult) -> str:
     at_least = "≥" if c.passed else "<"
     at_most = "≤" if c.passed else ">"
     length = r.settings.get("max_model_len")
+    if c.unit == "rule" or c.name == "kv_cache_memory":  # a rule estimate applies first
+        return f"{ok} won't start ({c.name}): {r.outcome_reason}"
     if c.name == "weights":
         return (
             f"{ok} weights {fmt_bytes(int(c.actual))} per GPU > the "
@@ -259,9 +261,10 @@ def check_junit(rep: CheckReport) -> str:
             error.text = r.error
             continue
         body = [f"{r.model} on {_where(r)} ({r.engine}): {_outcome(r)}"]
-        if r.outcome_reason:
+        texts = [_check_text(c, r) for c in r.checks]
+        if r.outcome_reason and not any(r.outcome_reason in text for text in texts):
             body.append(r.outcome_reason)
-        body += [_check_text(c, r) for c in r.checks]
+        body += texts
         if r.figures is not None:
             f = r.figures
             body.append(

@@ -107,11 +107,19 @@ def finding_text(f: Finding) -> str:
         error = str(d["error"]).rstrip(". ")
         return f"vLLM crashed during {d['stage']} and never served: {error}{plan}."
     if f.kind == "gpu-shared":
-        return (
+        text = (
             f"Another process holds the GPU: {_size(d['free_bytes'], 'bytes')} of "
             f"{_size(d['total_bytes'], 'bytes')} free at start-up, "
             f"{_size(d['held_bytes'], 'bytes')} held; vLLM asks for "
-            f"{_size(d['requested_bytes'], 'bytes')} and plans with what is free."
+            f"{_size(d['requested_bytes'], 'bytes')}"
+        )
+        if d.get("starting_gpu_memory_utilization") is None:
+            return text + " and plans with what is free."
+        return text + (
+            f". Planned with the free memory: at gpu_memory_utilization "
+            f"{d['starting_gpu_memory_utilization']:g} vLLM starts with "
+            f"{_size(d['starting_kv_cache_bytes'], 'bytes')} of KV cache "
+            f"({d['starting_kv_cache_tokens']:,} tokens)."
         )
     if f.kind == "seqs-capped":
         return (
@@ -352,7 +360,7 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
         parts = []
         for key, value in dg.settings.items():
             where = dg.sources.get(key, "")
-            shown = fmt_bytes(value) if key == "gpu_memory_bytes" else value
+            shown = fmt_bytes(value) if key.endswith("_bytes") and isinstance(value, int) else value
             parts.append(f"{key} {shown}" + (f" ({where})" if where else ""))
         print_wrapped(out, "Plan settings: " + " · ".join(parts))
     verdict = verdict_text(dg)

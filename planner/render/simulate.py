@@ -62,6 +62,8 @@ def simulate_dict(report: SimReport) -> dict[str, Any]:
     """The report as JSON-ready data (integer bytes; per-request finish steps left out)."""
     data = asdict(report)
     for run in data["runs"]:
+        if run.get("refused") is None:  # vLLM takes the settings: the key is left out
+            run.pop("refused", None)
         result = run["result"]
         for one in [result, *result.get("ranks", ())]:
             one.pop("finish_steps", None)
@@ -239,7 +241,8 @@ def _simulate_table(out: Console, report: SimReport) -> None:
     table.add_column(report.axes[0] if single_axis else "setting", no_wrap=True)
     for i, run in enumerate(report.runs):
         name = run.values[report.axes[0]] if single_axis else run.label
-        table.add_column(name + (" ★" if i == report.best else ""), justify="right")
+        mark = " ★" if i == report.best else " ✗" if run.refused else ""
+        table.add_column(name + mark, justify="right")
     runs = [run.result for run in report.runs]
 
     def row(label: str, cells: list[str]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from planner.budget import vllm_budget
 from planner.deployment import Deployment, ServeSettings, kv_dtype_for, positive_count
 from planner.errors import DoesNotFitError, KvplanError, UsageError
-from planner.kv_layout import KVEstimate, estimate
+from planner.kv_layout import KVEstimate, estimate, refused_block_size
 from planner.model.specs import Engine, KVDtype
 from planner.offload import cpu_tier_tokens
 from planner.outcome import Outcome
@@ -100,6 +100,10 @@ class SettingRun:
             8,093 // 769 = 10 of 256 run at once (at block size 32, 4,046 // (256 + 129) =
             10): both queue at worst case.
         result: what the replay measured.
+        refused: why vLLM refuses this run's settings before any memory is counted (a
+            ``--block-size`` no attention backend takes: :func:`planner.kv_layout.
+            refused_block_size`); its outcome is then ``wont_start`` and it is never ``best``.
+            None (left out of the JSON) when vLLM takes them.
     """
 
     label: str
@@ -116,6 +120,7 @@ class SettingRun:
     outcome: str
     worst_case_running: int
     result: SimResult
+    refused: str | None = None
 
 
 def worst_case_of_pool(
@@ -227,8 +232,20 @@ def _largest_fitting_len(layout: BlockLayout, usable: int, limit: int) -> int:
 
 
 def _pick_best(runs: list[SettingRun], goal: str) -> tuple[int | None, str]:
+    """The best run for ``goal`` among those vLLM starts (a refused one is shown, never
+    picked), and why."""
     if len(runs) < 2:
         return None, ""
+    started = [run for run in runs if run.refused is None]
+    if len(started) < len(runs):
+        refused = [run for run in runs if run.refused is not None]
+        words = f"{', '.join(r.label for r in refused)}: vLLM won't start ({refused[0].refused})"
+        if not started:
+            return None, f"no setting starts; {words}"
+        picked, reason = _pick_best(started, goal)
+        if picked is None:  # one left
+            return runs.index(started[0]), f"{started[0].label}, the only one that starts; {words}"
+        return runs.index(started[picked]), f"{reason}; not ranked: {words}"
     keys: dict[str, Callable[[SimResult], tuple[float, float]]] = {
         "throughput": lambda r: (-r.output_tokens_per_s, r.preemptions),
         "ttft": lambda r: (r.ttft_s.p90, -r.output_tokens_per_s),
@@ -461,7 +478,10 @@ def simulate_model(
                 stream_latency_s=0.0 if step_times else roofline.stream_latency_s,
             )
             outcome, running = worst_case_of_pool(layout, blocks, length, config.max_num_seqs)
-            if outcome == WONT_START:
+            refused = refused_block_size(serve.engine, serve.block_size)
+            if refused:
+                outcome, running = WONT_START, 0  # shown, never picked
+            elif outcome == WONT_START:
                 warnings.append(
                     f"vLLM won't start with max_num_seqs {config.max_num_seqs:,} and this KV pool"
                     + (f" ({label})" if axes else "")
@@ -484,6 +504,7 @@ def simulate_model(
                     num_gpu_blocks=blocks,
                     outcome=outcome,
                     worst_case_running=running,
+                    refused=refused,
                 )
             )
     except KvplanError as exc:

@@ -193,7 +193,7 @@ def rank_findings(
     diagnosis' kinds where they mean the same ("kv-pinned", "kv-low", "prefix-low-hit"), and
     "kv-usage", "starved-max-num-seqs", "starved-token-budget", "latency", "lengths"."""
     from planner.deployment import as_flags, fp8_kv_caveat
-    from planner.diagnose.findings import FP8_KV, lower_gmu
+    from planner.diagnose.findings import FP8_KV, lower_gmu, runnable
 
     out: list[Finding] = []
     usage = r["kv_usage_p90_pct"]
@@ -345,7 +345,7 @@ def rank_findings(
                 ],
             )
         )
-    return out
+    return runnable(out, gpu)  # no fix the GPU cannot run
 
 
 def _qdict(q: Quantiles | None) -> dict[str, Any] | None:

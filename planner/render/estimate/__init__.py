@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from planner.kv_layout import refused_block_size
+from planner.model.specs import Engine
 from planner.render._output import (
     OUTCOME_PHRASES,
     Column,
@@ -586,9 +588,12 @@ def _tradeoffs(p: Plan) -> None:
     )
     out.print(f"Block size trade-off (at {nv.avg_tokens:,} tokens/request):")
     for b in p.block_sizes:
+        # a size no attention backend takes (planner.kv_layout.refused_block_size)
+        refused = refused_block_size(Engine.VLLM, b.block_size)
         out.print(
             f"  block {b.block_size}: {b.fragmentation_pct:.2f}% waste, "
             f"{b.block_table_entries:,} table entries"
+            + (" (refused: not a multiple of 16)" if refused else "")
         )
 
 

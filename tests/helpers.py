@@ -294,3 +294,16 @@ def parse_command(command: str) -> dict[str, str]:
     if "model-path" in out:
         out["model"] = out.pop("model-path")
     return out
+
+
+def notes_of(stderr: str) -> list[str]:
+    """The ``note:`` lines of ``stderr`` as notes: a note wraps at the terminal's width, its
+    lines after the first two spaces in; each note comes back as its words joined by one
+    space."""
+    notes: list[list[str]] = []
+    for line in stderr.splitlines():
+        if line.startswith("note: "):
+            notes.append(line.split())
+        elif line.startswith("  ") and notes:
+            notes[-1] += line.split()
+    return [" ".join(words) for words in notes]

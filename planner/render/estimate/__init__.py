@@ -14,6 +14,7 @@ from planner.render._output import (
     console,
     outcome_words,
     print_fitted,
+    print_note,
     to_json,
     user_text,
     warnings_,
@@ -113,7 +114,7 @@ def estimate(est: KVEstimate, *, as_json: bool = False, warn: bool = True) -> No
     if est.examples:
         out.print(examples)
     for note in est.notes:
-        out.print(f"[dim]note: {user_text(note)}[/]", soft_wrap=True)
+        print_note(out, note)
     out.print("[dim]Sizes in binary units (1 GiB = 2^30 bytes). --json gives every figure.[/]")
 
 
@@ -473,7 +474,7 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             )
     for note in p.notes:
         if note not in p.command_notes:  # those go with the commands (--details)
-            out.print(f"[dim]note: {user_text(note)}[/]")
+            print_note(out, note)
     out.print(
         "[dim]Activation, non-torch and CUDA-graph terms are estimates (`kvplan verify --gpu` "
         "measures them); weights are exact only from safetensors headers.[/]"
@@ -528,7 +529,7 @@ def _other_commands(p: Plan) -> None:
             out.print(f"  {name if i == 0 else '':7} {line}", markup=False, soft_wrap=True)
     _command_files(p)
     for note in p.command_notes:
-        out.print(f"[dim]note: {user_text(note)}[/]")
+        print_note(out, note)
 
 
 def _command_files(p: Plan) -> None:

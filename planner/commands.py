@@ -21,6 +21,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from planner.containers import rocm_docker_command
+from planner.vllm_rules import NEWEST_VERSION
+
 if TYPE_CHECKING:
     from planner.budget import EngineCapacity
     from planner.deployment import ServeSettings
@@ -58,7 +61,8 @@ _WHY_NOT = {
 
 @dataclass(frozen=True, kw_only=True)
 class EngineCommands:
-    """The launch commands of a plan (``commands``: ``vllm``, ``sglang``, ``trtllm``), the files
+    """The launch commands of a plan (``commands``: ``vllm``, ``sglang``, ``trtllm``, and on an
+    AMD GPU ``docker``: the vllm command in vLLM's ROCm image), the files
     a command reads (``files``: name -> text, written next to where the command runs) and what a
     command could not carry (``notes``, one sentence each, for the plan's notes)."""
 
@@ -251,6 +255,10 @@ def engine_commands(
     commands = {
         name: shlex.join(args) for name, args in (("vllm", vllm), ("sglang", sgl), ("trtllm", trt))
     }
+    version = (settings.vllm_version if settings else None) or NEWEST_VERSION
+    docker = rocm_docker_command(commands["vllm"], gpu, version)
+    if docker is not None:  # an AMD GPU: the vllm command in vLLM's ROCm image
+        commands["docker"] = docker
     return EngineCommands(commands=commands, files=files, notes=notes + rocm_notes(gpu))
 
 

@@ -352,3 +352,22 @@ def test_check_emits_every_kind_and_each_validates(tmp_path: Path) -> None:
 def test_check_emit_needs_both_flags() -> None:
     plans = str(Path(__file__).parents[1] / "examples" / "plans.yaml")
     assert run(["check", plans, "--emit", "k8s"]).exit_code == 2
+
+
+def test_amd_plans_validate_too() -> None:
+    """An AMD GPU's manifests (amd.com/gpu, the ROCm image: tests/test_rocm_launch.py) against
+    the same schemas."""
+    single = ["estimate", "qwen2.5-7b", "--gpu", "mi300x", "--max-model-len", "16384"]
+    deployment, service = emitted(single, "k8s")
+    validate(deployment, K8S, "Deployment")
+    validate(service, K8S, "Service")
+    (isvc,) = emitted(single, "kserve")
+    validate_upstream(isvc, KSERVE)
+    (values,) = emitted(single, "llm-d")
+    validate_upstream(values, LLM_D)
+    multi = [*MULTI[:3], "mi300x", *MULTI[4:]]
+    lws, service = emitted(multi, "lws")
+    validate_upstream(lws, LWS)
+    validate(service, K8S, "Service")
+    (values,) = emitted(multi, "llm-d")
+    validate_upstream(values, LLM_D)

@@ -408,6 +408,10 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
     else:
         for line in wrap_command(p.commands["vllm"]):
             out.print(f"  {line}", markup=False, soft_wrap=True)
+        if "docker" in p.commands:  # an AMD GPU: the same command in vLLM's ROCm image
+            out.print("  or in vLLM's ROCm image, with the devices ROCm needs:", markup=False)
+            for line in wrap_command(p.commands["docker"]):
+                out.print(f"  {line}", markup=False, soft_wrap=True)
     if p.advice is not None and p.advice.rejected:
         from planner.recommend import rejected_words
 
@@ -523,7 +527,7 @@ def _other_commands(p: Plan) -> None:
     out = console()
     out.print("[bold]Other engines' commands:[/]")
     for name, command in p.commands.items():
-        if name == "vllm":
+        if name in ("vllm", "docker"):  # shown with the plan
             continue
         for i, line in enumerate(wrap_command(command, out.width - 10)):
             out.print(f"  {name if i == 0 else '':7} {line}", markup=False, soft_wrap=True)

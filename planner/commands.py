@@ -21,8 +21,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from planner.containers import rocm_docker_command
 from planner.gpu_support import engine_refusal
 from planner.model.specs import Engine
+from planner.vllm_rules import NEWEST_VERSION
 
 if TYPE_CHECKING:
     from planner.budget import EngineCapacity
@@ -61,7 +63,8 @@ _WHY_NOT = {
 
 @dataclass(frozen=True, kw_only=True)
 class EngineCommands:
-    """The launch commands of a plan (``commands``: ``vllm``, ``sglang``, ``trtllm``), the files
+    """The launch commands of a plan (``commands``: ``vllm``, ``sglang``, ``trtllm``, and on an
+    AMD GPU ``docker``: the vllm command in vLLM's ROCm image), the files
     a command reads (``files``: name -> text, written next to where the command runs) and what a
     command could not carry (``notes``, one sentence each, for the plan's notes)."""
 
@@ -258,6 +261,10 @@ def engine_commands(
     }
     if "trtllm" not in commands:
         files.pop(TRTLLM_FILE, None)
+    version = (settings.vllm_version if settings else None) or NEWEST_VERSION
+    docker = rocm_docker_command(commands["vllm"], gpu, version)
+    if docker is not None:  # an AMD GPU: the vllm command in vLLM's ROCm image
+        commands["docker"] = docker
     return EngineCommands(commands=commands, files=files, notes=notes + rocm_notes(gpu))
 
 

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from planner.containers import CUDA_IMAGE, RESOURCES, ROCM_IMAGE, gpu_resource
 from planner.errors import UsageError
 
 if TYPE_CHECKING:
@@ -82,7 +83,10 @@ class Target:
 
     @property
     def image(self) -> str:
-        return f"vllm/vllm-openai:v{self.vllm_version}" if self.vllm_version else "vllm/vllm-openai"
+        """vLLM's image for the release: its ROCm build where the GPUs are AMD's
+        (:mod:`planner.containers`)."""
+        name = ROCM_IMAGE if self.gpu_resource == RESOURCES["amd"] else CUDA_IMAGE
+        return f"{name}:v{self.vllm_version}" if self.vllm_version else name
 
     @property
     def nodes(self) -> int:
@@ -117,14 +121,13 @@ def target_of(plan: Plan, *, name: str | None = None, gpus_per_node: int | None 
         per_pod = tp * pp * local
     else:
         per_pod = tp * pp * dp
-    vendor = "amd.com/gpu" if plan.gpu.name.lower().startswith("mi") else "nvidia.com/gpu"
     return Target(
         name=name or resource_name(model),
         model=model,
         command=command,
         node_commands=nodes,
         gpus_per_pod=per_pod,
-        gpu_resource=vendor,
+        gpu_resource=gpu_resource(plan.gpu),
         checkpoint_bytes=plan.weights.total_bytes,
         host_ram_bytes=plan.host_ram.total,
         vllm_version=plan.vllm_version,

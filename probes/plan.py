@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from planner.deployment import ServeSettings
 from planner.errors import ConfigError, DoesNotFitError, KvplanError, UsageError
 from planner.model.specs import KVDtype
-from planner.units import GIB, fmt_bytes
+from planner.units import GIB, MIB, fmt_bytes
 
 if TYPE_CHECKING:
     from planner.deployment import Deployment
@@ -319,6 +319,45 @@ def check_request(req: VerifyRequest) -> None:
             f"({fmt_bytes(host)} available): --device cpu probes in host memory; pass "
             f"--memory-budget {host // GIB}GiB or less"
         )
+
+
+def check_device_free(req: VerifyRequest, free_bytes: int, total_bytes: int) -> None:
+    """Refuse a CUDA probe whose budget is more than the device has free, before anything is
+    allocated: one line with what was asked, what is free and what to change.
+
+    The budget is what :func:`probes.probe.verify` caps the probe at: ``--memory-budget``,
+    else ``ceil(total x gpu_memory_utilization)``, under ``--max-memory``. vLLM refuses the
+    same way at start-up, "Free memory on device (free/total GiB) on startup is less than
+    desired GPU memory utilization" (``v1/worker/gpu_worker.py`` 0.11.0:185-195); the probe
+    would instead run out of memory part-way and report a frontier below the plan.
+    """
+    gmu = req.settings.gmu
+    budget = req.memory_budget_bytes or math.ceil(total_bytes * gmu)
+    limit = min(budget, req.max_memory_bytes or budget)
+    if limit <= free_bytes:
+        return
+    fits = f"{free_bytes // GIB}GiB" if free_bytes >= GIB else f"{free_bytes // MIB}MiB"
+    if req.max_memory_bytes is not None and req.max_memory_bytes < budget:
+        asked, change = "--max-memory", f"lower --max-memory to {fits} or less"
+    elif req.memory_budget_bytes is not None:
+        asked, change = "--memory-budget", f"pass --memory-budget {fits} or less"
+    else:
+        asked = f"gpu_memory_utilization {gmu:g} of {fmt_bytes(total_bytes)}"
+        lower = math.floor(free_bytes / total_bytes * 100) / 100 if total_bytes else 0.0
+        while lower > 0 and math.ceil(total_bytes * lower) > free_bytes:
+            lower = round(lower - 0.01, 2)
+        if lower <= 0:
+            change = f"pass --memory-budget {fits} or less"
+        elif req.num_gpu_blocks is not None:  # --plan: the plan fixes the utilization
+            change = f"plan again with --gpu-memory-utilization {lower:g} or less"
+        else:
+            change = f"lower --gpu-memory-utilization to {lower:g} or less"
+    held = max(0, total_bytes - free_bytes)
+    raise UsageError(
+        f"--device {req.device}: the probe's budget, {fmt_bytes(limit)} ({asked}), is more "
+        f"than the device has free, {fmt_bytes(free_bytes)} ({fmt_bytes(held)} held by other "
+        f"processes and this one's CUDA context); {change}, or free the GPU"
+    )
 
 
 def host_memory_available() -> int | None:

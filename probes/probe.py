@@ -60,6 +60,7 @@ from probes.plan import (
     Trial,
     VerifyRequest,
     capacity,
+    check_device_free,
     check_one_request,
     check_request,
     error_pct,
@@ -90,6 +91,24 @@ def device_gpu(device: str) -> Gpu | None:
     return Gpu(name=name, memory_bytes=total, source="torch.cuda.mem_get_info")
 
 
+def check_device(req: VerifyRequest) -> None:
+    """On CUDA, refuse a budget the device cannot allocate now (``mem_get_info``'s free
+    bytes, :func:`probes.plan.check_device_free`) before the model is loaded; on CPU
+    :func:`probes.plan.check_request` has checked ``MemAvailable``."""
+    if not req.device.startswith("cuda"):
+        return
+    require_cuda()
+    index = req.device.partition(":")[2]
+    count = torch.cuda.device_count()
+    if index and int(index) >= count:
+        raise UsageError(
+            f"--device {req.device}: torch sees {count} CUDA device(s) (cuda:0 to "
+            f"cuda:{count - 1}); pick one of them or set CUDA_VISIBLE_DEVICES"
+        )
+    free, total = torch.cuda.mem_get_info(int(index) if index else torch.cuda.current_device())
+    check_device_free(req, int(free), int(total))
+
+
 def verify(
     spec: ModelSpec,
     req: VerifyRequest,
@@ -111,6 +130,7 @@ def verify(
         profile or one request do not fit, and ``KvplanError`` when CUDA is missing.
     """
     check_request(req)
+    check_device(req)
     gpu = device_gpu(req.device)
     total = gpu.memory_bytes if gpu is not None else None
     est = estimate_for(spec, req, gpu)

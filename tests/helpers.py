@@ -354,3 +354,16 @@ def moe_checkpoint(tmp_path: Path, *, mtp_layer: bool = True, tower: bool = True
         tensors["multi_modal_projector.linear.weight"] = one
     write_safetensors(tmp_path / "model.safetensors", tensors)
     return tmp_path
+
+
+def notes_of(stderr: str) -> list[str]:
+    """The ``note:`` lines of ``stderr`` as notes: a note wraps at the terminal's width, its
+    lines after the first two spaces in; each note comes back as its words joined by one
+    space."""
+    notes: list[list[str]] = []
+    for line in stderr.splitlines():
+        if line.startswith("note: "):
+            notes.append(line.split())
+        elif line.startswith("  ") and notes:
+            notes[-1] += line.split()
+    return [" ".join(words) for words in notes]

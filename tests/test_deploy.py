@@ -1,17 +1,18 @@
-"""`kvplan estimate --emit`: every manifest parses, validates against its schema, and runs the
-plan's own vllm serve command.
+"""`kvplan estimate --emit`: every manifest parses, validates against its upstream schema, and
+runs the plan's own vllm serve command.
 
-Schemas (tests/data/schemas/): Kubernetes v1.33 strict (Deployment, Service, PodTemplateSpec,
-Container and what they reach) cut from the PyPI package kubernetes-validate 1.37.0 by
-tools/vendor_k8s_schemas.py; KServe InferenceService v1beta1, LeaderWorkerSet v1 and the
-llm-d-modelservice chart's values, written from their upstream CRDs / values.schema.json (each
-file's $comment names the file and commit) with their pod parts as the Kubernetes definitions.
-Set KVPLAN_UPSTREAM_SCHEMAS to a folder holding the upstream files themselves to validate
-against those too (test_upstream_schemas).
+Schemas (tests/data/schemas/, sources in its SOURCES.md): KServe's InferenceService CRD, the
+LeaderWorkerSet CRD and the llm-d-modelservice chart's values.schema.json, vendored whole from
+their repositories (upstream/); the CRDs' openAPIV3Schema is made strict about unknown fields as
+the API server's strict field validation is (:func:`strict`). Kubernetes v1.33 strict
+(Deployment, Service, PodTemplateSpec, Container and what they reach) is cut from the PyPI
+package kubernetes-validate 1.37.0 by tools/vendor_k8s_schemas.py.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import shlex
@@ -47,6 +48,11 @@ MULTI = [
 ENV = {"HF_HUB_OFFLINE": "1", "COLUMNS": "80", "NO_COLOR": "1"}
 
 
+KSERVE = "serving.kserve.io_inferenceservices.yaml"
+LWS = "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+LLM_D = "values.schema.json"
+
+
 def _registry() -> Registry:
     resources = []
     for path in SCHEMAS.glob("*.json"):
@@ -63,6 +69,37 @@ def validate(instance: Any, schema_file: str, definition: str | None = None) -> 
     if definition is not None:
         schema = {"$ref": f"{schema['$id']}#/$defs/{definition}"}
     jsonschema.Draft202012Validator(schema, registry=REGISTRY).validate(instance)
+
+
+def strict(node: Any) -> Any:
+    """A CRD schema that refuses unknown fields, as the API server does under strict field
+    validation: every object schema with ``properties`` and no
+    ``x-kubernetes-preserve-unknown-fields`` gets ``additionalProperties: false``."""
+    if isinstance(node, list):
+        return [strict(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: strict(v) for k, v in node.items()}
+    open_ = out.get("x-kubernetes-preserve-unknown-fields") or "additionalProperties" in out
+    if out.get("type") == "object" and "properties" in out and not open_:
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.cache
+def upstream(name: str) -> dict[str, Any]:
+    """The upstream schema ``name`` (tests/data/schemas/upstream/): a CRD's openAPIV3Schema
+    (its only served version), made :func:`strict`; a values.schema.json as it is."""
+    path = SCHEMAS / "upstream" / name
+    if name.endswith(".json"):
+        return json.loads(path.read_text())  # type: ignore[no-any-return]
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    [version] = [v for v in crd["spec"]["versions"] if v["served"]]
+    return strict(version["schema"]["openAPIV3Schema"])  # type: ignore[no-any-return]
+
+
+def validate_upstream(instance: Any, name: str) -> None:
+    jsonschema.Draft7Validator(upstream(name)).validate(instance)
 
 
 def run(args: list[str]) -> Any:
@@ -109,16 +146,40 @@ def test_a_typo_or_a_wrong_type_fails_the_schema() -> None:
     (isvc,) = emitted(SINGLE, "kserve")
     isvc["spec"]["predictor"]["minReplica"] = 1
     with pytest.raises(jsonschema.ValidationError):
-        validate(isvc, "kserve-inferenceservice-v1beta1.json")
+        validate_upstream(isvc, KSERVE)
     (values,) = emitted(SINGLE, "llm-d")
     values["decode"]["parallelism"]["tensors"] = 2
     with pytest.raises(jsonschema.ValidationError):
-        validate(values, "llm-d-modelservice-values.json")
+        validate_upstream(values, LLM_D)
+    lws, _ = emitted(MULTI, "lws")
+    lws["spec"]["leaderWorkerTemplate"]["size"] = "2"  # a string where the CRD has an integer
+    with pytest.raises(jsonschema.ValidationError):
+        validate_upstream(lws, LWS)
+    lws, _ = emitted(MULTI, "lws")
+    lws["spec"]["leaderWorkerTemplate"]["sizes"] = 2
+    with pytest.raises(jsonschema.ValidationError):
+        validate_upstream(lws, LWS)
+
+
+# tests/data/schemas/SOURCES.md: each vendored file's git blob id upstream
+BLOBS = {
+    KSERVE: "1e37d05b7a741eb40b9eb01c378dc9dc80eab3d9",
+    LWS: "2b376d69063e46bec99d0d815d36948cdc87d128",
+    LLM_D: "6a92e543744e3f206e7093de490c613c0c9c30a3",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BLOBS))
+def test_the_vendored_schemas_are_the_upstream_files(name: str) -> None:
+    data = (SCHEMAS / "upstream" / name).read_bytes()
+    blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # git hash-object
+    assert blob == BLOBS[name]
+    assert name in (SCHEMAS / "SOURCES.md").read_text()
 
 
 def test_kserve_inference_service_validates() -> None:
     (isvc,) = emitted(SINGLE, "kserve")
-    validate(isvc, "kserve-inferenceservice-v1beta1.json")
+    validate_upstream(isvc, KSERVE)
     container = isvc["spec"]["predictor"]["containers"][0]
     assert container["command"] + container["args"] == shlex.split(
         plan_json(SINGLE)["commands"]["vllm"]
@@ -127,7 +188,7 @@ def test_kserve_inference_service_validates() -> None:
 
 def test_llm_d_values_validate_and_their_container_is_a_kubernetes_container() -> None:
     (values,) = emitted(SINGLE, "llm-d")
-    validate(values, "llm-d-modelservice-values.json")
+    validate_upstream(values, LLM_D)
     (container,) = values["decode"]["containers"]
     assert container["modelCommand"] == "custom"  # the chart adds no argument of its own
     assert container["command"] + container["args"] == shlex.split(
@@ -165,7 +226,7 @@ def _run_script(script: str, bin_: Path, **env: str) -> list[str]:
 
 def test_leader_worker_set_runs_every_nodes_command(tmp_path: Path) -> None:
     lws, service = emitted(MULTI, "lws")
-    validate(lws, "leaderworkerset-v1.json")
+    validate_upstream(lws, LWS)
     validate(service, K8S, "Service")
     nodes = plan_json(MULTI)["node_commands"]
     assert len(nodes) == 2
@@ -184,7 +245,7 @@ def test_leader_worker_set_runs_every_nodes_command(tmp_path: Path) -> None:
 
 def test_llm_d_multinode_values_run_the_leader_and_worker_commands(tmp_path: Path) -> None:
     (values,) = emitted(MULTI, "llm-d")
-    validate(values, "llm-d-modelservice-values.json")
+    validate_upstream(values, LLM_D)
     assert values["multinode"] is True
     assert values["decode"]["parallelism"] == {
         "tensor": 1,
@@ -245,29 +306,6 @@ def test_a_plan_that_wont_start_emits_nothing() -> None:
     assert result.stdout == ""
 
 
-@pytest.mark.skipif(
-    not os.environ.get("KVPLAN_UPSTREAM_SCHEMAS"), reason="KVPLAN_UPSTREAM_SCHEMAS not set"
-)
-def test_upstream_schemas() -> None:
-    """Against the upstream files themselves, where a folder of them is given:
-    leaderworkerset.x-k8s.io_leaderworkersets.yaml, serving.kserve.io_inferenceservices.yaml
-    (CRDs: their openAPIV3Schema) and llm-d-modelservice's values.schema.json."""
-    folder = Path(os.environ["KVPLAN_UPSTREAM_SCHEMAS"])
-
-    def crd(name: str) -> dict[str, Any]:
-        doc = yaml.safe_load((folder / name).read_text())
-        return doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
-
-    (lws, _) = emitted(MULTI, "lws")
-    jsonschema.validate(lws, crd("leaderworkerset.x-k8s.io_leaderworkersets.yaml"))
-    (isvc,) = emitted(SINGLE, "kserve")
-    jsonschema.validate(isvc, crd("serving.kserve.io_inferenceservices.yaml"))
-    values_schema = json.loads((folder / "values.schema.json").read_text())
-    for args in (SINGLE, MULTI):
-        (values,) = emitted(args, "llm-d")
-        jsonschema.validate(values, values_schema)
-
-
 def test_check_emits_one_manifest_per_deployment(tmp_path: Path) -> None:
     plans = Path(__file__).parents[1] / "examples" / "plans.yaml"
     out = tmp_path / "k8s"
@@ -289,6 +327,47 @@ def test_check_emits_one_manifest_per_deployment(tmp_path: Path) -> None:
     assert args[args.index("--gpu-memory-utilization") + 1] == "0.9"
 
 
+def test_check_emits_every_kind_and_each_validates(tmp_path: Path) -> None:
+    plans = Path(__file__).parents[1] / "examples" / "plans.yaml"
+    out = tmp_path / "all"
+    result = run(["check", str(plans), "--emit", "all", "--emit-dir", str(out)])
+    assert result.exit_code == 1, result.output  # one deployment fails, as without --emit
+    kinds = {"k8s": 0, "kserve": 0, "llm-d": 0, "lws": 0}
+    for path in sorted(out.iterdir()):
+        kind = next(k for k in kinds if path.name.endswith(f"-{k}.yaml"))
+        kinds[kind] += 1
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        if kind == "k8s":
+            validate(docs[0], K8S, "Deployment")
+            validate(docs[1], K8S, "Service")
+        elif kind == "lws":
+            validate_upstream(docs[0], LWS)
+            validate(docs[1], K8S, "Service")
+        else:
+            (doc,) = docs
+            validate_upstream(doc, KSERVE if kind == "kserve" else LLM_D)
+    assert kinds["k8s"] and kinds["kserve"] and kinds["llm-d"]
+
+
 def test_check_emit_needs_both_flags() -> None:
     plans = str(Path(__file__).parents[1] / "examples" / "plans.yaml")
     assert run(["check", plans, "--emit", "k8s"]).exit_code == 2
+
+
+def test_amd_plans_validate_too() -> None:
+    """An AMD GPU's manifests (amd.com/gpu, the ROCm image: tests/test_rocm_launch.py) against
+    the same schemas."""
+    single = ["estimate", "qwen2.5-7b", "--gpu", "mi300x", "--max-model-len", "16384"]
+    deployment, service = emitted(single, "k8s")
+    validate(deployment, K8S, "Deployment")
+    validate(service, K8S, "Service")
+    (isvc,) = emitted(single, "kserve")
+    validate_upstream(isvc, KSERVE)
+    (values,) = emitted(single, "llm-d")
+    validate_upstream(values, LLM_D)
+    multi = [*MULTI[:3], "mi300x", *MULTI[4:]]
+    lws, service = emitted(multi, "lws")
+    validate_upstream(lws, LWS)
+    validate(service, K8S, "Service")
+    (values,) = emitted(multi, "llm-d")
+    validate_upstream(values, LLM_D)

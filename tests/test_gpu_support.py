@@ -83,7 +83,7 @@ def test_fp8_kv_asked_for_where_vllm_has_none_wont_start() -> None:
 def test_no_trtllm_on_amd() -> None:
     text, data = estimate("--gpu", "mi300x")
     assert [e["engine"] for e in data["engines"]] == ["sglang", "hf"]
-    assert set(data["commands"]) == {"vllm", "sglang"}
+    assert set(data["commands"]) == {"vllm", "sglang", "docker"}  # docker: the ROCm image
     assert "trtllm" not in text  # not among "Other engines on this GPU"
     _, nvidia = estimate("--gpu", "h100")
     assert "trtllm" in nvidia["commands"] and "trtllm" in [e["engine"] for e in nvidia["engines"]]

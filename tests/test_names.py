@@ -17,6 +17,7 @@ import planner
 from planner.cli import app
 from planner.model import catalog
 from planner.notes import notes_to
+from tests.helpers import notes_of
 
 runner = CliRunner()
 
@@ -58,12 +59,30 @@ def test_instruct_variant_resolves_to_its_base_with_a_note(
     assert _offline_hub == []  # the catalog answered; the Hub was never asked
 
 
-def test_variant_note_is_one_stderr_line_and_json_stays_clean() -> None:
-    result = runner.invoke(app, ["estimate", "meta-llama/Llama-3.1-8B-Instruct", "--json"])
+@pytest.mark.parametrize("columns", [80, 100])
+def test_variant_note_wraps_at_the_width_with_every_word_and_json_stays_clean(
+    columns: int,
+) -> None:
+    result = runner.invoke(
+        app,
+        ["estimate", "meta-llama/Llama-3.1-8B-Instruct", "--json"],
+        env={"COLUMNS": str(columns)},
+    )
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["kv_bytes_per_token"] == 131_072
-    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
-    assert len(notes) == 1 and "llama-3.1-8b's config (meta-llama/Llama-3.1-8B)" in notes[0]
+    # one note (225 characters), wrapped at the width between words: no line over it, no
+    # word cut (the identifiers and the word list arrive whole), nothing else on stderr
+    lines = result.stderr.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    assert lines[0].startswith("note: ") and all(x.startswith("  ") for x in lines[1:])
+    # filled: a line ends only where the next word would not fit
+    for line, after in zip(lines, lines[1:], strict=False):
+        assert len(line) + 1 + len(after.split()[0]) > columns
+    assert notes_of(result.stderr) == [
+        "note: meta-llama/Llama-3.1-8B-Instruct is not in the catalog; planning it with "
+        "llama-3.1-8b's config (meta-llama/Llama-3.1-8B), which has the same layers, heads, KV "
+        "heads, head size, hidden size, vocabulary, context and dtype"
+    ]
 
 
 def test_the_command_serves_the_variant_asked_for() -> None:

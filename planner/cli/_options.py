@@ -144,12 +144,13 @@ def user_errors() -> Iterator[None]:
     seen: set[str] = set()
 
     def note(text: str) -> None:
+        from planner.render._output import err_console, print_wrapped
         from planner.secrets import error_line
 
         line = error_line(text)
         if line not in seen:
             seen.add(line)
-            typer.echo(f"note: {line}", err=True)
+            print_wrapped(err_console(), f"note: {line}", hang="  ")
 
     try:
         with notes_to(note):

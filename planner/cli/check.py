@@ -114,9 +114,10 @@ def _emit(plans: str, kinds: list[str], folder: str, *, offline: bool | None) ->
     import sys
 
     from planner.deploy import plans_manifests, write_manifests
+    from planner.render._output import err_console, print_wrapped
 
     files, skipped = plans_manifests(plans, kinds, offline=offline)
     for line in skipped:
-        print(f"note: {line}", file=sys.stderr)
+        print_wrapped(err_console(), f"note: {line}", hang="  ")
     if files:
         write_manifests(files, folder, stream=sys.stderr)

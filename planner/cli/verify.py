@@ -130,8 +130,10 @@ def verify(
             raise UsageError("give MODEL or --plan FILE")
         check_request(request)
         _require_torch()
+        from probes.probe import check_device
         from probes.probe import verify as run_verify
 
+        check_device(request)  # what the device has free, before the model is loaded
         spec = planner.load_model_spec(model, revision=revision, offline=offline or None)
         progress = render.trial_progress(enabled=not json_ and err_console().is_terminal)
         with progress as on_trial:

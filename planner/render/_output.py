@@ -95,25 +95,62 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def print_wrapped(
-    out: Console, text: str, *, indent: str = "", hang: str | None = None, style: str = ""
-) -> None:
-    """Prose at ``out``'s width, broken between words only: every word (an identifier, a
-    number, a flag with its value) stays whole, on the next line when it does not fit, behind
-    ``hang`` (default: ``indent`` plus two spaces). ``text`` is plain: no rich markup is read,
-    so none leaks; ``style`` colours whole lines."""
+def wrap_words(text: str, width: int, *, indent: str = "", hang: str | None = None) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, broken between words only: every word
+    (an identifier, a number, a flag with its value) stays whole, on the next line when it
+    does not fit (a word wider than the line alone stands alone), behind ``hang`` (default:
+    ``indent`` plus two spaces)."""
     import textwrap
 
-    lines = textwrap.wrap(
+    return textwrap.wrap(
         text,
-        width=max(out.width, 20),
+        width=max(width, 20),
         initial_indent=indent,
         subsequent_indent=indent + "  " if hang is None else hang,
         break_long_words=False,
         break_on_hyphens=False,
-    )
-    for line in lines or [indent]:
-        out.print(line, markup=False, highlight=False, soft_wrap=True, style=style or None)
+    ) or [indent]
+
+
+def wrap_line(line: str, width: int) -> list[str]:
+    """One report line at ``width``: its own indent kept, the lines after it hung under its
+    first word after a mark (``  ! Starved ...``, ``    → admit ...``), else two in."""
+    if len(line) <= width:
+        return [line]
+    body = line.lstrip(" ")
+    indent = line[: len(line) - len(body)]
+    mark = body.split(" ", 1)[0]
+    hang = indent + " " * (len(mark) + 1) if len(mark) == 1 and not mark.isalnum() else None
+    return wrap_words(body, width, indent=indent, hang=hang)
+
+
+def print_wrapped(
+    out: Console,
+    text: str,
+    *,
+    indent: str = "",
+    hang: str | None = None,
+    style: str = "",
+    label_style: str = "",
+) -> None:
+    """Prose at ``out``'s width (:func:`wrap_words`: every word whole). ``text`` is plain: no
+    rich markup is read, so none leaks; ``style`` colours whole lines, ``label_style`` the
+    first word (``Warning:``)."""
+    from rich.text import Text
+
+    for i, line in enumerate(wrap_words(text, out.width, indent=indent, hang=hang)):
+        if i == 0 and label_style:
+            shown = Text(redact(line), style=style)  # a Text skips render_str's redaction
+            shown.stylize(label_style, len(indent), len(indent) + len(text.split(" ", 1)[0]))
+            out.print(shown, highlight=False, soft_wrap=True)
+        else:
+            out.print(line, markup=False, highlight=False, soft_wrap=True, style=style or None)
+
+
+def print_note(out: Console, note: str, *, style: str = "dim") -> None:
+    """``note: ...`` at ``out``'s width, the lines after the first two in (user text made one
+    line first: no control characters)."""
+    print_wrapped(out, f"note: {one_line(note)}", hang="  ", style=style)
 
 
 def warnings_(messages: list[str]) -> None:
@@ -123,7 +160,7 @@ def warnings_(messages: list[str]) -> None:
 
     out = err_console()
     for message in messages:  # redacted, then long words cut, like an Error: line
-        out.print(f"[yellow]Warning:[/] {user_text(error_line(message))}", soft_wrap=True)
+        print_wrapped(out, f"Warning: {one_line(error_line(message))}", label_style="yellow")
 
 
 BAR_CHARS = {

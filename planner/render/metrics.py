@@ -14,6 +14,7 @@ from planner.render._output import (
     fitted_table,
     outcome_words,
     to_json,
+    wrap_line,
     write_out,
 )
 from planner.units import fmt_bytes
@@ -260,7 +261,7 @@ def lines(dg: MetricsDiagnosis, width: int = 80) -> list[str]:
             if own:
                 out.append(f"Findings, DP rank {r.engine}:")
                 out += _finding_lines(own)
-    return out
+    return [part for line in out for part in wrap_line(line, width)]  # every word whole
 
 
 def _finding_lines(findings: list[Finding]) -> list[str]:

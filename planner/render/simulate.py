@@ -203,10 +203,11 @@ def _simulate_one(out: Console, run: SettingRun) -> None:
     )
     b = r.bench
     if b is not None:
-        out.print(
+        print_wrapped(
+            out,
             f"requests/s    {b.request_throughput:,.2f} · output {b.output_throughput:,.0f} "
             f"tok/s · total {b.total_token_throughput:,.0f} tok/s (vllm bench serve's)",
-            soft_wrap=True,
+            hang=" " * 14,
         )
         for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E", "e2el")):
             mean, median, p99 = (

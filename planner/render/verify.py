@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from planner.render._output import console, err_console, to_json, user_text, write_out
+from planner.errors import one_line
+from planner.render._output import (
+    console,
+    err_console,
+    print_note,
+    print_wrapped,
+    to_json,
+    user_text,
+    write_out,
+)
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:  # probes.plan is torch-free, but render needs its types only for annotations
@@ -138,7 +147,7 @@ def verify(result: ProbeResult, *, as_json: bool = False) -> None:
             soft_wrap=True,
         )
     for note in result.page_mismatches + result.notes:
-        out.print(f"[dim]note: {user_text(note)}[/]", soft_wrap=True)
+        print_note(out, note)
     floor = p.num_gpu_blocks * (1 - result.tolerance_pct / 100)
     verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     out.print(
@@ -184,7 +193,7 @@ def hf_cache(check: CacheCheck, *, as_json: bool = False) -> None:
     out.print(table)
     if check.shrunk:
         changes = ", ".join(f"{k} {old}->{new}" for k, (old, new) in check.shrunk.items())
-        out.print(f"[dim]shrunk: {user_text(changes)}[/]", soft_wrap=True)
+        print_wrapped(out, f"shrunk: {one_line(changes)}", style="dim")
     for line in check.storage_excess:
         out.print(f"[yellow]storage:[/] {user_text(line)}", soft_wrap=True)
     for line in check.mismatches:

@@ -16,6 +16,7 @@ from planner.render._output import (
     console,
     outcome_words,
     print_fitted,
+    print_note,
     to_json,
     user_text,
     warnings_,
@@ -115,7 +116,7 @@ def estimate(est: KVEstimate, *, as_json: bool = False, warn: bool = True) -> No
     if est.examples:
         out.print(examples)
     for note in est.notes:
-        out.print(f"[dim]note: {user_text(note)}[/]", soft_wrap=True)
+        print_note(out, note)
     out.print("[dim]Sizes in binary units (1 GiB = 2^30 bytes). --json gives every figure.[/]")
 
 
@@ -409,6 +410,10 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
     else:
         for line in wrap_command(p.commands["vllm"]):
             out.print(f"  {line}", markup=False, soft_wrap=True)
+        if "docker" in p.commands:  # an AMD GPU: the same command in vLLM's ROCm image
+            out.print("  or in vLLM's ROCm image, with the devices ROCm needs:", markup=False)
+            for line in wrap_command(p.commands["docker"]):
+                out.print(f"  {line}", markup=False, soft_wrap=True)
     if p.advice is not None and p.advice.rejected:
         from planner.recommend import rejected_words
 
@@ -475,7 +480,7 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             )
     for note in p.notes:
         if note not in p.command_notes:  # those go with the commands (--details)
-            out.print(f"[dim]note: {user_text(note)}[/]")
+            print_note(out, note)
     out.print(
         "[dim]Activation, non-torch and CUDA-graph terms are estimates (`kvplan verify --gpu` "
         "measures them); weights are exact only from safetensors headers.[/]"
@@ -524,13 +529,13 @@ def _other_commands(p: Plan) -> None:
     out = console()
     out.print("[bold]Other engines' commands:[/]")
     for name, command in p.commands.items():
-        if name == "vllm":
+        if name in ("vllm", "docker"):  # shown with the plan
             continue
         for i, line in enumerate(wrap_command(command, out.width - 10)):
             out.print(f"  {name if i == 0 else '':7} {line}", markup=False, soft_wrap=True)
     _command_files(p)
     for note in p.command_notes:
-        out.print(f"[dim]note: {user_text(note)}[/]")
+        print_note(out, note)
 
 
 def _command_files(p: Plan) -> None:

@@ -348,7 +348,9 @@ def plan_for(
             dep = Deployment(model=loaded, gpu=gpu, settings=serve, draft=draft)
             return plan(dep, options), settings
         except DoesNotFitError as exc:
-            findings.append(Finding("plan-does-not-fit", "error", {"message": str(exc)}))
+            findings.append(
+                Finding(kind="plan-does-not-fit", severity="error", data={"message": str(exc)})
+            )
             return None, settings
         except UsageError as exc:
             from_log = settings.from_log()

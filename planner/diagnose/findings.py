@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.deployment import SPELLINGS, as_flags
 from planner.diagnose.boot_log import BootLog
+from planner.diagnose.kinds import KINDS, Source, finding_text
 from planner.gpu_support import fp8_kv_refusal
 from planner.model.specs import KVDtype
 from planner.units import GIB
@@ -41,13 +42,14 @@ def as_named(changes: Mapping[str, Any]) -> str:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finding:
     """A conclusion with the numbers behind it and what to change (JSON ``findings[]``, which
     adds ``text``, the sentence rendered from ``data``).
 
     Attributes:
-        kind: the rule. "budget" (which budget term explains the available-KV difference) or
+        kind: the rule, a name in :data:`planner.diagnose.kinds.KINDS`. "budget" (which
+            budget term explains the available-KV difference) or
             "matches" (within the log's rounding); "layout" (the plan's bytes per token do not
             reproduce the log's token count) or "layout-matches"; "startup-max-len",
             "startup-no-memory" (vLLM refused to start); "oom" or "oom-fragmentation" (memory
@@ -75,6 +77,14 @@ class Finding:
     fix: list[str] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     caveats: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:  # each kind is a type with its text (planner.diagnose.kinds)
+            raise AssertionError(f"finding kind {self.kind!r} has no class in diagnose/kinds.py")
+
+    def text(self, source: Source = "log") -> str:
+        """Its sentence with its numbers (JSON ``findings[].text``), for a log or a scrape."""
+        return finding_text(self, source)
 
 
 def _subtracts_graphs(p: Plan) -> bool:
@@ -138,9 +148,9 @@ def explain(log: BootLog, p: Plan) -> list[Finding]:
         term, share, logged, planned = max(shares, key=lambda c: abs(c[1]))
         out.append(
             Finding(
-                "budget" if abs(difference) > 2 * LOG_ROUNDING_BYTES else "matches",
-                "info",
-                {
+                kind="budget" if abs(difference) > 2 * LOG_ROUNDING_BYTES else "matches",
+                severity="info",
+                data={
                     "log_available_bytes": available,
                     "available_implied_by_blocks": implied,
                     "plan_available_bytes": cap.available_kv_bytes,
@@ -190,9 +200,9 @@ def _layout(log: BootLog, p: Plan) -> Finding | None:
     ok = expect_lo <= logged_tokens <= expect_hi
     ratio = per_token_log / per_token_plan if per_token_plan else math.inf
     return Finding(
-        "layout-matches" if ok else "layout",
-        "info" if ok else "warning",
-        {
+        kind="layout-matches" if ok else "layout",
+        severity="info" if ok else "warning",
+        data={
             "log_tokens": logged_tokens,
             "expected_tokens_low": expect_lo,
             "expected_tokens_high": expect_hi,
@@ -201,13 +211,13 @@ def _layout(log: BootLog, p: Plan) -> Finding | None:
             "ratio": round(ratio, 3),
             "kv_heads_per_rank": p.estimate.kv_heads_per_rank,
         },
-        []
+        fix=[]
         if ok
         else [
             "compare num_key_value_heads, head_dim, kv_cache_dtype and tp with what vLLM loaded "
             "(a KV-head count read wrongly changes bytes per token by a whole factor)"
         ],
-        [line],
+        lines=[line],
     )
 
 
@@ -229,28 +239,34 @@ def troubleshoot(
         fix += [as_named(FP8_KV), "a higher gpu_memory_utilization or more TP"]
         out.append(
             Finding(
-                "startup-max-len",
-                "error",
-                {
+                kind="startup-max-len",
+                severity="error",
+                data={
                     "max_model_len": log.error_max_model_len,
                     "needed_bytes": log.error_needed_bytes,
                     "available_bytes": log.error_available_bytes,
                     "estimated_max_model_len": log.estimated_max_model_len,
                     "plan_estimated_max_model_len": cap.estimated_max_model_len if cap else None,
                 },
-                fix,
-                [log.lines.get("estimated_max_model_len") or log.lines["error_max_model_len"]],
-                caveat,
+                fix=fix,
+                lines=[
+                    log.lines.get("estimated_max_model_len") or log.lines["error_max_model_len"]
+                ],
+                caveats=caveat,
             )
         )
     if log.no_kv_memory:
         out.append(
             Finding(
-                "startup-no-memory",
-                "error",
-                {},
-                ["a higher gpu_memory_utilization", "more TP", "a smaller max_num_batched_tokens"],
-                [log.lines["no_kv_memory"]],
+                kind="startup-no-memory",
+                severity="error",
+                data={},
+                fix=[
+                    "a higher gpu_memory_utilization",
+                    "more TP",
+                    "a smaller max_num_batched_tokens",
+                ],
+                lines=[log.lines["no_kv_memory"]],
             )
         )
     crash = _crash_finding(log, p, s)
@@ -300,9 +316,9 @@ def _encoder_finding(log: BootLog, p: Plan | None) -> Finding:
     elif log.encoder_profile_modality == "video":
         fix = ["--limit-mm-per-prompt '{\"video\":0}' if the server takes no video"]
     return Finding(
-        "encoder-profile",
-        "info",
-        {
+        kind="encoder-profile",
+        severity="info",
+        data={
             "budget_tokens": log.encoder_budget_tokens,
             "items": log.encoder_profile_items,
             "modality": log.encoder_profile_modality,
@@ -313,8 +329,8 @@ def _encoder_finding(log: BootLog, p: Plan | None) -> Finding:
             if mm and mm.profiled_modality
             else None,
         },
-        fix,
-        [log.lines["encoder_budget_tokens"]],
+        fix=fix,
+        lines=[log.lines["encoder_budget_tokens"]],
     )
 
 
@@ -332,27 +348,27 @@ def _oom_finding(log: BootLog, p: Plan | None) -> Finding:
     }
     if looks_free:
         return Finding(
-            "oom-fragmentation",
-            "error",
-            data,
-            [
+            kind="oom-fragmentation",
+            severity="error",
+            data=data,
+            fix=[
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (fragmentation)",
                 "check the KV-head count: num_key_value_heads in config.json against what the "
                 "engine loaded (kvplan's layout check above)",
                 "a lower gpu_memory_utilization leaves the allocator room",
             ],
-            [log.lines["oom"]],
+            lines=[log.lines["oom"]],
         )
     return Finding(
-        "oom",
-        "error",
-        data,
-        [
+        kind="oom",
+        severity="error",
+        data=data,
+        fix=[
             "a lower gpu_memory_utilization",
             "a smaller max_num_batched_tokens (the activation peak)",
             "fewer max_num_seqs",
         ],
-        [log.lines["oom"]],
+        lines=[log.lines["oom"]],
     )
 
 
@@ -400,9 +416,9 @@ def _crash_finding(log: BootLog, p: Plan | None, s: ServeSettings) -> Finding | 
         plan_bytes = getattr(p.vllm, term, None)
     lines = sorted({n for n in (log.lines.get("error"), log.lines.get("oom")) if n})
     return Finding(
-        "startup-crash",
-        "error",
-        {
+        kind="startup-crash",
+        severity="error",
+        data={
             "stage": stage,
             "error": log.error or "CUDA out of memory",
             "plan_term": term,
@@ -411,8 +427,8 @@ def _crash_finding(log: BootLog, p: Plan | None, s: ServeSettings) -> Finding | 
                 (v for k, v in log.milestones.items() if k != "serving"), default=None
             ),
         },
-        list(fix),
-        lines or [0],
+        fix=list(fix),
+        lines=lines or [0],
     )
 
 
@@ -432,9 +448,9 @@ def _shared_gpu_finding(log: BootLog, s: ServeSettings) -> Finding | None:
     if gmu * total > free:
         fix.insert(0, f"gpu_memory_utilization {fits_gmu:g} (what the free memory allows)")
     return Finding(
-        "gpu-shared",
-        "error" if gmu * total > free else "warning",
-        {
+        kind="gpu-shared",
+        severity="error" if gmu * total > free else "warning",
+        data={
             "free_bytes": free,
             "total_bytes": total,
             "held_bytes": held,
@@ -442,8 +458,8 @@ def _shared_gpu_finding(log: BootLog, s: ServeSettings) -> Finding | None:
             "planned_headroom_bytes": held,
             "fitting_gpu_memory_utilization": fits_gmu,
         },
-        fix,
-        [log.lines.get("startup_free_bytes", 0)],
+        fix=fix,
+        lines=[log.lines.get("startup_free_bytes", 0)],
     )
 
 
@@ -472,21 +488,21 @@ def _usage_findings(
         more = int(seqs * TARGET_PCT / peak) if peak > 0 else seqs * 2
         out.append(
             Finding(
-                "seqs-capped",
-                "warning",
-                {
+                kind="seqs-capped",
+                severity="warning",
+                data={
                     "max_num_seqs": seqs,
                     "max_running": log.max_running,
                     "max_waiting": log.max_waiting,
                     "peak_pct": peak,
                     "suggested_max_num_seqs": more,
                 },
-                [
+                fix=[
                     f"{as_named({'max_num_seqs': more})}: at the lengths seen, {log.max_running}"
                     f" sequences used {peak:.1f} % of the pool; {more} keep it near "
                     f"{TARGET_PCT:.0f} %"
                 ],
-                lines,
+                lines=lines,
             )
         )
     if pinned:
@@ -514,33 +530,33 @@ def _usage_findings(
         ]
         out.append(
             Finding(
-                "kv-pinned",
-                "warning",
-                {
+                kind="kv-pinned",
+                severity="warning",
+                data={
                     "samples": len(usage),
                     "high_samples": high,
                     "peak_pct": max(usage) if usage else None,
                     "preemptions": log.preemptions,
                     "max_waiting": log.max_waiting,
                 },
-                fix,
-                lines,
-                fp8_caveat,
+                fix=fix,
+                lines=lines,
+                caveats=fp8_caveat,
             )
         )
     elif len(usage) >= MIN_SAMPLES and max(usage) < LOW_PCT and not capped:
         gmu = lower_gmu(log, p, s, max(usage))
         out.append(
             Finding(
-                "kv-low",
-                "info",
-                {"samples": len(usage), "peak_pct": max(usage), "suggested_gmu": gmu},
-                [
+                kind="kv-low",
+                severity="info",
+                data={"samples": len(usage), "peak_pct": max(usage), "suggested_gmu": gmu},
+                fix=[
                     as_named({"gpu_memory_utilization": gmu})
                     if gmu
                     else "a lower gpu_memory_utilization"
                 ],
-                lines,
+                lines=lines,
             )
         )
     slow = _long_prefill_finding(log, p, s, fp8_caveat)
@@ -549,14 +565,14 @@ def _usage_findings(
     if not s.enable_prefix_caching:
         out.append(
             Finding(
-                "prefix-off",
-                "info",
-                {},
-                [
+                kind="prefix-off",
+                severity="info",
+                data={},
+                fix=[
                     as_flags(PREFIX_CACHING_ON),
                     "put the fixed part of the prompt (system prompt, tools) first",
                 ],
-                [log.lines.get("enable_prefix_caching", 0)],
+                lines=[log.lines.get("enable_prefix_caching", 0)],
             )
         )
     elif len(log.prefix_hit_pct) >= MIN_SAMPLES:
@@ -567,11 +583,11 @@ def _usage_findings(
         if mean < 10.0:
             out.append(
                 Finding(
-                    "prefix-low-hit",
-                    "info",
-                    {"mean_hit_pct": round(mean, 1), "samples": len(busy)},
-                    ["put the fixed part of the prompt first so requests share whole blocks"],
-                    lines,
+                    kind="prefix-low-hit",
+                    severity="info",
+                    data={"mean_hit_pct": round(mean, 1), "samples": len(busy)},
+                    fix=["put the fixed part of the prompt first so requests share whole blocks"],
+                    lines=lines,
                 )
             )
     return out
@@ -622,9 +638,9 @@ def _long_prefill_finding(
         fix.append("a GQA model (fewer KV heads than query heads)")
     fix.append(f"a quantised KV cache ({as_flags(FP8_KV)})")
     return Finding(
-        "long-prefill",
-        "warning",
-        {
+        kind="long-prefill",
+        severity="warning",
+        data={
             "max_model_len": length,
             "samples": len(busy),
             "prompt_tokens_per_s": round(prompt, 1),
@@ -632,7 +648,7 @@ def _long_prefill_finding(
             "max_waiting": log.max_waiting,
             "max_num_batched_tokens": budget,
         },
-        fix,
-        [n for n in (log.lines.get("kv_usage_first"),) if n] or [0],
-        fp8_caveat,
+        fix=fix,
+        lines=[n for n in (log.lines.get("kv_usage_first"),) if n] or [0],
+        caveats=fp8_caveat,
     )

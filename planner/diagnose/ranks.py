@@ -138,9 +138,9 @@ def rank_findings(dp: DataParallel, notes: list[str]) -> list[Finding]:
     spread = round(100 * (high_tokens - low_tokens) / high_tokens, 2) if high_tokens else 0.0
     return [
         Finding(
-            "dp-ranks-differ",
-            "warning" if spread >= UNEVEN_PCT else "info",
-            {
+            kind="dp-ranks-differ",
+            severity="warning" if spread >= UNEVEN_PCT else "info",
+            data={
                 "min_rank": low.rank,
                 "min_kv_cache_size_tokens": low_tokens,
                 "max_rank": high.rank,
@@ -151,12 +151,12 @@ def rank_findings(dp: DataParallel, notes: list[str]) -> list[Finding]:
                 "even_load_kv_cache_size_tokens": c.even_load_kv_cache_size_tokens,
                 "even_load_max_concurrency": c.even_load_max_concurrency,
             },
-            [
+            fix=[
                 f"find why rank {low.rank} has less KV memory: another process on its GPUs, or "
                 "(expert parallelism) more experts on them when the experts do not divide "
                 "evenly over dp x tp GPUs"
             ],
-            [low.lines.get("kv_cache_size_tokens", 0)],
+            lines=[low.lines.get("kv_cache_size_tokens", 0)],
         )
     ]
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from planner.diagnose.kinds import finding_text, signed_text, size_text
 from planner.errors import one_line
 from planner.render._output import (
     console,
@@ -16,200 +17,12 @@ from planner.render._output import (
     user_text,
     write_out,
 )
-from planner.units import GIB, fmt_bytes
+from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
-    from planner.diagnose import Diagnosis, Finding
+    from planner.diagnose import Diagnosis
     from planner.diagnose.boot_log import SpecDecodeLog
     from planner.diagnose.ranks import DataParallel
-
-
-def _size(n: float | None, unit: str) -> str:
-    if n is None:
-        return "—"
-    if unit == "bytes":
-        return f"{n / GIB:,.2f} GiB"
-    if unit == "x":
-        return f"{n:.2f}x"
-    return f"{int(n):,}"
-
-
-def _signed(n: float | None, unit: str) -> str:
-    if n is None:
-        return ""
-    if unit == "bytes":
-        return "0.00 GiB" if abs(n) < GIB / 200 else f"{n / GIB:+,.2f} GiB"
-    if unit == "x":
-        return f"{n:+.2f}x"
-    return f"{int(n):+,}"
-
-
-def finding_text(f: Finding) -> str:
-    """One finding as a sentence with its numbers."""
-    d = f.data
-    if f.kind in ("budget", "matches"):
-        source = "blocks × the plan's block size" if d["available_implied_by_blocks"] else "log"
-        head = (
-            f"Available KV cache: {source} {_size(d['log_available_bytes'], 'bytes')}, plan "
-            f"{_size(d['plan_available_bytes'], 'bytes')} "
-            f"({_signed(d['difference_bytes'], 'bytes')})"
-        )
-        if f.kind == "matches":
-            return head + ": the plan matches the log within its 0.01 GiB rounding."
-        if d["term_log_bytes"] is None:
-            why = (
-                f"The log does not state {d['term']}; together they account for "
-                f"{_signed(d['share_bytes'], 'bytes')} (DEBUG logging prints the breakdown)"
-            )
-        else:
-            term = d["term"][:1].upper() + d["term"][1:]
-            why = (
-                f"{term} explains it: log {_size(d['term_log_bytes'], 'bytes')} vs plan "
-                f"{_size(d['term_plan_bytes'], 'bytes')} gives {_signed(d['share_bytes'], 'bytes')}"
-                " of KV cache"
-            )
-        return f"{head}. {why}."
-    if f.kind == "layout-matches":
-        return (
-            f"Layout matches: with the log's KV memory the plan's blocks hold "
-            f"{d['expected_tokens_low']:,}–{d['expected_tokens_high']:,} tokens; the log has "
-            f"{d['log_tokens']:,}."
-        )
-    if f.kind == "layout":
-        return (
-            f"Layout differs: the log stores {d['log_tokens']:,} tokens in its KV memory, "
-            f"{d['log_bytes_per_token']:,.0f} B/token; the plan's layout needs "
-            f"{d['plan_bytes_per_token']:,.0f} B/token (×{d['ratio']}; plan has "
-            f"{d['kv_heads_per_rank']} KV heads per rank) and would hold "
-            f"{d['expected_tokens_low']:,}–{d['expected_tokens_high']:,}."
-        )
-    if f.kind == "startup-max-len":
-        need = _size(d["needed_bytes"], "bytes")
-        have = _size(d["available_bytes"], "bytes")
-        plan_est = d["plan_estimated_max_model_len"]
-        return (
-            f"vLLM refused max_model_len {d['max_model_len'] or '?'}: one request needs {need} "
-            f"of KV, {have} available; vLLM's estimated maximum model length is "
-            f"{d['estimated_max_model_len'] or '?'}"
-            + (f" (the plan's: {plan_est:,})" if plan_est else "")
-            + "."
-        )
-    if f.kind == "startup-crash":
-        term = d["plan_term"].removesuffix("_bytes").replace("_", " ")
-        plan = ""
-        if d["plan_bytes"] == 0 and d["plan_term"] == "cuda_graph_bytes":
-            plan = (
-                "; the plan subtracts no CUDA-graph memory before the pool (this release sizes "
-                "the KV cache first), so the graphs had to fit in what the pool left"
-            )
-        elif d["plan_bytes"] is not None:
-            plan = f"; the plan's {term} is {_size(d['plan_bytes'], 'bytes')}"
-        error = str(d["error"]).rstrip(". ")
-        return f"vLLM crashed during {d['stage']} and never served: {error}{plan}."
-    if f.kind == "gpu-shared":
-        text = (
-            f"Another process holds the GPU: {_size(d['free_bytes'], 'bytes')} of "
-            f"{_size(d['total_bytes'], 'bytes')} free at start-up, "
-            f"{_size(d['held_bytes'], 'bytes')} held; vLLM asks for "
-            f"{_size(d['requested_bytes'], 'bytes')}"
-        )
-        if d.get("starting_gpu_memory_utilization") is None:
-            return text + " and plans with what is free."
-        return text + (
-            f". Planned with the free memory: at gpu_memory_utilization "
-            f"{d['starting_gpu_memory_utilization']:g} vLLM starts with "
-            f"{_size(d['starting_kv_cache_bytes'], 'bytes')} of KV cache "
-            f"({d['starting_kv_cache_tokens']:,} tokens)."
-        )
-    if f.kind == "seqs-capped":
-        return (
-            f"Concurrency capped by max_num_seqs: {d['max_running']} running (= max_num_seqs "
-            f"{d['max_num_seqs']}), up to {d['max_waiting']} waiting, KV usage at most "
-            f"{d['peak_pct']:.1f} %: the GPU idles while requests queue."
-        )
-    if f.kind == "long-prefill":
-        return (
-            f"Long requests are prefill-bound: prompt throughput {d['prompt_tokens_per_s']:,} "
-            f"tokens/s against generation {d['generation_tokens_per_s']:,} over "
-            f"{d['samples']} stat lines, up to {d['max_waiting']} waiting, max_model_len "
-            f"{d['max_model_len']:,}: first tokens are slow."
-        )
-    if f.kind == "startup-no-memory":
-        return "vLLM found no memory for KV blocks: weights and activations fill the budget."
-    if f.kind in ("oom", "oom-fragmentation"):
-        spare = ", ".join(
-            f"{_size(d[k], 'bytes')} {label}"
-            for k, label in (
-                ("free_bytes", "free"),
-                ("reserved_unallocated_bytes", "reserved but unallocated"),
-            )
-            if d[k] is not None
-        )
-        head = f"CUDA OOM allocating {_size(d['tried_bytes'], 'bytes')}" + (
-            f" while {spare}" if spare else ""
-        )
-        if f.kind == "oom-fragmentation":
-            return head + ": memory looks free, so fragmentation or a wrong KV-head count."
-        return head + ": the budget is too tight."
-    if f.kind == "kv-pinned":
-        peak = d["peak_pct"]
-        return (
-            f"KV usage pinned near 100 %: {d['high_samples']} of {d['samples']} stat lines "
-            f"≥ 95 %"
-            + (f", peak {peak:.1f} %" if peak is not None else "")
-            + f", {d['preemptions']:,} preemptions, up to {d['max_waiting']} requests waiting: "
-            + ("requests queue and are preempted." if d["preemptions"] else "requests queue.")
-        )
-    if f.kind == "kv-low":
-        return (
-            f"KV usage never above {d['peak_pct']:.1f} % in {d['samples']} stat lines: the cache "
-            "is larger than the load needs."
-        )
-    if f.kind == "prefix-off":
-        return (
-            "Prefix caching is off: requests that share a system prompt recompute it, which "
-            "shows as high TTFT."
-        )
-    if f.kind == "dp-ranks-differ":
-        return (
-            f"DP ranks differ: rank {d['min_rank']} holds {d['min_kv_cache_size_tokens']:,} KV "
-            f"tokens, rank {d['max_rank']} {d['max_kv_cache_size_tokens']:,} "
-            f"({d['spread_pct']:.2f} % fewer). The balancer gives every rank the same load, so "
-            f"rank {d['min_rank']} fills first: under an even load the {d['ranks']} ranks hold "
-            f"{d['ranks']} × {d['min_kv_cache_size_tokens']:,} = "
-            f"{d['even_load_kv_cache_size_tokens']:,} tokens"
-            + (
-                f" ({d['even_load_max_concurrency']:.2f}x)"
-                if d["even_load_max_concurrency"] is not None
-                else ""
-            )
-            + f", not {d['kv_cache_size_tokens']:,}."
-        )
-    if f.kind == "prefix-low-hit":
-        return (
-            f"Prefix cache hit rate {d['mean_hit_pct']:.1f} % over {d['samples']} stat lines: "
-            "requests share little; with a shared system prompt, high TTFT follows."
-        )
-    if f.kind == "encoder-profile":
-        text = (
-            f"Encoder cache budget {d['budget_tokens']:,} tokens, profiled with "
-            f"{d['items']:,} {d['modality']} item(s) of the largest size"
-        )
-        if d["plan_budget_tokens"] is not None and d["plan_items"] is not None:
-            same = (d["plan_budget_tokens"], d["plan_items"]) == (d["budget_tokens"], d["items"])
-            text += (
-                "; the plan has the same"
-                if same
-                else f"; the plan has {d['plan_budget_tokens']:,} tokens and "
-                f"{d['plan_items']:,} {d['plan_modality']} item(s)"
-            )
-            if d["plan_encoder_bytes"]:
-                text += (
-                    f", holding ~{_size(d['plan_encoder_bytes'], 'bytes')} of encoder "
-                    "outputs and tower activations in the profile run"
-                )
-        return text + "."
-    return str(d.get("message", f.kind))
 
 
 def verdict_text(dg: Diagnosis) -> str:
@@ -241,13 +54,15 @@ def _ranks_table(dp: DataParallel) -> Table:
     for f in dp.ranks:
         table.add_row(
             str(f.rank),
-            _size(f.kv_cache_size_tokens, "tokens"),
-            _size(f.max_concurrency, "x"),
-            _size(f.available_kv_bytes, "bytes"),
-            _size(f.weights_bytes, "bytes"),
+            size_text(f.kv_cache_size_tokens, "tokens"),
+            size_text(f.max_concurrency, "x"),
+            size_text(f.available_kv_bytes, "bytes"),
+            size_text(f.weights_bytes, "bytes"),
         )
     c = dp.cluster
-    table.add_row("all", _size(c.kv_cache_size_tokens, "tokens"), _size(c.max_concurrency, "x"))
+    table.add_row(
+        "all", size_text(c.kv_cache_size_tokens, "tokens"), size_text(c.max_concurrency, "x")
+    )
     return table
 
 
@@ -378,7 +193,11 @@ def diagnose(dg: Diagnosis, *, as_json: bool = False) -> None:
         table.add_column("note")
         for t in dg.terms:
             table.add_row(
-                t.name, _size(t.log, t.unit), _size(t.plan, t.unit), _signed(t.diff, t.unit), t.note
+                t.name,
+                size_text(t.log, t.unit),
+                size_text(t.plan, t.unit),
+                signed_text(t.diff, t.unit),
+                t.note,
             )
         out.print(table)
     if dp is not None:

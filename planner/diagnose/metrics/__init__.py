@@ -208,9 +208,9 @@ def rank_findings(
         )
         out.append(
             Finding(
-                "kv-usage",
-                "info",
-                {
+                kind="kv-usage",
+                severity="info",
+                data={
                     "samples": r["scrapes"],
                     "p50_pct": r["kv_usage_p50_pct"],
                     "p90_pct": usage,
@@ -251,9 +251,9 @@ def rank_findings(
         ]
         out.append(
             Finding(
-                "kv-pinned",
-                "warning",
-                {
+                kind="kv-pinned",
+                severity="warning",
+                data={
                     "samples": samples,
                     "p90_pct": usage,
                     "peak_pct": peak,
@@ -262,7 +262,7 @@ def rank_findings(
                     "preemptions_per_1k_requests": r["preemptions_per_1k_requests"],
                     "max_waiting": r["waiting_max"] or 0,
                 },
-                fix,
+                fix=fix,
                 caveats=[fp8_kv_caveat(gpu)],
             )
         )
@@ -270,10 +270,10 @@ def rank_findings(
         gmu = lower_gmu(BootLog(), p, serve, peak)
         out.append(
             Finding(
-                "kv-low",
-                "info",
-                {"samples": samples, "peak_pct": peak, "suggested_gmu": gmu},
-                [
+                kind="kv-low",
+                severity="info",
+                data={"samples": samples, "peak_pct": peak, "suggested_gmu": gmu},
+                fix=[
                     as_named({"gpu_memory_utilization": gmu})
                     if gmu
                     else "a lower gpu_memory_utilization"
@@ -288,10 +288,10 @@ def rank_findings(
         starved["suggested_max_num_seqs"] = more
         out.append(
             Finding(
-                "starved-max-num-seqs",
-                "warning",
-                starved,
-                [
+                kind="starved-max-num-seqs",
+                severity="warning",
+                data=starved,
+                fix=[
                     f"{as_named({'max_num_seqs': more})} (KV at {kv or 0:.1f} % with "
                     f"{cap:,} running: about {TARGET_HIGH_PCT:.0f} % at {more:,})",
                 ],
@@ -311,20 +311,20 @@ def rank_findings(
             fix.append("or, if running sits at it, a higher max_num_seqs (pass --max-num-seqs)")
         out.append(
             Finding(
-                "starved-token-budget",
-                "warning" if starved["waiting_scrapes"] >= 2 else "info",
-                starved,
-                fix,
+                kind="starved-token-budget",
+                severity="warning" if starved["waiting_scrapes"] >= 2 else "info",
+                data=starved,
+                fix=fix,
             )
         )
     hit = r["prefix_hit_pct"]
     if hit is not None and hit < LOW_HIT_PCT and (r["prompt"] is None or r["prompt"].count > 0):
         out.append(
             Finding(
-                "prefix-low-hit",
-                "info",
-                {"mean_hit_pct": round(hit, 1), "samples": r["scrapes"]},
-                ["put the fixed part of the prompt first so requests share whole blocks"],
+                kind="prefix-low-hit",
+                severity="info",
+                data={"mean_hit_pct": round(hit, 1), "samples": r["scrapes"]},
+                fix=["put the fixed part of the prompt first so requests share whole blocks"],
             )
         )
     latency = _latency(r, starved)
@@ -333,13 +333,13 @@ def rank_findings(
     if r["prompt"] is not None or r["output"] is not None:
         out.append(
             Finding(
-                "lengths",
-                "info",
-                {
+                kind="lengths",
+                severity="info",
+                data={
                     "prompt": _qdict(r["prompt"]),
                     "output": _qdict(r["output"]),
                 },
-                [
+                fix=[
                     "--save-workload FILE writes these lengths as a workload spec for "
                     "kvplan simulate -w and kvplan estimate -w"
                 ],
@@ -376,15 +376,15 @@ def _latency(r: dict[str, Any], starved: dict[str, Any] | None) -> Finding | Non
                 else f"TTFT is mostly queueing (queue p50 {queue.p50:.3g} s of {ttft.p50:.3g} s)"
             )
     return Finding(
-        "latency",
-        "info",
-        {
+        kind="latency",
+        severity="info",
+        data={
             "ttft_s": _qdict(ttft),
             "tpot_s": _qdict(tpot),
             "queue_s": _qdict(queue),
             "e2e_s": _qdict(r["e2e"]),
         },
-        fix,
+        fix=fix,
     )
 
 
@@ -543,10 +543,10 @@ def diagnose_metrics(
 
         findings.append(
             Finding(
-                "prefix-off",
-                "info",
-                {},
-                [
+                kind="prefix-off",
+                severity="info",
+                data={},
+                fix=[
                     as_flags(PREFIX_CACHING_ON),
                     "put the fixed part of the prompt (system prompt, tools) first",
                 ],

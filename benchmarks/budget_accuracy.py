@@ -121,6 +121,8 @@ def _settings(rec: dict[str, Any], gpu: Gpu, batch_from_version: bool) -> ServeS
         kw["entrypoint"] = rec["entrypoint"]
     if "interconnect" in fields and rec.get("interconnect"):
         kw["interconnect"] = rec["interconnect"]
+    if "sampler" in fields and rec.get("sampler"):
+        kw["sampler"] = rec["sampler"]  # the sampler the log says ran
     return ServeSettings(**kw)
 
 
@@ -196,7 +198,21 @@ def predict(
         row["skipped"] = f"{type(e).__name__}: {e}"
         return row
     predicted = cap.available_kv_bytes / GIB
-    low, high = estimate_ranges(cap, settings.tp * settings.pp)["available_kv_bytes"]
+    ranges = estimate_ranges(cap, settings.tp * settings.pp)
+    low, high = ranges["available_kv_bytes"]
+    # each estimated term's stated range, GiB: what the log's own terms must fall in
+    act_lo, act_hi = ranges["activation_peak_bytes"]
+    if logged.get("activation_includes_graph_estimate"):
+        # 0.2x logs the subtracted graph estimate inside "peak activation" (gpu_worker.py
+        # 0.27.1:527-529): compare it with activation + graphs
+        act_lo += ranges["cuda_graph_bytes"][0]
+        act_hi += ranges["cuda_graph_bytes"][1]
+    row.update(
+        term_ranges_gib={
+            "activation_peak_gib": (round(act_lo / GIB, 2), round(act_hi / GIB, 2)),
+            "non_torch_gib": tuple(round(b / GIB, 2) for b in ranges["non_torch_bytes"]),
+        },
+    )
     row.update(
         low_gib=round(low / GIB, 2),
         high_gib=round(high / GIB, 2),

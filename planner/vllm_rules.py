@@ -77,6 +77,22 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
     ``forward_cuda`` hands the logits to FlashInfer's ``top_k_top_p_sampling_from_logits``
     (``topk_topp_sampler.py`` 0.27.1:182): the model-dtype logits and their fp32 copy, 1.5
     (0.21-0.23 not checked).
+
+  Which one runs also depends on the install, and the log says which (``--sampler``,
+  :attr:`VllmRules.native_sampler`): through 0.11.0 FlashInfer's sampler runs whenever the
+  ``flashinfer`` package imports, unless ``VLLM_USE_FLASHINFER_SAMPLER=0``
+  (``envs.VLLM_USE_FLASHINFER_SAMPLER is not False``, ``topk_topp_sampler.py`` 0.10.1.1:34-51,
+  0.11.0:39-56; the log line "Using FlashInfer for top-p & top-k sampling."), and the
+  sampler warm-up takes that path (its dummy metadata sets top-p 0.9, top-k vocab - 1 and no
+  generators, ``gpu_model_runner.py`` 0.10.1.1:2445-2447, 0.11.0:3202-3204); but those wheels
+  list FlashInfer as an extra only (``Provides-Extra: flashinfer``), so ``pip install vllm``
+  runs the PyTorch sort ("FlashInfer is not available. Falling back to the PyTorch-native
+  implementation"): kvplan's default. From 0.11.1 FlashInfer is a dependency and its sampler
+  opt-in (``if envs.VLLM_USE_FLASHINFER_SAMPLER``, ``topk_topp_sampler.py`` 0.11.1:34-47)
+  until 0.24 makes it the default. Public logs agree: dennislee22's 0.10.1.1 A100 runs with
+  ``flashinfer-python`` installed log the FlashInfer line and ~1 GiB less activation than the
+  sort gives (tests/data/vllm_startups.json), the same release's run without it logs the
+  fallback and matches the sort.
 - ``warmup_reuses_activation``: whether the post-allocation warm-up (and graph capture) can
   use the memory the profile's activation peak was sized for. True except 0.19: there
   gpt-oss-20b at gmu 0.95 on an H100 (issue 23's log) died warming up the sampler with
@@ -104,7 +120,7 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from planner.errors import UsageError
@@ -117,6 +133,8 @@ Sampler = Literal["sort", "triton", "flashinfer"]
 # fp32-logits-sized copies alive at each sampler's warm-up peak, in thousandths (docstring)
 SAMPLER_COPIES_MILLI: dict[str, int] = {"sort": 9515, "triton": 3700, "flashinfer": 1500}
 ENTRYPOINTS: tuple[Entrypoint, ...] = ("serve", "llm")
+# ``--sampler``: FlashInfer's top-k/top-p, or vLLM's own of the release (module docstring)
+SAMPLER_CHOICES = ("flashinfer", "native")
 RUNNERS: tuple[Runner, ...] = ("generate", "pooling")
 
 
@@ -139,6 +157,24 @@ class VllmRules:
     non_torch_single_bytes: int = round(0.13 * GIB)
     # (NVLink or xGMI, PCIe) per rank of a group of >= 2 that talk
     non_torch_comm_bytes: tuple[int, int] = (round(0.42 * GIB), round(0.42 * GIB))
+    # the sampler was stated (``--sampler``, or read from a log): no other one may run
+    sampler_stated: bool = False
+
+    @property
+    def native_sampler(self) -> Sampler:
+        """vLLM's own ("PyTorch-native") top-k/top-p of this release, what runs when
+        FlashInfer's is off: the sort through 0.17, the Triton kernel from 0.18."""
+        return "sort" if self.since < (0, 18, 0) else "triton"
+
+    def with_sampler(self, choice: str | None) -> VllmRules:
+        """These rules with the user's ``--sampler`` (``flashinfer`` or ``native``; None
+        keeps the release's default); a stated sampler is :attr:`sampler_stated`."""
+        if choice is None:
+            return self
+        if choice not in SAMPLER_CHOICES:
+            raise UsageError(f"--sampler must be one of {', '.join(SAMPLER_CHOICES)}")
+        sampler: Sampler = "flashinfer" if choice == "flashinfer" else self.native_sampler
+        return replace(self, sampler=sampler, sampler_stated=True)
 
     @property
     def sampler_copies_milli(self) -> int:

@@ -198,7 +198,8 @@ def all2all_buffer_bytes(backend: str, expert_parallel: bool) -> int:
 # only for 2 GPUs (it turns itself off when more are not fully connected).
 CUSTOM_ALL_REDUCE_BYTES = 24 * MIB
 # ROCm (HIP runtime, RCCL, hipBLASLt workspaces) on one GPU: 1.56 and 2.12 GiB logged on a
-# 48 GB Radeon (issue 23's figures); the plan takes the middle, the range both.
+# 48 GB Radeon (issue 23's figures; no public ROCm log with its GPU's total was found to cite:
+# an estimate); the plan takes the middle, the range both.
 ROCM_NON_TORCH_BYTES = round(1.84 * GIB)
 ROCM_NON_TORCH_RANGE = (round(1.5 * GIB), round(2.2 * GIB))
 # kvplan's reading of a GPU whose interconnect the catalog does not know: NVLink's figure,
@@ -358,15 +359,17 @@ class VllmCapacity:
 # captures within 0.3 GiB of the estimate.
 ACT_LOW_BYTES = round(1.1 * GIB)
 ACT_HIGH_BYTES = GIB // 10
-NON_TORCH_RANGE = {1: (round(0.02 * GIB), round(0.56 * GIB)), 2: (GIB // 5, round(1.6 * GIB))}
+NON_TORCH_RANGE = {1: (round(0.02 * GIB), round(0.56 * GIB)), 2: (0, round(1.6 * GIB))}
 GRAPH_SPREAD_BYTES = round(0.3 * GIB)
 # Per release (:func:`term_ranges`): the sampler part of the activation can be another
 # implementation's where the default is unavailable (FlashInfer opt-in in 0.18-0.23, or not
 # installed/supported from 0.24: the Triton path then) -- scaled by the ratio of their
 # copies -- plus 0.1 GiB either way and 8 % of the sampler above (gemma-3-27b, 0.19.0: 3.99
-# logged against 3.83); non-torch from 0.19: 1.4-2.4 GiB per rank that talks (issue 23:
-# 1.70 PCIe TP 4 to 2.21 NVLink), 0.04-0.56 alone.
-NON_TORCH_RANGE_19 = (round(1.4 * GIB), round(2.4 * GIB))
+# logged against 3.83); non-torch from 0.19: 0.9-2.4 GiB per rank that talks (4 x RTX 3090
+# over PCIe in 0.19.0: about 0.9 with its activation under 0.3; issue 23: 1.70 PCIe TP 4 to
+# 2.21 NVLink), 0.02-0.56 alone. Before 0.19 a PCIe group logs as little as nothing (4 x RTX
+# 3090 in 0.18.1: 0.12 GiB with the activation): 0-1.6.
+NON_TORCH_RANGE_19 = (round(0.9 * GIB), round(2.4 * GIB))
 # The sort's copies where the log says the native sampler ran: 9.515 at 1,024 rows (the fit),
 # 8.4 at 256 rows (A100 40GB, 0.11.0: 1.21 GiB of activation and non-torch logged) and about
 # 5.7 at 128 rows (L4, 0.11.0, gmu 0.92: 0.53 GiB): the low end takes 40 % off the sort term.

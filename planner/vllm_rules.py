@@ -110,12 +110,30 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
   that appears during the profile (``memory_profiling``'s ``non_torch_increase``,
   ``utils/mem_utils.py``) on a rank that talks to no other, and what a tensor-parallel group
   (or an expert-parallel one) adds per rank over NVLink/xGMI and over PCIe. Measured, not
-  read: 0.13 / +0.42 GiB in v0.11.0 on H100 (CALIBRATION.md: 0.13 at TP 1, 0.55 at TP 2);
-  0.25 / +1.88 (NVLink) / +1.45 (PCIe) from 0.19.0 (issue 23: TP 1 0.24-0.27; TP 2 and TP 4
-  on NVLink H100 2.06-2.21 per GPU; TP 4 on PCIe RTX PRO 6000 1.70). Most of the multi-GPU
-  figure is NCCL's (its buffers, NVLS on NVSwitch systems); vLLM's own custom all-reduce
-  keeps 8 MiB buffers (``distributed/device_communicators/custom_all_reduce.py`` 0.19.0:59,
-  :187) and is a small part of it.
+  read, and each an *estimate* with the spread the cited logs show (``planner.budget``'s
+  ranges; tests/data/vllm_startups.json):
+
+  * through 0.18: 0.13 alone and +0.42 over NVLink (CALIBRATION.md, v0.11.0 H100: 0.13 at
+    TP 1, 0.55 at TP 2); +0.28 over PCIe, set on dennislee22's 0.10.1.1 A100 TP 2 run
+    without P2P (calibration record: 0.25 x 79.15 - 7.12 - 12.02 = 0.65 GiB of activation
+    and non-torch, 0.26 of it the FlashInfer-sampler activation). Cited spread alone: 0.02
+    (24 GB card, 0.10.2) to 0.13 (H100, 0.11.0); in a PCIe group 0.0 to 0.4: a 4 x RTX 3090
+    box in 0.18.1 logs 0.12 GiB for activation *and* non-torch together at TP 4 (leadawon/
+    LAMBO), which kvplan over-counts (held out, -9 %).
+  * from 0.19.0: 0.25 alone, +1.88 over NVLink, +1.45 over PCIe. Not from cited logs: the
+    H100 figures are issue 23's (TP 1 0.24-0.27; TP 2 and TP 4 on NVLink 2.06-2.21 per GPU;
+    TP 4 on a PCIe RTX PRO 6000 1.70). The cited logs bound them: alone 0.02-0.56 (0.06 on a
+    16 GB card in 0.26, 0.30-0.56 under WSL2 in 0.27.1); over PCIe the 4 x L40S 0.24.0 record
+    (aws-samples, calibration) fits +1.45, and the same 4 x RTX 3090 box as above logs
+    1.12-1.21 GiB of activation and non-torch at TP 4 in 0.19.0 (about +0.7-0.9 of NCCL), so
+    the PCIe range runs from 0.9 GiB. On the same machine 0.18.1 -> 0.19.0 adds about 1 GiB
+    per GPU: the release boundary is a logged fact, its cause (NCCL's buffers appearing
+    during the profile instead of at the init warm-up all-reduce, which both releases run:
+    ``pynccl.py`` 0.11.0:137-139, 0.20.0:140-142) is not established.
+
+  Most of the multi-GPU figure is NCCL's (its buffers, NVLS on NVSwitch systems); vLLM's own
+  custom all-reduce keeps 8 MiB buffers (``distributed/device_communicators/
+  custom_all_reduce.py`` 0.19.0:59, :187) and is a small part of it.
 """
 
 from __future__ import annotations
@@ -188,7 +206,7 @@ class VllmRules:
 
 # Oldest first: the first release where each rule holds (module docstring). kvplan models the
 # V1 engine only, which 0.8 made the default.
-_NT11 = round(0.13 * GIB), (round(0.42 * GIB), round(0.42 * GIB))
+_NT11 = round(0.13 * GIB), (round(0.42 * GIB), round(0.28 * GIB))
 _NT19 = round(0.25 * GIB), (round(1.88 * GIB), round(1.45 * GIB))
 
 

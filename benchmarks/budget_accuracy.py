@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # appended: a PYTHONPATH planner (another checkout) wins
     sys.path.append(str(ROOT))
 
-from planner.budget import estimate_ranges, vllm_budget  # noqa: E402
+from planner.budget import estimate_ranges, is_rocm, vllm_budget  # noqa: E402
 from planner.deployment import Deployment, ServeSettings  # noqa: E402
 from planner.errors import KvplanError  # noqa: E402
 from planner.gpus import Gpu, get_gpu  # noqa: E402
@@ -171,6 +171,7 @@ def predict(
         # CALIBRATION.md's rule: a start-up of unknown release is no regression target (its
         # rules, sampler and non-torch figures are the newest kvplan knows, a guess)
         "release_known": _version(rec.get("vllm_version")) is not None,
+        "rocm": False,
     }
     if target is None:
         row["skipped"] = "no available KV in the log"
@@ -179,6 +180,7 @@ def predict(
     if gpu is None:
         row["skipped"] = "no GPU total (not logged, GPU not in the catalog)"
         return row
+    row["rocm"] = is_rocm(gpu)
     logged_w = logged.get("weights_gib")
     if use_logged_weights and logged_w is not None:
         source = "logged"
@@ -240,15 +242,26 @@ def predict(
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per set: rows scored, share within +-5 %, median absolute error (% and GiB). Rows of
-    unknown release count in ``unknown_release`` only (no regression target)."""
+    unknown release count in ``unknown_release`` only (no regression target); the held-out
+    set is also split by platform (``held_out_cuda``, ``held_out_rocm``)."""
     out: dict[str, dict[str, Any]] = {}
 
     def member(r: dict[str, Any], name: str) -> bool:
         if name == "unknown_release":
             return not r.get("release_known", True)
+        if name in ("held_out_cuda", "held_out_rocm"):
+            rocm = name == "held_out_rocm"
+            return member(r, "held_out") and bool(r.get("rocm")) == rocm
         return r.get("release_known", True) and name in ("all", r["set"])
 
-    for name in ("calibration", "held_out", "all", "unknown_release"):
+    for name in (
+        "calibration",
+        "held_out",
+        "held_out_cuda",
+        "held_out_rocm",
+        "all",
+        "unknown_release",
+    ):
         errs = [abs(r["error_pct"]) for r in rows if r["error_pct"] is not None and member(r, name)]
         gib = [abs(r["error_gib"]) for r in rows if r["error_gib"] is not None and member(r, name)]
         out[name] = {
@@ -291,7 +304,7 @@ def render(rows: list[dict[str, Any]]) -> str:
             else f"{s['median_abs_error_pct']}% ({s['median_abs_error_gib']:.2f} GiB)"
         )
         lines.append(
-            f"{name:<12} scored {s['scored']:>2}   within +-{WITHIN:.0f}%: {within:>4}   "
+            f"{name:<15} scored {s['scored']:>2}   within +-{WITHIN:.0f}%: {within:>4}   "
             f"median |error|: {median}"
         )
     return "\n".join(lines)

@@ -368,11 +368,13 @@ GRAPH_SPREAD_BYTES = round(0.3 * GIB)
 # implementation's where the default is unavailable (FlashInfer opt-in in 0.18-0.23, or not
 # installed/supported from 0.24: the Triton path then) -- scaled by the ratio of their
 # copies -- plus 0.1 GiB either way and 8 % of the sampler above (gemma-3-27b, 0.19.0: 3.99
-# logged against 3.83); non-torch from 0.19: 0.9-2.4 GiB per rank that talks (4 x RTX 3090
-# over PCIe in 0.19.0: about 0.9 with its activation under 0.3; issue 23: 1.70 PCIe TP 4 to
-# 2.21 NVLink), 0.02-0.56 alone. Before 0.19 a PCIe group logs as little as nothing (4 x RTX
-# 3090 in 0.18.1: 0.12 GiB with the activation): 0-1.6.
-NON_TORCH_RANGE_19 = (round(0.9 * GIB), round(2.4 * GIB))
+# logged against 3.83); non-torch from 0.19: 1.4-2.4 GiB per rank that talks over NVLink or
+# xGMI (issue 23's H100 figures, 2.06-2.21: not cited), 0-2.4 over PCIe (4 x L40S in 0.24.0
+# fits the +1.45; 4 x RTX 3090 in 0.19.0 log 1.12-1.21 GiB of activation, with a vision
+# encoder's profile, and non-torch together, and the same box in 0.18.1 0.12), 0.02-0.56
+# alone. Before 0.19 a PCIe group logs as little as nothing (that box in 0.18.1): 0-1.6.
+NON_TORCH_RANGE_19 = (round(1.4 * GIB), round(2.4 * GIB))
+NON_TORCH_RANGE_19_PCIE = (0, round(2.4 * GIB))
 # The sort's copies where the log says the native sampler ran: 9.515 at 1,024 rows (the fit),
 # 8.4 at 256 rows (A100 40GB, 0.11.0: 1.21 GiB of activation and non-torch logged) and about
 # 5.7 at 128 rows (L4, 0.11.0, gmu 0.92: 0.53 GiB): the low end takes 40 % off the sort term.
@@ -386,10 +388,12 @@ def term_ranges(
     non_torch: int,
     talks: bool,
     rocm: bool,
+    link: str | None = None,
 ) -> tuple[tuple[int, int], tuple[int, int]]:
     """(activation, non-torch) (low, high) for ``rules``' release. ``parts`` is the
     activation's (forward, sampler, held hidden states, the other sampler implementation's
-    sampler): the peak may be the other implementation's, the forward is good to 20 %."""
+    sampler): the peak may be the other implementation's, the forward is good to 20 %.
+    ``link`` is how the ranks that talk do (None: :data:`DEFAULT_INTERCONNECT`)."""
     forward, sampler, held, alt = parts
 
     def low_end(name: str, rows_bytes: int) -> int:
@@ -408,8 +412,11 @@ def term_ranges(
     )
     if rocm:
         nt = ROCM_NON_TORCH_RANGE
+    elif talks and rules.non_torch_single_bytes < GIB // 5:
+        nt = NON_TORCH_RANGE[2]
     elif talks:
-        nt = NON_TORCH_RANGE[2] if rules.non_torch_single_bytes < GIB // 5 else NON_TORCH_RANGE_19
+        pcie = (link or DEFAULT_INTERCONNECT) == "pcie"
+        nt = NON_TORCH_RANGE_19_PCIE if pcie else NON_TORCH_RANGE_19
     else:
         nt = NON_TORCH_RANGE[1]
     return act, (min(nt[0], non_torch), max(nt[1], non_torch))
@@ -857,6 +864,7 @@ def vllm_budget(
         non_torch,
         _talking_ranks(dep) > 1,
         rocm,
+        link,
     )
     cap = vllm_capacity(
         est,

@@ -125,11 +125,11 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
     TP 4 on a PCIe RTX PRO 6000 1.70). The cited logs bound them: alone 0.02-0.56 (0.06 on a
     16 GB card in 0.26, 0.30-0.56 under WSL2 in 0.27.1); over PCIe the 4 x L40S 0.24.0 record
     (aws-samples, calibration) fits +1.45, and the same 4 x RTX 3090 box as above logs
-    1.12-1.21 GiB of activation and non-torch at TP 4 in 0.19.0 (about +0.7-0.9 of NCCL), so
-    the PCIe range runs from 0.9 GiB. On the same machine 0.18.1 -> 0.19.0 adds about 1 GiB
-    per GPU: the release boundary is a logged fact, its cause (NCCL's buffers appearing
-    during the profile instead of at the init warm-up all-reduce, which both releases run:
-    ``pynccl.py`` 0.11.0:137-139, 0.20.0:140-142) is not established.
+    1.12-1.21 GiB of activation (Qwen3.5-27B, its vision encoder profiled) and non-torch
+    together at TP 4 in 0.19.0, 1 GiB more than 0.18.1 left it: the PCIe range runs from 0.
+    Where the extra comes from (NCCL's buffers appearing during the profile rather than at the
+    init warm-up all-reduce, which both releases run: ``pynccl.py`` 0.11.0:137-139,
+    0.20.0:140-142, or the encoder) is not established.
 
   Most of the multi-GPU figure is NCCL's (its buffers, NVLS on NVSwitch systems); vLLM's own
   custom all-reduce keeps 8 MiB buffers (``distributed/device_communicators/

@@ -100,8 +100,12 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
   context (~0.5 GiB), the captured graphs and the logits' first 1.5 copies are taken, i.e.
   with none of the 2.87 GiB activation reservation; 0.11.0 started gpt-oss-120b at 0.95 with
   a 7.38 GiB warm-up and 1.03 GiB of graphs (CALIBRATION.md), which only fits if it is reused.
-  The mechanism in 0.19 was not found in the source (its ``compile_or_warm_up_model`` adds a
-  forward at each compile range's end before capture, ``gpu_worker.py`` 0.19.0:574, a candidate).
+  The mechanism in 0.19 was not found in the source. What its ``compile_or_warm_up_model``
+  runs after the pool, in order (``gpu_worker.py`` 0.19.0): a forward at each compile range's
+  end (:574-579), ``kernel_warmup`` (:584), the graph capture (:588), then the sampler
+  warm-up over ``min(max_num_seqs, max_num_batched_tokens)`` rows, after the capture "on
+  purpose to prevent memory buffers from being cleared by empty_cache" (:670-686): its
+  buffers stay reserved; which of these keeps the activation headroom is the open question.
 - ``rocm_graph_estimate``: ROCm gets the CUDA-graph estimate subtracted: skipped on ROCm in
   0.18-0.24 ("Skip on ROCm/HIP", ``gpu_worker.py`` 0.19.0:377), included by 0.27.1 (PR
   #44825, ``gpu_worker.py`` 0.27.1:507); 0.25-0.26 not checked. Where it is skipped the

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # appended: a PYTHONPATH planner (another checkout) wins
     sys.path.append(str(ROOT))
 
-from planner.budget import estimate_ranges, vllm_budget  # noqa: E402
+from planner.budget import estimate_ranges, is_rocm, vllm_budget  # noqa: E402
 from planner.deployment import Deployment, ServeSettings  # noqa: E402
 from planner.errors import KvplanError  # noqa: E402
 from planner.gpus import Gpu, get_gpu  # noqa: E402
@@ -121,6 +121,10 @@ def _settings(rec: dict[str, Any], gpu: Gpu, batch_from_version: bool) -> ServeS
         kw["entrypoint"] = rec["entrypoint"]
     if "interconnect" in fields and rec.get("interconnect"):
         kw["interconnect"] = rec["interconnect"]
+    if rec.get("disable_custom_all_reduce"):
+        kw["disable_custom_all_reduce"] = True
+    if "sampler" in fields and rec.get("sampler"):
+        kw["sampler"] = rec["sampler"]  # the sampler the log says ran
     return ServeSettings(**kw)
 
 
@@ -167,6 +171,7 @@ def predict(
         # CALIBRATION.md's rule: a start-up of unknown release is no regression target (its
         # rules, sampler and non-torch figures are the newest kvplan knows, a guess)
         "release_known": _version(rec.get("vllm_version")) is not None,
+        "rocm": False,
     }
     if target is None:
         row["skipped"] = "no available KV in the log"
@@ -175,6 +180,7 @@ def predict(
     if gpu is None:
         row["skipped"] = "no GPU total (not logged, GPU not in the catalog)"
         return row
+    row["rocm"] = is_rocm(gpu)
     logged_w = logged.get("weights_gib")
     if use_logged_weights and logged_w is not None:
         source = "logged"
@@ -196,7 +202,21 @@ def predict(
         row["skipped"] = f"{type(e).__name__}: {e}"
         return row
     predicted = cap.available_kv_bytes / GIB
-    low, high = estimate_ranges(cap, settings.tp * settings.pp)["available_kv_bytes"]
+    ranges = estimate_ranges(cap, settings.tp * settings.pp)
+    low, high = ranges["available_kv_bytes"]
+    # each estimated term's stated range, GiB: what the log's own terms must fall in
+    act_lo, act_hi = ranges["activation_peak_bytes"]
+    if logged.get("activation_includes_graph_estimate"):
+        # 0.2x logs the subtracted graph estimate inside "peak activation" (gpu_worker.py
+        # 0.27.1:527-529): compare it with activation + graphs
+        act_lo += ranges["cuda_graph_bytes"][0]
+        act_hi += ranges["cuda_graph_bytes"][1]
+    row.update(
+        term_ranges_gib={
+            "activation_peak_gib": (round(act_lo / GIB, 2), round(act_hi / GIB, 2)),
+            "non_torch_gib": tuple(round(b / GIB, 2) for b in ranges["non_torch_bytes"]),
+        },
+    )
     row.update(
         low_gib=round(low / GIB, 2),
         high_gib=round(high / GIB, 2),
@@ -222,15 +242,26 @@ def predict(
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per set: rows scored, share within +-5 %, median absolute error (% and GiB). Rows of
-    unknown release count in ``unknown_release`` only (no regression target)."""
+    unknown release count in ``unknown_release`` only (no regression target); the held-out
+    set is also split by platform (``held_out_cuda``, ``held_out_rocm``)."""
     out: dict[str, dict[str, Any]] = {}
 
     def member(r: dict[str, Any], name: str) -> bool:
         if name == "unknown_release":
             return not r.get("release_known", True)
+        if name in ("held_out_cuda", "held_out_rocm"):
+            rocm = name == "held_out_rocm"
+            return member(r, "held_out") and bool(r.get("rocm")) == rocm
         return r.get("release_known", True) and name in ("all", r["set"])
 
-    for name in ("calibration", "held_out", "all", "unknown_release"):
+    for name in (
+        "calibration",
+        "held_out",
+        "held_out_cuda",
+        "held_out_rocm",
+        "all",
+        "unknown_release",
+    ):
         errs = [abs(r["error_pct"]) for r in rows if r["error_pct"] is not None and member(r, name)]
         gib = [abs(r["error_gib"]) for r in rows if r["error_gib"] is not None and member(r, name)]
         out[name] = {
@@ -273,7 +304,7 @@ def render(rows: list[dict[str, Any]]) -> str:
             else f"{s['median_abs_error_pct']}% ({s['median_abs_error_gib']:.2f} GiB)"
         )
         lines.append(
-            f"{name:<12} scored {s['scored']:>2}   within +-{WITHIN:.0f}%: {within:>4}   "
+            f"{name:<15} scored {s['scored']:>2}   within +-{WITHIN:.0f}%: {within:>4}   "
             f"median |error|: {median}"
         )
     return "\n".join(lines)

@@ -37,7 +37,7 @@ from planner.kv_layout import KVEstimate, estimate
 from planner.model.specs import ModelSpec
 from planner.units import GIB, MIB, format_gib
 from planner.vllm_rules import NEWEST as NEWEST_RULES
-from planner.vllm_rules import VllmRules
+from planner.vllm_rules import Sampler, VllmRules
 from planner.weights import Weights
 
 if TYPE_CHECKING:
@@ -197,10 +197,14 @@ def all2all_buffer_bytes(backend: str, expert_parallel: bool) -> int:
 # (``custom_all_reduce.py`` 0.19.0:59, :187); it runs for TP >= 2 over NVLink, and over PCIe
 # only for 2 GPUs (it turns itself off when more are not fully connected).
 CUSTOM_ALL_REDUCE_BYTES = 24 * MIB
-# ROCm (HIP runtime, RCCL, hipBLASLt workspaces) on one GPU: 1.56 and 2.12 GiB logged on a
-# 48 GB Radeon (issue 23's figures); the plan takes the middle, the range both.
+# ROCm (HIP runtime, RCCL, hipBLASLt workspaces) on one GPU: the point is the middle of issue
+# 23's 1.56 and 2.12 GiB on a 48 GB Radeon (not a cited log). The range is what cited logs
+# show: kyuz0's Radeon AI PRO R9700 runs (tests/data/vllm_startups.json, calibration) leave
+# 0.61 GiB beside the weights, the pool and kvplan's activation in one toolbox and 3.21-3.73
+# in another with the same vLLM build and log: ROCm's non-torch memory is the least
+# predictable term; TP 2 over PCIe adds nothing measurable there.
 ROCM_NON_TORCH_BYTES = round(1.84 * GIB)
-ROCM_NON_TORCH_RANGE = (round(1.5 * GIB), round(2.2 * GIB))
+ROCM_NON_TORCH_RANGE = (round(0.5 * GIB), round(3.75 * GIB))
 # kvplan's reading of a GPU whose interconnect the catalog does not know: NVLink's figure,
 # the larger one, so an unknown node never gets more KV memory than it may have.
 DEFAULT_INTERCONNECT = "nvlink"
@@ -351,21 +355,30 @@ class VllmCapacity:
 # How far the estimated terms were off in public start-up logs (tests/data/vllm_startups.json,
 # benchmarks/budget_accuracy.py): the sampler warm-up came out up to 1.1 GiB lower than
 # modelled where FlashInfer's sampler keeps fewer logits copies (RTX 4090, 256 rows: 0.25-0.31
-# GiB logged against 1.38), and within 0.1 GiB above it; non-torch memory ranged 0.04-0.56 GiB
-# on one GPU and 0.2-1.6 GiB per rank with TP/PP (0.21 at TP 4 without custom all-reduce, 1.4
-# with it at TP 2, more with Ray across nodes); CUDA-graph captures within 0.3 GiB of the
-# estimate.
+# GiB logged against 1.38), and within 0.1 GiB above it; non-torch memory ranged 0.02-0.56 GiB
+# on one GPU (0.02 logged on a 24 GB card in 0.10.2, 0.06 on a 16 GB one in 0.26, 0.13 on
+# H100s in 0.11.0, 0.56 under WSL2 in 0.27.1) and 0.2-1.6 GiB per rank with TP/PP (0.21 at TP
+# 4 without custom all-reduce, 1.4 with it at TP 2, more with Ray across nodes); CUDA-graph
+# captures within 0.3 GiB of the estimate.
 ACT_LOW_BYTES = round(1.1 * GIB)
 ACT_HIGH_BYTES = GIB // 10
-NON_TORCH_RANGE = {1: (round(0.04 * GIB), round(0.56 * GIB)), 2: (GIB // 5, round(1.6 * GIB))}
+NON_TORCH_RANGE = {1: (round(0.02 * GIB), round(0.56 * GIB)), 2: (0, round(1.6 * GIB))}
 GRAPH_SPREAD_BYTES = round(0.3 * GIB)
 # Per release (:func:`term_ranges`): the sampler part of the activation can be another
 # implementation's where the default is unavailable (FlashInfer opt-in in 0.18-0.23, or not
 # installed/supported from 0.24: the Triton path then) -- scaled by the ratio of their
 # copies -- plus 0.1 GiB either way and 8 % of the sampler above (gemma-3-27b, 0.19.0: 3.99
-# logged against 3.83); non-torch from 0.19: 1.4-2.4 GiB per rank that talks (issue 23:
-# 1.70 PCIe TP 4 to 2.21 NVLink), 0.04-0.56 alone.
+# logged against 3.83); non-torch from 0.19: 1.4-2.4 GiB per rank that talks over NVLink or
+# xGMI (issue 23's H100 figures, 2.06-2.21: not cited), 0-2.4 over PCIe (4 x L40S in 0.24.0
+# fits the +1.45; 4 x RTX 3090 in 0.19.0 log 1.12-1.21 GiB of activation, with a vision
+# encoder's profile, and non-torch together, and the same box in 0.18.1 0.12), 0.02-0.56
+# alone. Before 0.19 a PCIe group logs as little as nothing (that box in 0.18.1): 0-1.6.
 NON_TORCH_RANGE_19 = (round(1.4 * GIB), round(2.4 * GIB))
+NON_TORCH_RANGE_19_PCIE = (0, round(2.4 * GIB))
+# The sort's copies where the log says the native sampler ran: 9.515 at 1,024 rows (the fit),
+# 8.4 at 256 rows (A100 40GB, 0.11.0: 1.21 GiB of activation and non-torch logged) and about
+# 5.7 at 128 rows (L4, 0.11.0, gmu 0.92: 0.53 GiB): the low end takes 40 % off the sort term.
+SORT_LOW_MILLI = 400
 
 
 def term_ranges(
@@ -375,24 +388,35 @@ def term_ranges(
     non_torch: int,
     talks: bool,
     rocm: bool,
+    link: str | None = None,
 ) -> tuple[tuple[int, int], tuple[int, int]]:
     """(activation, non-torch) (low, high) for ``rules``' release. ``parts`` is the
     activation's (forward, sampler, held hidden states, the other sampler implementation's
-    sampler): the peak may be the other implementation's, the forward is good to 20 %."""
+    sampler): the peak may be the other implementation's, the forward is good to 20 %.
+    ``link`` is how the ranks that talk do (None: :data:`DEFAULT_INTERCONNECT`)."""
     forward, sampler, held, alt = parts
-    if rules.sampler == "sort":
-        act = (activation - min(sampler * 8 // 10, ACT_LOW_BYTES), activation + ACT_HIGH_BYTES)
-    else:
-        other = max(forward, alt + held) + ACT_CONST_BYTES
-        fwd_spread = forward // 5 if forward >= sampler + held else 0
-        act = (
-            min(activation, other) - ACT_HIGH_BYTES - fwd_spread,
-            max(activation, other) + sampler * 8 // 100 + ACT_HIGH_BYTES + fwd_spread,
-        )
+
+    def low_end(name: str, rows_bytes: int) -> int:
+        # the sort's 9.515 copies were fitted at 1,024 rows; fewer rows kept fewer (above)
+        if name == "sort":
+            rows_bytes -= rows_bytes * SORT_LOW_MILLI // 1000
+        peak = max(forward, rows_bytes + held) + ACT_CONST_BYTES
+        return peak - ACT_HIGH_BYTES - (forward // 5 if forward >= rows_bytes + held else 0)
+
+    other = max(forward, alt + held) + ACT_CONST_BYTES
+    fwd_spread = forward // 5 if forward >= sampler + held else 0
+    top = 0 if rules.sampler == "sort" else sampler * 8 // 100
+    act = (
+        min(low_end(rules.sampler, sampler), low_end(_other_sampler(rules), alt)),
+        max(activation, other) + top + ACT_HIGH_BYTES + fwd_spread,
+    )
     if rocm:
         nt = ROCM_NON_TORCH_RANGE
+    elif talks and rules.non_torch_single_bytes < GIB // 5:
+        nt = NON_TORCH_RANGE[2]
     elif talks:
-        nt = NON_TORCH_RANGE[2] if rules.non_torch_single_bytes < GIB // 5 else NON_TORCH_RANGE_19
+        pcie = (link or DEFAULT_INTERCONNECT) == "pcie"
+        nt = NON_TORCH_RANGE_19_PCIE if pcie else NON_TORCH_RANGE_19
     else:
         nt = NON_TORCH_RANGE[1]
     return act, (min(nt[0], non_torch), max(nt[1], non_torch))
@@ -840,6 +864,7 @@ def vllm_budget(
         non_torch,
         _talking_ranks(dep) > 1,
         rocm,
+        link,
     )
     cap = vllm_capacity(
         est,
@@ -869,18 +894,26 @@ def vllm_budget(
 
 def _activation_parts(dep: Deployment, tokens: int, seqs: int) -> tuple[int, int, int, int]:
     """(forward, sampler, held hidden states, the other sampler's) of ``dep``'s activation
-    peak at ``tokens`` / ``seqs`` (:func:`term_ranges`). The other sampler: the Triton path
-    where FlashInfer is the default (it falls back to it when FlashInfer is missing or does
-    not support the GPU), FlashInfer where it is opt-in (``VLLM_USE_FLASHINFER_SAMPLER=1``)."""
+    peak at ``tokens`` / ``seqs`` (:func:`term_ranges`). The other sampler: the release's
+    native one where FlashInfer is the default (it falls back to it when FlashInfer is missing
+    or does not support the GPU), FlashInfer where the native one is (installed, through
+    0.11.0, or opted into with ``VLLM_USE_FLASHINFER_SAMPLER=1``); none when ``--sampler``
+    says which runs (:attr:`planner.vllm_rules.VllmRules.sampler_stated`)."""
     s, rules = dep.settings, dep.settings.rules
     rows = min(tokens, seqs)
     generating = s.runner == "generate"
     sampler = sampler_bytes(dep.spec, rows, rules) if generating else 0
-    other = {"sort": "sort", "triton": "flashinfer", "flashinfer": "triton"}[rules.sampler]
-    alt = replace(rules, sampler=other)  # type: ignore[arg-type]
+    alt = replace(rules, sampler=_other_sampler(rules))
     alt_sampler = sampler_bytes(dep.spec, rows, alt) if generating else 0
     held = tokens * dep.spec.hidden_size * ACT_HIDDEN_MILLI_BYTES // 1000
     return forward_peak_bytes(dep.spec, tokens, s.tp), sampler, held, alt_sampler
+
+
+def _other_sampler(rules: VllmRules) -> Sampler:
+    """The sampler that may run instead of ``rules``' (:func:`_activation_parts`)."""
+    if rules.sampler_stated:
+        return rules.sampler
+    return rules.native_sampler if rules.sampler == "flashinfer" else "flashinfer"
 
 
 def after_sizing(dep: Deployment, est: KVEstimate, activation: int) -> AfterSizing:

@@ -244,6 +244,8 @@ class ServeSettings:
         interconnect: ``nvlink``, ``xgmi`` or ``pcie``: how the GPUs talk, over the catalog's
             (:func:`planner.budget.non_torch_bytes`).
         disable_custom_all_reduce: vLLM's ``--disable-custom-all-reduce``.
+        sampler: ``flashinfer`` or ``native``: the top-k/top-p sampler vLLM runs, over the
+            release's default (:meth:`planner.vllm_rules.VllmRules.with_sampler`).
         dp: data-parallel size: dp engines, each with its own KV pool and ``max_num_seqs``;
             routed experts shard over dp x tp GPUs (``FusedMoEParallelConfig``).
         enable_expert_parallel: whole experts per GPU (EP = dp x tp) instead of TP-sharded
@@ -291,6 +293,7 @@ class ServeSettings:
     gpu_free_memory_bytes: int | None = None
     interconnect: str | None = None
     disable_custom_all_reduce: bool = False
+    sampler: str | None = None
     vllm_version: str | None = None
     entrypoint: Entrypoint = "serve"
     runner: Runner = "generate"
@@ -356,7 +359,12 @@ class ServeSettings:
             raise UsageError(
                 f"--interconnect must be one of nvlink, xgmi, pcie, got {self.interconnect!r}"
             )
-        from planner.vllm_rules import ENTRYPOINTS, RUNNERS, parse_version
+        from planner.vllm_rules import ENTRYPOINTS, RUNNERS, SAMPLER_CHOICES, parse_version
+
+        if self.sampler is not None and self.sampler not in SAMPLER_CHOICES:
+            raise UsageError(
+                f"--sampler must be one of {', '.join(SAMPLER_CHOICES)}, got {self.sampler!r}"
+            )
 
         if self.vllm_version is not None:
             parse_version(self.vllm_version)
@@ -416,10 +424,11 @@ class ServeSettings:
 
     @property
     def rules(self) -> VllmRules:
-        """The rules of ``vllm_version`` (the newest kvplan knows when None)."""
+        """The rules of ``vllm_version`` (the newest kvplan knows when None), with the
+        ``--sampler`` the user stated."""
         from planner.vllm_rules import rules_for
 
-        return rules_for(self.vllm_version)
+        return rules_for(self.vllm_version).with_sampler(self.sampler)
 
     @property
     def gmu(self) -> float:
@@ -638,7 +647,7 @@ def _parse_value(
         return {"kv_cache_dtype": dtype}
     if name in _BOOL_FIELDS:
         return {name: parse_bool(value)}
-    if name == "interconnect":
+    if name in ("interconnect", "sampler"):
         return {name: str(value).strip().lower()}
     if name == "lora_target_modules":
         return {name: _module_names(value)}

@@ -77,6 +77,22 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
     ``forward_cuda`` hands the logits to FlashInfer's ``top_k_top_p_sampling_from_logits``
     (``topk_topp_sampler.py`` 0.27.1:182): the model-dtype logits and their fp32 copy, 1.5
     (0.21-0.23 not checked).
+
+  Which one runs also depends on the install, and the log says which (``--sampler``,
+  :attr:`VllmRules.native_sampler`): through 0.11.0 FlashInfer's sampler runs whenever the
+  ``flashinfer`` package imports, unless ``VLLM_USE_FLASHINFER_SAMPLER=0``
+  (``envs.VLLM_USE_FLASHINFER_SAMPLER is not False``, ``topk_topp_sampler.py`` 0.10.1.1:34-51,
+  0.11.0:39-56; the log line "Using FlashInfer for top-p & top-k sampling."), and the
+  sampler warm-up takes that path (its dummy metadata sets top-p 0.9, top-k vocab - 1 and no
+  generators, ``gpu_model_runner.py`` 0.10.1.1:2445-2447, 0.11.0:3202-3204); but those wheels
+  list FlashInfer as an extra only (``Provides-Extra: flashinfer``), so ``pip install vllm``
+  runs the PyTorch sort ("FlashInfer is not available. Falling back to the PyTorch-native
+  implementation"): kvplan's default. From 0.11.1 FlashInfer is a dependency and its sampler
+  opt-in (``if envs.VLLM_USE_FLASHINFER_SAMPLER``, ``topk_topp_sampler.py`` 0.11.1:34-47)
+  until 0.24 makes it the default. Public logs agree: dennislee22's 0.10.1.1 A100 runs with
+  ``flashinfer-python`` installed log the FlashInfer line and ~1 GiB less activation than the
+  sort gives (tests/data/vllm_startups.json), the same release's run without it logs the
+  fallback and matches the sort.
 - ``warmup_reuses_activation``: whether the post-allocation warm-up (and graph capture) can
   use the memory the profile's activation peak was sized for. True except 0.19: there
   gpt-oss-20b at gmu 0.95 on an H100 (issue 23's log) died warming up the sampler with
@@ -84,8 +100,12 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
   context (~0.5 GiB), the captured graphs and the logits' first 1.5 copies are taken, i.e.
   with none of the 2.87 GiB activation reservation; 0.11.0 started gpt-oss-120b at 0.95 with
   a 7.38 GiB warm-up and 1.03 GiB of graphs (CALIBRATION.md), which only fits if it is reused.
-  The mechanism in 0.19 was not found in the source (its ``compile_or_warm_up_model`` adds a
-  forward at each compile range's end before capture, ``gpu_worker.py`` 0.19.0:574, a candidate).
+  The mechanism in 0.19 was not found in the source. What its ``compile_or_warm_up_model``
+  runs after the pool, in order (``gpu_worker.py`` 0.19.0): a forward at each compile range's
+  end (:574-579), ``kernel_warmup`` (:584), the graph capture (:588), then the sampler
+  warm-up over ``min(max_num_seqs, max_num_batched_tokens)`` rows, after the capture "on
+  purpose to prevent memory buffers from being cleared by empty_cache" (:670-686): its
+  buffers stay reserved; which of these keeps the activation headroom is the open question.
 - ``rocm_graph_estimate``: ROCm gets the CUDA-graph estimate subtracted: skipped on ROCm in
   0.18-0.24 ("Skip on ROCm/HIP", ``gpu_worker.py`` 0.19.0:377), included by 0.27.1 (PR
   #44825, ``gpu_worker.py`` 0.27.1:507); 0.25-0.26 not checked. Where it is skipped the
@@ -94,17 +114,35 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
   that appears during the profile (``memory_profiling``'s ``non_torch_increase``,
   ``utils/mem_utils.py``) on a rank that talks to no other, and what a tensor-parallel group
   (or an expert-parallel one) adds per rank over NVLink/xGMI and over PCIe. Measured, not
-  read: 0.13 / +0.42 GiB in v0.11.0 on H100 (CALIBRATION.md: 0.13 at TP 1, 0.55 at TP 2);
-  0.25 / +1.88 (NVLink) / +1.45 (PCIe) from 0.19.0 (issue 23: TP 1 0.24-0.27; TP 2 and TP 4
-  on NVLink H100 2.06-2.21 per GPU; TP 4 on PCIe RTX PRO 6000 1.70). Most of the multi-GPU
-  figure is NCCL's (its buffers, NVLS on NVSwitch systems); vLLM's own custom all-reduce
-  keeps 8 MiB buffers (``distributed/device_communicators/custom_all_reduce.py`` 0.19.0:59,
-  :187) and is a small part of it.
+  read, and each an *estimate* with the spread the cited logs show (``planner.budget``'s
+  ranges; tests/data/vllm_startups.json):
+
+  * through 0.18: 0.13 alone and +0.42 over NVLink (CALIBRATION.md, v0.11.0 H100: 0.13 at
+    TP 1, 0.55 at TP 2); +0.28 over PCIe, set on dennislee22's 0.10.1.1 A100 TP 2 run
+    without P2P (calibration record: 0.25 x 79.15 - 7.12 - 12.02 = 0.65 GiB of activation
+    and non-torch, 0.26 of it the FlashInfer-sampler activation). Cited spread alone: 0.02
+    (24 GB card, 0.10.2) to 0.13 (H100, 0.11.0); in a PCIe group 0.0 to 0.4: a 4 x RTX 3090
+    box in 0.18.1 logs 0.12 GiB for activation *and* non-torch together at TP 4 (leadawon/
+    LAMBO), which kvplan over-counts (held out, -9 %).
+  * from 0.19.0: 0.25 alone, +1.88 over NVLink, +1.45 over PCIe. Not from cited logs: the
+    H100 figures are issue 23's (TP 1 0.24-0.27; TP 2 and TP 4 on NVLink 2.06-2.21 per GPU;
+    TP 4 on a PCIe RTX PRO 6000 1.70). The cited logs bound them: alone 0.02-0.56 (0.06 on a
+    16 GB card in 0.26, 0.30-0.56 under WSL2 in 0.27.1); over PCIe the 4 x L40S 0.24.0 record
+    (aws-samples, calibration) fits +1.45, and the same 4 x RTX 3090 box as above logs
+    1.12-1.21 GiB of activation (Qwen3.5-27B, its vision encoder profiled) and non-torch
+    together at TP 4 in 0.19.0, 1 GiB more than 0.18.1 left it: the PCIe range runs from 0.
+    Where the extra comes from (NCCL's buffers appearing during the profile rather than at the
+    init warm-up all-reduce, which both releases run: ``pynccl.py`` 0.11.0:137-139,
+    0.20.0:140-142, or the encoder) is not established.
+
+  Most of the multi-GPU figure is NCCL's (its buffers, NVLS on NVSwitch systems); vLLM's own
+  custom all-reduce keeps 8 MiB buffers (``distributed/device_communicators/
+  custom_all_reduce.py`` 0.19.0:59, :187) and is a small part of it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from planner.errors import UsageError
@@ -117,6 +155,8 @@ Sampler = Literal["sort", "triton", "flashinfer"]
 # fp32-logits-sized copies alive at each sampler's warm-up peak, in thousandths (docstring)
 SAMPLER_COPIES_MILLI: dict[str, int] = {"sort": 9515, "triton": 3700, "flashinfer": 1500}
 ENTRYPOINTS: tuple[Entrypoint, ...] = ("serve", "llm")
+# ``--sampler``: FlashInfer's top-k/top-p, or vLLM's own of the release (module docstring)
+SAMPLER_CHOICES = ("flashinfer", "native")
 RUNNERS: tuple[Runner, ...] = ("generate", "pooling")
 
 
@@ -139,6 +179,24 @@ class VllmRules:
     non_torch_single_bytes: int = round(0.13 * GIB)
     # (NVLink or xGMI, PCIe) per rank of a group of >= 2 that talk
     non_torch_comm_bytes: tuple[int, int] = (round(0.42 * GIB), round(0.42 * GIB))
+    # the sampler was stated (``--sampler``, or read from a log): no other one may run
+    sampler_stated: bool = False
+
+    @property
+    def native_sampler(self) -> Sampler:
+        """vLLM's own ("PyTorch-native") top-k/top-p of this release, what runs when
+        FlashInfer's is off: the sort through 0.17, the Triton kernel from 0.18."""
+        return "sort" if self.since < (0, 18, 0) else "triton"
+
+    def with_sampler(self, choice: str | None) -> VllmRules:
+        """These rules with the user's ``--sampler`` (``flashinfer`` or ``native``; None
+        keeps the release's default); a stated sampler is :attr:`sampler_stated`."""
+        if choice is None:
+            return self
+        if choice not in SAMPLER_CHOICES:
+            raise UsageError(f"--sampler must be one of {', '.join(SAMPLER_CHOICES)}")
+        sampler: Sampler = "flashinfer" if choice == "flashinfer" else self.native_sampler
+        return replace(self, sampler=sampler, sampler_stated=True)
 
     @property
     def sampler_copies_milli(self) -> int:
@@ -152,7 +210,7 @@ class VllmRules:
 
 # Oldest first: the first release where each rule holds (module docstring). kvplan models the
 # V1 engine only, which 0.8 made the default.
-_NT11 = round(0.13 * GIB), (round(0.42 * GIB), round(0.42 * GIB))
+_NT11 = round(0.13 * GIB), (round(0.42 * GIB), round(0.28 * GIB))
 _NT19 = round(0.25 * GIB), (round(1.88 * GIB), round(1.45 * GIB))
 
 

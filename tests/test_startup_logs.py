@@ -1,8 +1,9 @@
 """kvplan's budget against public vLLM start-up logs (``tests/data/vllm_startups.json``, each
 record citing its source): the logged "Available KV cache memory" must fall inside the range
 kvplan states for its estimate (the measured spread of the activation, non-torch and
-CUDA-graph terms, ``planner.budget.estimate_ranges``). The point figures and their error are
-reported by ``benchmarks/budget_accuracy.py``, not asserted here."""
+CUDA-graph terms, ``planner.budget.estimate_ranges``), and so must each term the log states.
+The point figures and their error are reported by ``benchmarks/budget_accuracy.py``; only
+issue 23's goal on the held-out CUDA start-ups is asserted here."""
 
 from __future__ import annotations
 
@@ -48,3 +49,40 @@ def test_the_logged_kv_memory_is_inside_the_stated_range(rec: dict[str, Any]) ->
         f"{rec['source']}: logged {row['logged_gib']} GiB outside kvplan's "
         f"{row['low_gib']}-{row['high_gib']} GiB (point {row['predicted_gib']})"
     )
+
+
+# The log's own terms where it states them: "peak activation" (with the CUDA-graph estimate
+# where the release logs them together, ``activation_includes_graph_estimate``) and non-torch.
+TERMS = [
+    pytest.param(rec, term, id=f"{rec['id']}-{term}")
+    for rec in RECORDS
+    for term in ("activation_peak_gib", "non_torch_gib")
+    if rec["logged"].get(term) is not None
+]
+
+
+@pytest.mark.parametrize(("rec", "term"), TERMS)
+def test_each_logged_term_is_inside_its_stated_range(rec: dict[str, Any], term: str) -> None:
+    row = BENCH.predict(rec)
+    if row["skipped"]:
+        pytest.skip(row["skipped"])
+    if not row["release_known"]:
+        pytest.skip("release not in the log: not a regression target (reported only)")
+    low, high = row["term_ranges_gib"][term]
+    logged = rec["logged"][term]
+    # the log states 2 decimals
+    assert low - 0.005 <= logged <= high + 0.005, (
+        f"{rec['source']}: logged {term} {logged} outside kvplan's {low}-{high}"
+    )
+
+
+def test_the_held_out_cuda_logs_meet_the_goal() -> None:
+    """Issue 23's goal on start-ups kvplan was not fitted on (known release only): >= 90 %
+    within +-5 % of the logged available KV, median |error| <= 2 %. It holds on CUDA; on ROCm
+    it does not (the same vLLM build logs pools 2.6 GiB apart on one R9700), so ROCm is
+    reported apart (benchmarks/budget_accuracy.py) and held to its stated ranges only."""
+    rows = [BENCH.predict(rec) for rec in RECORDS]
+    held = BENCH.summary(rows)["held_out_cuda"]
+    assert held["scored"] >= 15
+    assert held["within_5pct"] >= 0.9, held
+    assert held["median_abs_error_pct"] <= 2.0, held

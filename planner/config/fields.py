@@ -612,6 +612,26 @@ SETTINGS: tuple[Setting, ...] = (
         example="pcie",
     ),
     Setting(
+        name="sampler",
+        kind="choice",
+        choices=("flashinfer", "native"),
+        help="The top-k/top-p sampler vLLM runs (its warm-up is in the activation peak): "
+        "flashinfer, or vLLM's native one (the sort to 0.17, Triton from 0.18).",
+        default="the release's: native to 0.23, flashinfer from 0.24",
+        cli="--sampler",
+        yaml="sampler",
+        log=None,
+        concern="release",
+        engines=_engines(None, None, None),
+        no_flag={
+            "vllm": "VLLM_USE_FLASHINFER_SAMPLER and whether FlashInfer is installed decide it",
+            "sglang": _VLLM_ONLY,
+            "trtllm": _VLLM_ONLY,
+        },
+        commands=frozenset({"estimate"}),
+        example="flashinfer",
+    ),
+    Setting(
         name="gpu_free_memory_bytes",
         kind="size",
         help="Memory free on the GPU before vLLM starts (another process holds the rest).",

@@ -544,7 +544,8 @@ def plans_manifests(
     start, cannot be planned). Each deployment is planned as ``kvplan estimate`` plans it."""
     from pathlib import Path
 
-    from planner.check import ModelCache, load_yaml, parse_plans
+    from planner.check import ModelCache
+    from planner.check.plans import load_yaml, parse_plans
     from planner.deployment import Deployment
     from planner.errors import KvplanError
     from planner.model.load import load_draft

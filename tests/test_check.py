@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 import planner
-from planner import check as plans
-from planner.check import PlansFileError, check_file
+from planner.check import check_file, plans
+from planner.check.plans import PlansFileError
 from planner.cli import app
 from planner.deployment import SPELLINGS, ServeSettings
 from planner.gpus import get_gpu

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from planner import files
 from planner.cli import app
 from planner.errors import InputFileError, UsageError
+from tests.helpers import notes_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAT = str(ROOT / "examples" / "workloads" / "chat.yaml")
@@ -223,7 +224,9 @@ def test_a_symlink_to_a_file_replaces_the_target_and_says_so(tmp_path: Path, pla
     os.symlink(target, link)
     result = CliRunner().invoke(app, ["check", str(plans), "-f", "json", "-o", str(link)])
     assert result.exit_code == 0, result.stderr
-    assert f"is a symbolic link: kvplan replaces its target, {target}" in result.stderr
+    # the note wraps at the terminal's width: its words, joined
+    said = " ".join(notes_of(result.stderr))
+    assert f"is a symbolic link: kvplan replaces its target, {target}" in said
     assert link.is_symlink() and json.loads(target.read_text())["deployments"]
     assert sorted(p.name for p in target.parent.iterdir()) == ["kvplan.json"]  # no temp file
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from planner.check import plans_json_schema
+from planner.check.plans import plans_json_schema
 from planner.cli.app import app
 from planner.config.fields import SETTINGS
 

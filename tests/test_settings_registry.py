@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from planner.check import load_yaml, parse_plans
+from planner.check.plans import load_yaml, parse_plans
 from planner.cli._options import settings_from
 from planner.cli.app import app
 from planner.commands import engine_commands

@@ -27,6 +27,6 @@ def schema(
     with user_errors():
         if what != "plans":
             raise UsageError(f"kvplan schema takes: plans (got {what!r})")
-        from planner.check import plans_json_schema
+        from planner.check.plans import plans_json_schema
 
         typer.echo(json.dumps(plans_json_schema(), indent=2))

@@ -13,7 +13,7 @@ everything the rest of kvplan needs to know about it:
 The views built from :data:`SETTINGS`:
 
 - ``planner.deployment.SPELLINGS`` (suggestions as flags or YAML; ``from_mapping``),
-- the plans-file keys and their descriptions (``planner.check.SCHEMA``) and the JSON Schema
+- the plans-file keys and their descriptions (``planner.check.plans.SCHEMA``) and the JSON Schema
   ``kvplan schema plans`` prints (:func:`plans_json_schema`),
 - the settings a boot log may state (``planner.diagnose.boot_log.SETTING_KEYS``),
 - the axes ``simulate --compare`` takes (:data:`COMPARE_AXES`),

@@ -22,7 +22,7 @@ from planner.render._output import (
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
-    from planner.check import Check, CheckReport, DeploymentResult
+    from planner.check.results import Check, CheckReport, DeploymentResult
 
 
 CHECK_FORMATS = ("table", "json", "markdown", "junit")

@@ -52,7 +52,9 @@ if TYPE_CHECKING:  # the names below, for type checkers; at run time they load o
         cdiv,
     )
     from planner.model_list import ModelRow, list_models
-    from planner.recommend import Plan, PlanOptions, Report, plan, report
+    from planner.plan_types import Plan, PlanOptions
+    from planner.recommend import plan
+    from planner.report import Report, report
     from planner.simulate import simulate_model
     from planner.weights import Weights
     from planner.weights import per_rank as weights_per_rank
@@ -97,9 +99,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "list_models": ("planner.model_list", "list_models"),
     "Plan": ("planner.recommend", "Plan"),
     "PlanOptions": ("planner.recommend", "PlanOptions"),
-    "Report": ("planner.recommend", "Report"),
+    "Report": ("planner.report", "Report"),
     "plan": ("planner.recommend", "plan"),
-    "report": ("planner.recommend", "report"),
+    "report": ("planner.report", "report"),
     "Weights": ("planner.weights", "Weights"),
     "weights_per_rank": ("planner.weights", "per_rank"),
 }

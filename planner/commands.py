@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from planner.budget import EngineCapacity
     from planner.deployment import ServeSettings
     from planner.gpus import Gpu
-    from planner.recommend import Recommended
+    from planner.plan_types import Recommended
 
 TRTLLM_FILE = "kvplan-trtllm.yaml"
 

@@ -43,7 +43,7 @@ from planner.containers import CUDA_IMAGE, RESOURCES, ROCM_IMAGE, gpu_resource
 from planner.errors import UsageError
 
 if TYPE_CHECKING:
-    from planner.recommend import Plan
+    from planner.plan_types import Plan
 
 KINDS = ("k8s", "kserve", "llm-d", "lws")
 PORT = 8000  # vllm serve's default --port
@@ -550,7 +550,8 @@ def plans_manifests(
     from planner.errors import KvplanError
     from planner.model.load import load_draft
     from planner.model.specs import Engine
-    from planner.recommend import WONT_START, PlanOptions, plan
+    from planner.plan_types import WONT_START, PlanOptions
+    from planner.recommend import plan
 
     file = Path(path)
     entries, problems = parse_plans(load_yaml(file), file=str(path), base_dir=file.parent)

@@ -137,7 +137,8 @@ def rank_gpus(
     those that meet the requirement (see the module docstring). ``dep.gpu`` is ignored."""
     from planner.advise import saturated, synthetic_workload
     from planner.gpus import GPUS
-    from planner.recommend import WONT_START, PlanOptions, plan
+    from planner.plan_types import WONT_START, PlanOptions
+    from planner.recommend import plan
     from planner.simulate.compare import simulate_model
     from planner.weights import num_experts_of
 

@@ -16,7 +16,8 @@ from planner.deployment import Deployment, ServeSettings
 from planner.gpus import Gpu, get_gpu
 from planner.model.load import LoadedModel, load_model, with_headers
 from planner.model.specs import ModelSpec
-from planner.recommend import Plan, PlanOptions, plan
+from planner.plan_types import Plan, PlanOptions
+from planner.recommend import plan
 from planner.simulate.engine import BlockLayout, SimConfig
 from planner.simulate.roofline import Roofline
 from tests.conftest import fixture_config

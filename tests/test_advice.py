@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.recommend import Plan
+from planner.plan_types import Plan
 from planner.simulate.workload import Request, Workload
 from tests.helpers import GUIDE_ARGS, guide_plan, guide_pool_blocks, parse_command, plan_for
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from planner.budget import EngineCapacity
 from planner.cli import app
 from planner.commands import TRTLLM_FILE, engine_commands
-from planner.recommend import Recommended
+from planner.plan_types import Recommended
 from tests.helpers import (
     ENGINE_OPTIONS,
     CommandError,

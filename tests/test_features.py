@@ -14,7 +14,7 @@ import pytest
 
 from planner import features
 from planner.features import FEATURES, FeatureRecord, Folded, fold
-from planner.recommend import Plan
+from planner.plan_types import Plan
 from tests.helpers import plan_for
 
 GIB = 1 << 30

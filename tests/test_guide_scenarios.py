@@ -23,7 +23,7 @@ from planner.check import check_file
 from planner.cli import app
 from planner.gpus import custom_gpu
 from planner.kv_layout import estimate
-from planner.recommend import QUEUES_AT_WORST_CASE
+from planner.plan_types import QUEUES_AT_WORST_CASE
 from tests.helpers import deployment, guide_plan, guide_pool_blocks, plan_for
 
 runner = CliRunner()

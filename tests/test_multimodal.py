@@ -30,7 +30,8 @@ from planner.multimodal import (
     parse_tokens,
     tokens_per_item,
 )
-from planner.recommend import Plan, plan
+from planner.plan_types import Plan
+from planner.recommend import plan
 from planner.weights import Placement, per_rank
 from tests.conftest import fixture_config
 from tests.helpers import check_command, moe_checkpoint

@@ -20,7 +20,8 @@ from planner.cluster import best_layout
 from planner.deployment import Deployment, ServeSettings
 from planner.errors import UsageError
 from planner.model.load import load_draft
-from planner.recommend import PlanOptions, plan
+from planner.plan_types import PlanOptions
+from planner.recommend import plan
 from planner.speculative import SpeculativeConfig, parse_speculative
 from planner.weights import Placement, from_tensors, per_rank
 from tests.conftest import fixture_config

@@ -24,7 +24,7 @@ from planner.config.setting import ENGINES, Setting
 from planner.deployment import ServeSettings
 from planner.diagnose.boot_log import parse_log
 from planner.diagnose.settings import layer_settings
-from planner.recommend import Recommended
+from planner.plan_types import Recommended
 from tests.helpers import check_command, option_table
 
 # What a setting needs beside it to be valid (vLLM's own rules: LoRA flags need --enable-lora,

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
-from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
+from planner.plan_types import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
 from tests.helpers import GUIDE_ARGS, guide_pool_blocks, parse_command, plan_for
 
 runner = CliRunner()
@@ -244,7 +244,6 @@ def test_the_vllm_command_means_the_plan(flags: list[str], expected: dict[str, o
     ("gpu", "flags", "native"),
     [
         ("a100-80gb", [], False),  # suggested as an alternative; compute capability 8.0
-        ("t4", ["--max-model-len", "4096", "--tp", "2"], False),  # 7.5
         ("h100", ["--kv-cache-dtype", "fp8"], True),  # chosen; 9.0 computes in fp8
         ("l40s", [], True),  # Ada, 8.9
     ],
@@ -255,6 +254,16 @@ def test_fp8_kv_always_comes_with_its_caveat(gpu: str, flags: list[str], native:
     [caveat] = [n for n in data["plan_notes"] if n.startswith("fp8 KV can cost accuracy")]
     assert "evaluate on your task before production" in caveat
     assert ("has no native fp8" in caveat) is not native
+
+
+def test_no_fp8_kv_suggestion_nor_caveat_below_compute_capability_8() -> None:
+    # a T4 is 7.5: vLLM 0.33 runs fp8 KV from 8.0 (FlashInfer; Triton needs 8.9), so fp8 KV is
+    # neither suggested nor caveated there (planner/gpu_support.py cites the source lines)
+    flags = ["--max-model-len", "4096", "--tp", "2"]
+    result = runner.invoke(app, ["estimate", "llama-3.1-8b", "--gpu", "t4", *flags, "--json"])
+    data = json.loads(result.stdout)
+    assert not [a for a in data["alternatives"] if "kv_cache_dtype" in a["changes"]]
+    assert not [n for n in data["plan_notes"] if n.startswith("fp8 KV can cost accuracy")]
 
 
 def test_a_plan_that_wont_start_still_fits_one_screen() -> None:

@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from planner.deployment import Deployment
     from planner.kv_layout import KVEstimate
     from planner.model.load import LoadedModel
-    from planner.recommend import Plan, Refusal
+    from planner.plan_types import Plan, Refusal
     from planner.simulate.workload import Workload
     from planner.weights import Weights
 
@@ -153,7 +153,7 @@ def check_deployment(entry: Entry, *, cache: ModelCache | None = None) -> Deploy
     """
     from planner.deployment import Deployment
     from planner.model.load import load_draft
-    from planner.recommend import physical_refusal
+    from planner.report import physical_refusal
     from planner.weights import for_deployment
 
     cache = cache or ModelCache(None)
@@ -380,7 +380,8 @@ def _check_vllm(
     """vLLM: the same :func:`planner.recommend.plan` as ``kvplan estimate --gpu``, and the
     entry's workload replayed when vLLM starts."""
     from planner.errors import DoesNotFitError, WontStartError
-    from planner.recommend import WONT_START, PlanOptions, Refusal, plan
+    from planner.plan_types import WONT_START, PlanOptions, Refusal
+    from planner.recommend import plan
 
     spec, gmu = dep.spec, dep.settings.gmu
     settings["gpu_memory_utilization"] = gmu
@@ -458,7 +459,7 @@ def _refused(entry: Entry, refusal: Refusal, settings: dict[str, Any]) -> Deploy
     """An entry that won't start for a rule kvplan estimate applies first (a layout no node
     holds, heads that do not split, a ``kv_cache_memory`` pool over the GPU): one failed
     check named by the rule, the refusal's reason and its changes as the fix."""
-    from planner.recommend import WONT_START
+    from planner.plan_types import WONT_START
 
     cap, gpu = refusal.vllm, refusal.gpu
     if refusal.check == "kv_cache_memory" and cap is not None and gpu is not None:
@@ -619,7 +620,7 @@ def _other_verdict(cap: EngineCapacity, max_num_seqs: int | None, length: int) -
     """SGLang / TRT-LLM in the same words, from their budgets: no room for one request of
     ``length`` is won't start; else as many full-length requests as the pool holds run, up to
     ``max_num_seqs`` (or the engine's own running limit when none is given)."""
-    from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
+    from planner.plan_types import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
 
     if cap.max_concurrency < 1:
         return _Verdict(

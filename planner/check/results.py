@@ -243,7 +243,7 @@ class CheckReport:
     def counts(self) -> dict[str, int]:
         """Deployments (valid entries and invalid ones), passed, failed, errors, invalid, then
         the checked ones by outcome (the entries in error have none)."""
-        from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
+        from planner.plan_types import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
 
         statuses = [r.status for r in self.results]
         outcomes = [r.outcome for r in self.results]

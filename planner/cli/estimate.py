@@ -8,7 +8,8 @@ import typer
 
 if TYPE_CHECKING:
     from planner.deployment import Deployment
-    from planner.recommend import PlanOptions, Report
+    from planner.plan_types import PlanOptions
+    from planner.report import Report
     from planner.simulate.workload import Workload
 
 from planner.cli._options import (
@@ -193,8 +194,10 @@ def estimate(
     from planner.deployment import Deployment
     from planner.errors import DoesNotFitError, WontStartError
     from planner.model.load import load_draft, load_model
-    from planner.recommend import PlanOptions, Refusal, report, wont_start_error
+    from planner.plan_types import PlanOptions, Refusal
+    from planner.recommend import wont_start_error
     from planner.render import estimate as render
+    from planner.report import report
 
     with user_errors():
         from planner.status import quiet

@@ -20,7 +20,7 @@ from planner.units import GIB
 
 if TYPE_CHECKING:
     from planner.multimodal import MMProfile
-    from planner.recommend import Plan
+    from planner.plan_types import Plan
 
 MAX_LOG_BYTES = 50 << 20
 
@@ -245,7 +245,7 @@ def verdict_of(
     (:func:`planner.recommend.worst_case`), unless it says vLLM won't start while the log
     shows vLLM started (then none, and a note). With settings on the command line
     (``what_if``) the log ran other settings: the plan's outcome alone."""
-    from planner.recommend import WONT_START
+    from planner.plan_types import WONT_START
 
     for f in [] if what_if else findings:
         where = f" (log line {next((n for n in f.lines if n), 0)})"
@@ -317,7 +317,8 @@ def plan_for(
     """
     from planner.errors import DoesNotFitError, UsageError
     from planner.model.load import load_model
-    from planner.recommend import PlanOptions, plan
+    from planner.plan_types import PlanOptions
+    from planner.recommend import plan
 
     assert settings.model
     try:

@@ -19,7 +19,7 @@ from planner.units import GIB
 if TYPE_CHECKING:
     from planner.deployment import ServeSettings
     from planner.gpus import Gpu
-    from planner.recommend import Plan
+    from planner.plan_types import Plan
 
 LOG_ROUNDING_BYTES = GIB // 200  # format_gib rounds to 0.01 GiB: +-0.005 GiB
 PINNED_PCT = 95.0  # "KV usage pinned near 100 %"

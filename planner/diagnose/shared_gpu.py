@@ -29,7 +29,7 @@ from planner.units import GIB, format_gib
 
 if TYPE_CHECKING:
     from planner.diagnose.findings import Finding
-    from planner.recommend import Plan
+    from planner.plan_types import Plan
 
 HELD_BYTES = GIB  # a CUDA context and the driver take about half of it: more is another process
 
@@ -69,7 +69,7 @@ def what_fits(finding: Finding, p: Plan | None, plan_at: Callable[[float], Plan 
     """The ``gpu-shared`` finding with what starts in the free memory: the fraction (the
     plan's own, when it starts; else the one :func:`planner.free_memory.starting_gmu` found,
     planned again with ``plan_at``) and the KV pool there. As it is when nothing starts."""
-    from planner.recommend import WONT_START
+    from planner.plan_types import WONT_START
 
     if p is None:
         return finding

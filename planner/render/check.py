@@ -116,7 +116,7 @@ def _replayed(r: DeploymentResult) -> str:
 def headline(rep: CheckReport) -> str:
     """How many deployments start, how many queue at worst case, how many pass:
     "4 of 4 deployments start; 3 queue at worst case; 4 of 4 pass"."""
-    from planner.recommend import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE
+    from planner.plan_types import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE
 
     counts = rep.counts
     total = counts["deployments"]

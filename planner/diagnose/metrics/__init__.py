@@ -71,7 +71,7 @@ from planner.diagnose.metrics.series import (
 if TYPE_CHECKING:
     from planner.deployment import ServeSettings
     from planner.gpus import Gpu
-    from planner.recommend import Plan
+    from planner.plan_types import Plan
 
 TARGET_LOW_PCT, TARGET_HIGH_PCT = 80.0, 90.0  # the field guide's KV usage target
 LOW_HIT_PCT = 10.0  # prefix-cache hit rate below which requests share little

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from planner.kv_layout import KVEstimate
-    from planner.recommend import Plan, Refusal, Report
+    from planner.plan_types import Plan, Refusal
+    from planner.report import Report
 
 
 def estimate(est: KVEstimate, *, as_json: bool = False, warn: bool = True) -> None:

@@ -16,7 +16,7 @@ from planner.render._output import (
 from planner.units import fmt_bytes, format_gib
 
 if TYPE_CHECKING:
-    from planner.recommend import Plan
+    from planner.plan_types import Plan
 
 
 def memory_beyond(p: Plan) -> None:

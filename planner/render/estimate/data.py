@@ -12,7 +12,8 @@ from planner.offload import describe_tier
 
 if TYPE_CHECKING:
     from planner.kv_layout import KVEstimate
-    from planner.recommend import Plan, Refusal, Report
+    from planner.plan_types import Plan, Refusal
+    from planner.report import Report
 
 
 def estimate_dict(est: KVEstimate) -> dict[str, Any]:

@@ -27,8 +27,8 @@ from planner.model.specs import Engine
 from planner.vllm_rules import NEWEST_VERSION
 
 if TYPE_CHECKING:
-    from planner.budget import EngineCapacity
     from planner.deployment import ServeSettings
+    from planner.engine_budgets import EngineCapacity
     from planner.gpus import Gpu
     from planner.plan_types import Recommended
 

@@ -8,16 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from planner.budget import (
-    EngineCapacity,
-    VllmCapacity,
-)
+from planner.budget import VllmCapacity
 from planner.deployment import (
     ServeSettings,
     as_flags,
     positive_count,
     render_changes,
 )
+from planner.engine_budgets import EngineCapacity
 from planner.errors import UsageError, WontStartError
 from planner.features import FeatureRecord
 from planner.features.multimodal import MMLever

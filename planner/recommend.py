@@ -12,15 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from planner.budget import (
-    EngineCapacity,
-    VllmCapacity,
-    estimate_at_length,
-    hf_capacity,
-    sglang_capacity,
-    trtllm_capacity,
-    vllm_budget,
-)
+from planner.budget import VllmCapacity, estimate_at_length, vllm_budget
 from planner.cluster import best_layout, cluster_of, layouts
 from planner.commands import engine_commands
 from planner.deployment import (
@@ -29,6 +21,7 @@ from planner.deployment import (
     as_flags,
     fp8_kv_caveat,
 )
+from planner.engine_budgets import EngineCapacity, hf_capacity, sglang_capacity, trtllm_capacity
 from planner.errors import DoesNotFitError, UsageError
 from planner.features import PlanContext, fold
 from planner.free_memory import with_starting_gmu

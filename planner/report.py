@@ -7,14 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from planner.budget import (
-    EngineCapacity,
-    vllm_budget,
-)
+from planner.budget import vllm_budget
 from planner.deployment import (
     Deployment,
     ServeSettings,
 )
+from planner.engine_budgets import EngineCapacity
 from planner.errors import UsageError, WontStartError
 from planner.gpu_support import runs_fp8_weights
 from planner.kv_layout import KVEstimate, estimate

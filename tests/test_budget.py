@@ -7,13 +7,9 @@ import json
 import pytest
 
 import planner
-from planner.budget import (
-    VllmCapacity,
-    activation_peak_bytes,
-    non_torch_bytes,
-    sglang_mem_fraction_static,
-    vllm_capacity,
-)
+from planner.activation import activation_peak_bytes
+from planner.budget import VllmCapacity, non_torch_bytes, vllm_capacity
+from planner.engine_budgets import sglang_mem_fraction_static
 from planner.gpus import Gpu, get_gpu
 from planner.units import parse_size
 from planner.vllm_rules import rules_for

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from planner.budget import EngineCapacity
 from planner.cli import app
 from planner.commands import TRTLLM_FILE, engine_commands
+from planner.engine_budgets import EngineCapacity
 from planner.plan_types import Recommended
 from tests.helpers import (
     ENGINE_OPTIONS,

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 import planner
-from planner.budget import activation_peak_bytes
+from planner.activation import activation_peak_bytes
 from planner.cli import app
 from planner.deployment import Deployment, ServeSettings
 from planner.errors import UsageError

@@ -10,12 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from planner import load_model_spec
-from planner.budget import (
-    activation_peak_bytes,
-    cuda_graph_estimate_bytes,
-    cuda_graph_sizes,
-    estimate_ranges,
-)
+from planner.activation import activation_peak_bytes, cuda_graph_estimate_bytes, cuda_graph_sizes
+from planner.budget import estimate_ranges
 from planner.cli import app
 from planner.errors import UsageError
 from planner.vllm_rules import SAMPLER_CHOICES, parse_version, rules_for

@@ -75,8 +75,8 @@ from planner.errors import KvplanError
 from planner.model.specs import Engine, KVDtype
 
 if TYPE_CHECKING:
-    from planner.budget import EngineCapacity
     from planner.deployment import Deployment
+    from planner.engine_budgets import EngineCapacity
     from planner.kv_layout import KVEstimate
     from planner.model.load import LoadedModel
     from planner.plan_types import Plan, Refusal
@@ -646,7 +646,8 @@ def engine_capacity(dep: Deployment, est: KVEstimate, weights: Weights) -> Engin
     Returns:
         The engine's :class:`planner.budget.EngineCapacity`.
     """
-    from planner.budget import activation_peak_bytes, sglang_capacity, trtllm_capacity
+    from planner.activation import activation_peak_bytes
+    from planner.engine_budgets import sglang_capacity, trtllm_capacity
     from planner.kv_layout import estimate
 
     s = dep.settings

@@ -1,0 +1,145 @@
+"""vLLM's activation peak by mechanism (:func:`activation_peak_bytes`): the profile run's forward
+pass over max_num_batched_tokens and the sampler pass over max_num_seqs rows as each release
+runs them, and the CUDA-graph estimate (:func:`cuda_graph_estimate_bytes`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from planner.kv_layout import KVEstimate
+from planner.model.specs import ModelSpec
+from planner.vllm_rules import NEWEST as NEWEST_RULES
+from planner.vllm_rules import VllmRules
+
+if TYPE_CHECKING:
+    pass
+
+
+# Activation peak of vLLM's profile run (``GPUModelRunner.profile_run``): a forward pass over
+# T = max_num_batched_tokens, then, for a generating model on the last PP rank, the sampler
+# warm-up (``_dummy_sampler_run``) over R = min(T, max_num_seqs) rows of the vocabulary's
+# logits while the forward's T x hidden output is still held. torch's peak is the larger of
+# the two phases (the forward's intermediates are freed before the sampler runs):
+#     bytes = max(forward(T), R x vocab x 4 B x copies + T x hidden x 2.553 B) + 27 MB
+# ``copies`` is the release's sampler (planner.vllm_rules: 9.515 with the sort of 0.8-0.17,
+# 3.70 with the Triton top-k/top-p of 0.18-0.23, 1.5 with FlashInfer's from 0.24). The 2.553
+# B and 27 MB come from the least-squares fit to the six v0.11.0 H100 start-ups of
+# CALIBRATION.md (within 0.0004 GiB of each); the held hidden states alone are 2 B per
+# element. A pooling runner has no sampler term.
+ACT_SAMPLER_COPIES_MILLI = 9515  # v0.11.0's ("sort"); the per-release figure is in the rules
+
+
+ACT_HIDDEN_MILLI_BYTES = 2553
+
+
+ACT_CONST_BYTES = 27_100_000
+
+
+# The forward's widest point per token: a decoder layer's MLP up/gate output (2 x width) and
+# its activation (1 x width) on this rank, plus four hidden-size tensors (residual, normed
+# input, attention output, layer output), in the 2-byte activation dtype. ``width`` is the
+# intermediate size (dense) or top-k x the expert intermediate size plus any shared experts
+# (MoE: fused_moe's intermediate caches hold each routed token top-k times).
+ACT_DTYPE_BYTES = 2
+
+
+def _config_count(config: dict[str, object], *keys: str) -> int:
+    """The first positive whole number among ``keys`` of a config (0 when none is)."""
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def forward_peak_bytes(spec: ModelSpec, tokens: int, tp: int = 1) -> int:
+    """The profile run's forward peak over ``tokens`` tokens on one TP rank (see the
+    constants): Llama-3.1-8B (intermediate 14,336, hidden 4,096) at 8,192 tokens:
+    8,192 x 2 x (3 x 14,336 + 4 x 4,096) = 0.91 GiB; gpt-oss-20b (4 of 32 experts of 2,880,
+    hidden 2,880): 8,192 x 2 x (3 x 4 x 2,880 + 4 x 2,880) = 0.70 GiB."""
+    from planner.weights import num_experts_of
+
+    c = spec.config
+    hidden = spec.hidden_size
+    dense = _config_count(c, "intermediate_size", "ffn_hidden_size") or 4 * hidden
+    if num_experts_of(c, spec.name):
+        top_k = _config_count(c, "num_experts_per_tok", "moe_topk", "top_k") or 1
+        expert = _config_count(c, "moe_intermediate_size", "expert_intermediate_size") or dense
+        shared = _config_count(c, "shared_expert_intermediate_size")
+        if not shared:
+            shared = _config_count(c, "n_shared_experts", "num_shared_experts") * expert
+        width = top_k * expert + shared
+    else:
+        width = dense
+    per_rank = -(-width // max(tp, 1))
+    return tokens * ACT_DTYPE_BYTES * (3 * per_rank + 4 * hidden)
+
+
+def sampler_bytes(spec: ModelSpec, rows: int, rules: VllmRules | None = None) -> int:
+    """The sampler warm-up's peak over ``rows`` rows: ``rows x vocab x 4 B`` times the copies
+    the release's sampler keeps (:attr:`VllmRules.sampler_copies_milli`). Llama-3.1-8B at
+    1,024 rows: 0.49 GiB a copy; 4.65 GiB with v0.11.0's sort, 1.81 with 0.19's Triton
+    top-k/top-p, 0.73 with FlashInfer's (0.24 on)."""
+    vocab = _config_count(spec.config, "vocab_size", "padded_vocab_size") or 32000
+    copies = (rules or NEWEST_RULES).sampler_copies_milli
+    return rows * vocab * 4 * copies // 1000
+
+
+def activation_peak_bytes(
+    spec: ModelSpec,
+    max_num_batched_tokens: int,
+    max_num_seqs: int | None = None,
+    runner: str = "generate",
+    rules: VllmRules | None = None,
+    tp: int = 1,
+) -> int:
+    """Estimated peak of vLLM's profile run for ``rules``' release (the newest when None):
+    the larger of the forward over ``max_num_batched_tokens`` tokens and the sampler warm-up
+    over ``min(max_num_batched_tokens, max_num_seqs)`` rows with the forward's output held
+    (see the module constants). ``max_num_seqs`` None: ``max_num_batched_tokens / 8``, the
+    ratio of ``vllm serve``'s defaults.
+
+    Llama-3.1-8B (vocab 128,256, hidden 4,096) at 8,192 / 1,024 on an H100, v0.11.0:
+    1,024 x 128,256 x 4 x 9.515 = 4.65 GiB + 8,192 x 4,096 x 2.553 = 0.08 GiB + 27 MB
+    = 4.76 GiB, CALIBRATION.md's measured 4.76 (the forward, 0.91 GiB, is smaller); 0.19.0:
+    1,024 x 128,256 x 4 x 3.70 = 1.81 + 0.08 + 0.03 = 1.92 GiB (issue 23: 1.89 logged).
+    """
+    rows = min(max_num_batched_tokens, max_num_seqs or max(1, max_num_batched_tokens // 8))
+    sampler = sampler_bytes(spec, rows, rules) if runner == "generate" else 0
+    held = max_num_batched_tokens * spec.hidden_size * ACT_HIDDEN_MILLI_BYTES // 1000
+    forward = forward_peak_bytes(spec, max_num_batched_tokens, tp)
+    return max(forward, sampler + held) + ACT_CONST_BYTES
+
+
+# CUDA graphs (``profile_cudagraph_memory``, subtracted from the budget from vLLM 0.20): the
+# capture grows with the number of captured batch sizes (1, 2, 4, then every 8 up to 256,
+# every 16 up to min(2 x max_num_seqs, 512)) and the layers each graph spans. 0.32 MiB per
+# layer per size fits the captures public logs report (tests/data/vllm_startups.json: 28
+# layers x 51 sizes 0.48-0.50 GiB, 24 x 51 0.37-0.39, 80 x 51 1.22) within 0.25 GiB.
+GRAPH_LAYER_SIZE_BYTES = 335_544
+
+
+def cuda_graph_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+    """The batch sizes vLLM 0.33 captures by default (``VllmConfig._set_cudagraph_sizes``):
+    1, 2, 4, multiples of 8 below 256, multiples of 16 from 256, up to
+    ``min(2 x max_num_seqs, 512, max_num_batched_tokens)``. 256 sequences -> 51 sizes."""
+    top = min(2 * max_num_seqs, 512, max_num_batched_tokens)
+    sizes = [n for n in (1, 2, 4) if n <= top]
+    sizes += list(range(8, min(top + 1, 256), 8))
+    sizes += list(range(256, top + 1, 16))
+    return sizes
+
+
+def cuda_graph_estimate_bytes(est: KVEstimate, decode_query_len: int = 1) -> int:
+    """What vLLM's CUDA-graph profiling will subtract, estimated: 0.32 MiB per layer of the
+    rank's pipeline stage per captured size (see the constant). Llama-3.1-8B (32 layers) at
+    256 sequences: 32 x 51 x 335,544 B = 0.51 GiB; at 8 sequences (5 sizes) 0.05 GiB."""
+    assert est.vllm is not None
+    layers = est.pp_layers[1] - est.pp_layers[0]
+    seqs, tokens = est.vllm.max_num_seqs, est.vllm.max_num_batched_tokens
+    sizes = set(cuda_graph_sizes(seqs * decode_query_len, tokens))
+    if decode_query_len > 1:
+        # speculative decoding: decode batches are 1 + k tokens per sequence; vLLM 0.33
+        # appends those sizes (request counts x query length) to the token grid
+        sizes |= {n * decode_query_len for n in cuda_graph_sizes(seqs, 512)}
+    return layers * len(sizes) * GRAPH_LAYER_SIZE_BYTES

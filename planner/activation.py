@@ -10,6 +10,7 @@ from planner.kv_layout import KVEstimate
 from planner.model.specs import ModelSpec
 from planner.vllm_rules import NEWEST as NEWEST_RULES
 from planner.vllm_rules import VllmRules
+from planner.weights import num_experts_of
 
 if TYPE_CHECKING:
     pass
@@ -57,8 +58,6 @@ def forward_peak_bytes(spec: ModelSpec, tokens: int, tp: int = 1) -> int:
     constants): Llama-3.1-8B (intermediate 14,336, hidden 4,096) at 8,192 tokens:
     8,192 x 2 x (3 x 14,336 + 4 x 4,096) = 0.91 GiB; gpt-oss-20b (4 of 32 experts of 2,880,
     hidden 2,880): 8,192 x 2 x (3 x 4 x 2,880 + 4 x 2,880) = 0.70 GiB."""
-    from planner.weights import num_experts_of
-
     c = spec.config
     hidden = spec.hidden_size
     dense = _config_count(c, "intermediate_size", "ffn_hidden_size") or 4 * hidden

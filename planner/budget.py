@@ -42,10 +42,11 @@ from planner.deployment import (
     check_gmu,
 )
 from planner.kv_layout import KVEstimate, estimate
+from planner.multimodal import profile
 from planner.units import GIB, MIB, format_gib
 from planner.vllm_rules import NEWEST as NEWEST_RULES
 from planner.vllm_rules import Sampler, VllmRules
-from planner.weights import Weights
+from planner.weights import Weights, num_experts_of
 
 if TYPE_CHECKING:
     from planner.gpus import Gpu
@@ -694,7 +695,6 @@ def mm_profile(dep: Deployment, est: KVEstimate, weights: Weights) -> MMProfile 
     tower = dep.spec.vision
     if tower is None or est.vllm is None:
         return None
-    from planner.multimodal import profile
 
     s = dep.settings
     lm = activation_peak_bytes(
@@ -717,8 +717,6 @@ def _talking_ranks(dep: Deployment) -> int:
     """The GPUs one rank's collectives span: its TP group, or for a MoE model with DP (experts
     sharded over dp x tp, all-to-all with EP) all dp x tp; a dense model's DP ranks are
     independent engines."""
-    from planner.weights import num_experts_of
-
     s = dep.settings
     if s.dp > 1 and (s.enable_expert_parallel or num_experts_of(dep.spec.config, dep.spec.name)):
         return s.tp * s.dp

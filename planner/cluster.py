@@ -27,9 +27,9 @@ from planner.deployment import Deployment
 from planner.errors import UsageError
 from planner.gpu_support import engine_refusal, fp8_kv_refusal
 from planner.gpus import Gpu
-from planner.kv_layout import KVEstimate
-from planner.model.specs import Engine, KVDtype
-from planner.weights import Weights
+from planner.kv_layout import KVEstimate, tp_problems, valid_tp_sizes
+from planner.model.specs import MLA, Engine, KVDtype
+from planner.weights import Weights, num_experts_of
 
 DEFAULT_RPC_PORT = 13345  # the port vLLM's data-parallel docs use
 HEAD_ADDRESS = "HEAD_NODE_IP"  # a placeholder the user replaces
@@ -132,8 +132,6 @@ def layouts(
     several nodes a whole replica (TP x PP) does, as :func:`node_commands` runs it. Routed
     experts go expert-parallel whenever dp > 1 on an MoE model (vLLM shards them over dp x tp
     either way; EP is what DP-attention deployments run)."""
-    from planner.weights import num_experts_of
-
     s, spec = dep.settings, dep.spec
     node, _ = node_size(dep.gpu, gpus_per_node)
     moe = bool(num_experts_of(spec.config, spec.name))
@@ -284,9 +282,6 @@ def physical_problems(
     GPU's board, and the engines' divisibility rules (heads over TP, the layers over PP, DCP
     over GQA heads, EP on a dense model). The changes here are the ones that need no plan; a
     layout that fits the GPUs given is added by the caller, which can plan them."""
-    from planner.kv_layout import tp_problems, valid_tp_sizes
-    from planner.weights import num_experts_of
-
     s, spec = dep.settings, dep.spec
     out: list[Problem] = []
     node, node_source = node_size(dep.gpu, gpus_per_node)
@@ -389,8 +384,6 @@ def _dcp_problems(dep: Deployment) -> list[Problem]:
     """vLLM 0.33's decode-context-parallel rules for GQA/MQA (``vllm/config/model.py``
     ``verify_with_parallel_config``, lines 1578-1606): TP above the KV heads, DCP at most
     ``tp // kv_heads``, and the query heads per KV head a multiple of DCP. MLA has none."""
-    from planner.model.specs import MLA
-
     s, spec = dep.settings, dep.spec
     if s.dcp <= 1 or any(isinstance(layer, MLA) for layer in spec.layers):
         return []

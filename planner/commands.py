@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from planner.containers import rocm_docker_command
+from planner.deployment import eplb_flags
 from planner.gpu_support import engine_refusal
 from planner.model.specs import Engine
 from planner.vllm_rules import NEWEST_VERSION
@@ -292,8 +293,6 @@ def vllm_parallel_flags(settings: ServeSettings) -> list[str]:
     """``vllm serve`` flags for data, expert and decode-context parallelism and speculative
     decoding, as vLLM 0.33 spells them (``--enable-eplb --eplb-config`` for redundant
     experts; the speculative config as one JSON word)."""
-    from planner.deployment import eplb_flags
-
     words: list[str] = []
     if settings.dp > 1:
         words += ["--data-parallel-size", str(settings.dp)]

@@ -37,10 +37,19 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from planner.check import ModelCache
+from planner.check.plans import load_yaml, parse_plans
 from planner.containers import CUDA_IMAGE, RESOURCES, ROCM_IMAGE, gpu_resource
-from planner.errors import UsageError
+from planner.deployment import Deployment
+from planner.errors import KvplanError, UsageError
+from planner.files import check_output_name, write_all_atomic
+from planner.model.load import load_draft
+from planner.model.specs import Engine
+from planner.plan_types import WONT_START, PlanOptions
+from planner.recommend import plan
 
 if TYPE_CHECKING:
     from planner.plan_types import Plan
@@ -514,10 +523,6 @@ def to_yaml(docs: list[dict[str, Any]], *, header: str = "") -> str:
 def write_manifests(files: dict[str, str], folder: str, *, stream: Any = None) -> list[str]:
     """Write every file into ``folder`` (made if missing), all or none; print each path (to
     ``stream``: stdout by default)."""
-    from pathlib import Path
-
-    from planner.files import check_output_name, write_all_atomic
-
     out = Path(folder)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--emit-dir {folder}: not a folder")
@@ -542,17 +547,6 @@ def plans_manifests(
     """The manifests of every deployment of a plans file (``kvplan check --emit``), named
     ``vllm-<name>-<kind>.yaml``, and one line for each deployment left out (not vLLM, won't
     start, cannot be planned). Each deployment is planned as ``kvplan estimate`` plans it."""
-    from pathlib import Path
-
-    from planner.check import ModelCache
-    from planner.check.plans import load_yaml, parse_plans
-    from planner.deployment import Deployment
-    from planner.errors import KvplanError
-    from planner.model.load import load_draft
-    from planner.model.specs import Engine
-    from planner.plan_types import WONT_START, PlanOptions
-    from planner.recommend import plan
-
     file = Path(path)
     entries, problems = parse_plans(load_yaml(file), file=str(path), base_dir=file.parent)
     if problems:

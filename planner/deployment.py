@@ -22,19 +22,38 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from planner.config import fields as fields_
-from planner.config.lora import check_lora, check_lora_rank
+from planner.config import multimodal
+from planner.config.lora import (
+    DEFAULT_RANK,
+    LoraAdapter,
+    check_lora,
+    check_lora_rank,
+    rank_for,
+    read_adapter,
+)
+from planner.config.multimodal import check_mode
 from planner.config.offload import check_offload
 from planner.config.parallel import check_parallel
 from planner.errors import Rule, SettingError, UsageError
 from planner.gpus import Gpu
 from planner.model.specs import Engine, KVDtype, ModelSpec
-from planner.units import GIB, MAX_COUNT
+from planner.speculative import NEEDS_MODEL, mtp_layers, parse_speculative
+from planner.units import GIB, MAX_COUNT, parse_size
+from planner.vllm_rules import (
+    ENTRYPOINTS,
+    RUNNERS,
+    SAMPLER_CHOICES,
+    batch_defaults,
+    parse_version,
+    rules_for,
+)
 
 if TYPE_CHECKING:
     from planner.config.lora import LoraAdapter
@@ -76,8 +95,6 @@ SPELLINGS: dict[str, Names] = {
 
 
 def _shown(value: Any) -> str:
-    from planner.config.lora import LoraAdapter
-
     if hasattr(value, "as_json"):  # --speculative-config, --limit-mm-per-prompt, ...: JSON
         return f"'{value.as_json()}'"
     if isinstance(value, LoraAdapter):
@@ -193,8 +210,6 @@ def vllm_batch_defaults(
     H200 (139.80 GiB) 8,192 / 1,024; with ``--max-num-seqs 4`` and ``max_model_len`` 1,000 the
     token budget drops to 4 x 1,000 = 4,000 on an H100.
     """
-    from planner.vllm_rules import batch_defaults, rules_for
-
     tokens, seqs = batch_defaults(
         rules_for(vllm_version),
         gpu_memory_bytes=gpu.memory_bytes if gpu is not None else None,
@@ -359,7 +374,6 @@ class ServeSettings:
             raise UsageError(
                 f"--interconnect must be one of nvlink, xgmi, pcie, got {self.interconnect!r}"
             )
-        from planner.vllm_rules import ENTRYPOINTS, RUNNERS, SAMPLER_CHOICES, parse_version
 
         if self.sampler is not None and self.sampler not in SAMPLER_CHOICES:
             raise UsageError(
@@ -380,7 +394,6 @@ class ServeSettings:
             )
         check_lora(self)
         check_offload(self)
-        from planner.config.multimodal import check_mode
 
         check_mode(self.mm_encoder_tp_mode)
 
@@ -388,8 +401,6 @@ class ServeSettings:
     def lora_rank(self) -> int:
         """The rank the LoRA buffers are sized for: ``--max-lora-rank``, else the adapter's
         rank rounded up to one vLLM takes (12 -> 16), else vLLM's default 16."""
-        from planner.config.lora import DEFAULT_RANK, rank_for
-
         if self.max_lora_rank is not None:
             return self.max_lora_rank
         if self.lora_adapter is not None:
@@ -426,8 +437,6 @@ class ServeSettings:
     def rules(self) -> VllmRules:
         """The rules of ``vllm_version`` (the newest kvplan knows when None), with the
         ``--sampler`` the user stated."""
-        from planner.vllm_rules import rules_for
-
         return rules_for(self.vllm_version).with_sampler(self.sampler)
 
     @property
@@ -564,8 +573,6 @@ def refuse_int8_kv(dtype: KVDtype, engine: Engine) -> None:
 def _module_names(value: Any) -> tuple[str, ...]:
     """``--lora-target-modules`` from a flag (``"qkv_proj o_proj"``, ``"qkv_proj,o_proj"``), a
     YAML list, or a boot log's ``['qkv_proj', 'o_proj']``."""
-    import re
-
     if isinstance(value, list | tuple):
         words = [str(v).strip() for v in value]
     else:
@@ -638,8 +645,6 @@ def _parse_value(
     name: str, value: Any, *, auto_fit: bool = True, units: bool = True
 ) -> dict[str, Any]:
     """One setting's value, as :class:`ServeSettings` holds it."""
-    from planner.units import parse_size
-
     if name == "engine":
         return {"engine": value if isinstance(value, Engine) else Engine.parse(str(value).strip())}
     if name == "kv_cache_dtype":
@@ -652,8 +657,6 @@ def _parse_value(
     if name == "lora_target_modules":
         return {name: _module_names(value)}
     if name == "lora_adapter":
-        from planner.config.lora import LoraAdapter, read_adapter
-
         return {name: value if isinstance(value, LoraAdapter) else read_adapter(str(value).strip())}
     if name in ("kv_offloading_backend", "all2all_backend"):
         return {name: str(value).strip().lower()}
@@ -674,8 +677,6 @@ def _parse_value(
             )
         return {name: number}
     if name in ("limit_mm_per_prompt", "mm_processor_kwargs", "mm_tokens_per_item"):
-        from planner.config import multimodal
-
         parser = {
             "limit_mm_per_prompt": multimodal.parse_limits,
             "mm_processor_kwargs": multimodal.parse_processor_kwargs,
@@ -683,8 +684,6 @@ def _parse_value(
         }[name]
         return {name: parser(value)}
     if name == "mm_encoder_tp_mode":
-        from planner.config.multimodal import check_mode
-
         return {name: check_mode(str(value))}
     if name == "num_redundant_experts":
         redundant = _as_count(value)
@@ -694,8 +693,6 @@ def _parse_value(
             )
         return {name: redundant}
     if name == "speculative":
-        from planner.speculative import parse_speculative
-
         return {name: parse_speculative(value)}
     if name == "enforce_eager":
         return {"cuda_graph_bytes": 0} if parse_bool(value) else {}
@@ -718,8 +715,6 @@ def _parse_value(
     if name in ("vllm_version", "entrypoint", "runner"):
         text = str(value).strip()
         if name == "vllm_version":
-            from planner.vllm_rules import parse_version
-
             parse_version(text)
         return {name: text.lower() if name != "vllm_version" else text}
     if name == "max_model_len":
@@ -759,7 +754,6 @@ class Deployment:
         spec = self.settings.speculative
         if spec is None:
             return
-        from planner.speculative import NEEDS_MODEL, mtp_layers
 
         if spec.method in NEEDS_MODEL and self.draft is None:
             raise UsageError(

@@ -13,7 +13,9 @@ import contextlib
 import functools
 import json
 import os
+import signal
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from planner.errors import InputFileError, KvplanError, UsageError
+from planner.notes import say
 from planner.secrets import redact
 
 if TYPE_CHECKING:
@@ -393,8 +396,6 @@ def check_output(flag: str, given: str | Path) -> Output:
     directory, a device, a FIFO or a socket (``/dev/null``, ``/proc/self/fd/1``), a folder that
     does not exist or cannot be written. ``-`` is stdout. A symbolic link to a regular file (or
     to nothing yet) writes its target, and a ``note:`` says so."""
-    from planner.notes import say
-
     text = str(given)
     name = f"{flag} {text}".strip()
     if text == "-":
@@ -461,8 +462,6 @@ def check_outputs(outputs: Inputs, inputs: Inputs = ()) -> list[Output]:
 def _signals_deferred() -> Iterator[None]:
     """SIGTERM, SIGHUP and SIGINT (Ctrl-C) wait until the block ends, then act as they would
     have: the block renames or removes its temporary files whatever arrives meanwhile."""
-    import signal
-
     caught: list[int] = []
     names = ("SIGTERM", "SIGHUP", "SIGINT")
     signums = [getattr(signal, n) for n in names if hasattr(signal, n)]
@@ -527,8 +526,6 @@ def write_all_atomic(outputs: Sequence[tuple[str, str | Path, bytes | str]]) -> 
 
 
 def _to_stdout(data: bytes | str) -> None:
-    import sys
-
     if isinstance(data, str):
         sys.stdout.write(redact(data))
     else:

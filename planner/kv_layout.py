@@ -26,6 +26,7 @@ from planner.model.specs import (
     StateSpec,
     cdiv,
 )
+from planner.speculative import mtp_layers
 
 if TYPE_CHECKING:
     from planner.speculative import SpeculativeConfig
@@ -438,8 +439,6 @@ def _draft_layers(
     target's last attention layer ``num_nextn_predict_layers`` times (vLLM builds the MTP
     layer like a decoder layer); eagle, eagle3, dflash and draft models bring their own
     checkpoint's layers, sharded by the drafter's TP; n-gram and suffix have none."""
-    from planner.speculative import mtp_layers
-
     if not sc.has_drafter:
         return []
     if sc.method == "mtp":

@@ -62,6 +62,15 @@ from planner.config.lora import read_adapter as read_adapter
 from planner.errors import UsageError
 from planner.kv_layout import get_pp_indices
 from planner.model.specs import MLA, GatedDeltaNetState, Mamba1State, Mamba2State, ModelSpec
+from planner.units import fmt_bytes
+from planner.weights import (
+    UNGATED_MLP,
+    config_int,
+    dense_intermediate,
+    is_moe_layer,
+    num_experts_of,
+    placement_of,
+)
 
 if TYPE_CHECKING:
     from planner.deployment import Deployment, ServeSettings
@@ -168,14 +177,6 @@ def _mlp(
 def _layer_modules(spec: ModelSpec, i: int, tp: int) -> Iterator[_Module]:
     """The LoRA modules of decoder layer ``i`` at attention TP ``tp`` (a Mamba or
     linear-attention mixer as one in_proj and one out_proj: approximate)."""
-    from planner.weights import (
-        UNGATED_MLP,
-        config_int,
-        dense_intermediate,
-        is_moe_layer,
-        num_experts_of,
-    )
-
     c, mt, name = spec.config, spec.model_type, spec.name
     hidden = spec.hidden_size
     s = spec.layers[i]
@@ -321,8 +322,6 @@ def _layer_modules(spec: ModelSpec, i: int, tp: int) -> Iterator[_Module]:
 
 
 def _vocab(spec: ModelSpec) -> int:
-    from planner.weights import config_int
-
     return config_int(spec.config, "vocab_size", spec.name) or config_int(
         spec.config, "padded_vocab_size", spec.name
     )
@@ -405,7 +404,6 @@ def check_supported(spec: ModelSpec, settings: ServeSettings) -> None:
             f"--enable-lora: vLLM has no LoRA for {spec.architecture} ({spec.name}); "
             "run it without LoRA"
         )
-    from planner.weights import num_experts_of
 
     moe = num_experts_of(spec.config, spec.name) > 0
     if moe and settings.enable_expert_parallel and settings.fully_sharded_loras:
@@ -444,7 +442,6 @@ def buffers(spec: ModelSpec, settings: ServeSettings) -> LoraBuffers:
     dtype = spec.dtype_bytes
     tp, pp = settings.tp, settings.pp
     ep = settings.enable_expert_parallel
-    from planner.weights import num_experts_of, placement_of
 
     experts = num_experts_of(spec.config, spec.name)
     where = placement_of(settings)
@@ -580,8 +577,6 @@ def with_adapter(dep: Deployment) -> Deployment:
 def lora_notes(dep: Deployment, b: LoraBuffers) -> tuple[list[str], list[str]]:
     """(notes, warnings) about the LoRA buffers: a rank above the adapter's (PR#22782's
     warning), targets taken from the adapter and what they save, MoE experts' share."""
-    from planner.units import fmt_bytes
-
     s, spec = dep.settings, dep.spec
     notes: list[str] = []
     warnings: list[str] = []

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.config import fields as config_fields
 from planner.units import GIB
+from planner.vllm_rules import parse_version
 
 if TYPE_CHECKING:
     from planner.budget import VllmCapacity
@@ -166,7 +167,6 @@ def offload_caveat(settings: ServeSettings) -> tuple[str, bool] | None:
     release before 0.33 may not offload at all (the V2 model runner installed no offloader)."""
     if not settings.cpu_offload_gb:
         return None
-    from planner.vllm_rules import parse_version
 
     version = parse_version(settings.vllm_version) if settings.vllm_version else None
     if version is not None and V2_RUNNER_SINCE <= version[:2] < OFFLOAD_FIXED_IN:

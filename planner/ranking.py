@@ -20,11 +20,16 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import DoesNotFitError, InputFileError, KvplanError, UsageError
+from planner.files import read_text_file
+from planner.gpus import GPUS, lookup_gpu
+from planner.plan_types import WONT_START, PlanOptions
+from planner.recommend import plan
+from planner.weights import num_experts_of
 
 if TYPE_CHECKING:
     from planner.deployment import Deployment
@@ -52,9 +57,6 @@ def load_prices(path: str | None = None) -> PriceTable:
     Raises:
         InputFileError: the file is missing, not JSON or has no ``prices`` of numbers.
     """
-    from planner.files import read_text_file
-    from planner.gpus import lookup_gpu
-
     file = Path(path) if path else PRICES
     text = read_text_file(file, limit=1 << 20, what="--prices file")
     try:
@@ -136,11 +138,7 @@ def rank_gpus(
     """Plan ``dep``'s model and settings on every priced catalog GPU x count x layout and rank
     those that meet the requirement (see the module docstring). ``dep.gpu`` is ignored."""
     from planner.advise import saturated, synthetic_workload
-    from planner.gpus import GPUS
-    from planner.plan_types import WONT_START, PlanOptions
-    from planner.recommend import plan
     from planner.simulate.compare import simulate_model
-    from planner.weights import num_experts_of
 
     s = dep.settings
     moe = bool(num_experts_of(dep.spec.config, dep.spec.name))
@@ -236,8 +234,6 @@ def _per_token(c: Candidate) -> float:
 
 
 def as_json(r: Ranking) -> dict[str, Any]:
-    from dataclasses import asdict
-
     return {
         "model": r.model,
         "requirement": {"max_model_len": r.max_model_len, "concurrency": r.concurrency},

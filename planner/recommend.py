@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from planner.budget import VllmCapacity, estimate_at_length, vllm_budget
@@ -26,8 +27,9 @@ from planner.errors import DoesNotFitError, UsageError
 from planner.features import PlanContext, fold
 from planner.free_memory import with_starting_gmu
 from planner.gpu_support import engine_refusal, fp8_kv_refusal, runs_fp8_weights
-from planner.gpus import Gpu
+from planner.gpus import GPUS, Gpu
 from planner.kv_layout import KVEstimate, estimate
+from planner.lora import with_adapter
 from planner.model.specs import Engine, KVDtype, ModelSpec, cdiv
 from planner.offload import HostRam
 from planner.plan_types import (
@@ -128,8 +130,6 @@ def served_model(spec: ModelSpec) -> tuple[str, str | None]:
     """What ``vllm serve`` is given for ``spec``: the folder's absolute path for a local
     directory (its basename only works from the parent folder), with a note naming the hub id
     to serve instead where the config records one (``_name_or_path``); else the name."""
-    from pathlib import Path
-
     source = Path(spec.source)
     if not spec.source.endswith(".json") or not source.parent.is_dir():
         return spec.name, None
@@ -161,8 +161,6 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
     """
     options = options or PlanOptions()
     if dep.settings.lora_adapter is not None:
-        from planner.lora import with_adapter
-
         dep = with_adapter(dep)
     s, spec = dep.settings, dep.spec
     gpu = dep.gpu or NO_GPU
@@ -359,8 +357,6 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
 def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
     """Refuse a plan whose weights alone exceed vLLM's budget, naming what would fit; the
     suggestions travel as data on the error (``DoesNotFitError.changes``)."""
-    from planner.gpus import GPUS
-
     spec, s, gmu = dep.spec, dep.settings, dep.settings.gmu
     requested = -(-int(gpu.memory_bytes * gmu * 1000) // 1000)
     if weights.bytes_per_rank < requested:

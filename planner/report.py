@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from planner.budget import vllm_budget
+from planner.cluster import best_layout, choice_reason, layouts, node_size, physical_problems
 from planner.deployment import (
     Deployment,
     ServeSettings,
@@ -15,7 +16,9 @@ from planner.deployment import (
 from planner.engine_budgets import EngineCapacity
 from planner.errors import UsageError, WontStartError
 from planner.gpu_support import runs_fp8_weights
+from planner.gpus import GPUS, detect_gpu, get_gpu
 from planner.kv_layout import KVEstimate, estimate
+from planner.lora import with_adapter
 from planner.model.specs import Engine
 from planner.units import GIB
 from planner.weights import for_deployment
@@ -60,12 +63,8 @@ class Report:
 def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool = True) -> Report:
     """``kvplan estimate``: the estimate, plus a plan for ``dep.gpu`` (or the detected one),
     or a capacity table across common GPUs when there is none."""
-    from planner.gpus import detect_gpu, get_gpu
-
     options = options or PlanOptions()
     if dep.settings.lora_adapter is not None:
-        from planner.lora import with_adapter
-
         dep = with_adapter(dep)
     s, spec = dep.settings, dep.spec
     if dep.gpu is None and detect and s.kv_cache_memory_bytes is None:
@@ -158,7 +157,6 @@ def _planned(dep: Deployment, options: PlanOptions) -> Plan:
         total = options.total_gpus
         if not isinstance(r, Refusal) or total is None or r.layouts or dep.gpu is None:
             raise
-        from planner.cluster import best_layout, layouts
 
         rows = layouts(dep, total, options.gpus_per_node, layout_capacity, nodes=options.nodes)
         best = best_layout(rows)
@@ -184,8 +182,6 @@ def _layout_for(
     and, for ``--gpus N`` (or ``--nodes``) with no layout typed, pick the layout that holds
     the most: returns the deployment to plan, the options (``--gpus`` above a node's size
     spread over whole nodes) and why that layout, or raises the refusal."""
-    from planner.cluster import best_layout, choice_reason, layouts, node_size
-
     total = options.total_gpus
     node, _ = node_size(dep.gpu, options.gpus_per_node)
     if options.gpus is not None and options.gpus_per_node is None and options.nodes == 1:
@@ -224,8 +220,6 @@ def physical_refusal(
     when there is none: ``kvplan estimate`` and every ``kvplan check`` entry ask this. For a
     GPU count too small the layout of the GPUs given that holds the most comes first among
     the changes (``rows``: the layouts already planned, else planned here)."""
-    from planner.cluster import best_layout, layouts, physical_problems
-
     options = options or PlanOptions()
     total, gpu = options.total_gpus, dep.gpu
     problems = physical_problems(dep, total, options.nodes, options.gpus_per_node)
@@ -263,8 +257,6 @@ def physical_refusal(
 def _layout_starts(dep: Deployment, change: dict[str, object], options: PlanOptions) -> bool:
     """Whether a change of layout passes the layout rules itself (``--dcp 2`` on a GQA model
     offers ``tp: 16, dcp: 2``; on an 8-GPU node that is no fix). Other changes pass."""
-    from planner.cluster import physical_problems
-
     if not set(change) <= {"tp", "pp", "dp", "dcp", "enable_expert_parallel"}:
         return True
     try:
@@ -284,8 +276,6 @@ def _closest(rows: list[LayoutRow]) -> LayoutRow | None:
 def _no_layout(dep: Deployment, rows: list[LayoutRow], total: int, nodes: int) -> Refusal:
     """No split of ``total`` GPUs holds the weights: the least weights per GPU against what
     vLLM may use, and the changes that start (more GPUs, a bigger GPU, an fp8 checkpoint)."""
-    from planner.gpus import GPUS
-
     gpu, s, spec = dep.gpu, dep.settings, dep.spec
     assert gpu is not None
     requested = -(-int(gpu.memory_bytes * s.gmu * 1000) // 1000)

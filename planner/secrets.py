@@ -22,8 +22,13 @@ pieces is no longer the token, and would slip past.
 from __future__ import annotations
 
 import os
+import select
+import stat
+import time
 from pathlib import Path
 from typing import IO, Any
+
+from planner.errors import one_line
 
 TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 MIN_SECRET_CHARS = 8  # shorter values would blank out ordinary words
@@ -48,10 +53,6 @@ def _token_file() -> Path:
 def _read_token(path: Path) -> str:
     """The token in ``path``: a regular file or a pipe, at most :data:`TOKEN_FILE_BYTES`, a
     pipe waited on for :data:`TOKEN_PIPE_WAIT_S` at most; "" for anything else."""
-    import select
-    import stat
-    import time
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except (OSError, ValueError):
@@ -103,8 +104,6 @@ def error_line(message: str) -> str:
     one printable line (:func:`planner.errors.one_line`), and a word longer than
     :data:`LONG_WORD_CHARS` (a pasted file, a 100,000-character name) cut to its start and
     its length."""
-    from planner.errors import one_line
-
     line = one_line(redact(message))
     if len(line) <= LONG_WORD_CHARS:
         return line

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import UsageError
+from planner.files import loads_json
 
 if TYPE_CHECKING:
     from planner.model.specs import ModelSpec
@@ -133,8 +134,6 @@ def parse_speculative(value: Any) -> SpeculativeConfig:
     if isinstance(value, SpeculativeConfig):
         return value
     if isinstance(value, str):
-        from planner.files import loads_json
-
         try:
             value = loads_json(value, where="--speculative-config", error=UsageError, line=None)
         except json.JSONDecodeError as exc:

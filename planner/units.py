@@ -11,6 +11,7 @@ import math
 import re
 
 from planner.errors import UsageError
+from planner.secrets import shown_value
 
 UNITS = {
     "b": 1,
@@ -75,8 +76,6 @@ def parse_size(text: str, *, flag: str = "size", unit_required: bool = False) ->
 
 
 def _short(text: str) -> str:
-    from planner.secrets import shown_value
-
     return repr(shown_value(text))  # redacted before it is cut
 
 

@@ -29,6 +29,10 @@ from planner.model.specs import (
     Mamba2State,
     ModelSpec,
 )
+from planner.multimodal import tower_mode
+from planner.offload import offloaded_bytes
+from planner.speculative import mtp_layers
+from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
     from planner.deployment import Deployment, ServeSettings
@@ -423,8 +427,6 @@ def _parts(spec: ModelSpec) -> _Parts:
 
 
 def _mtp_count(spec: ModelSpec) -> int:
-    from planner.speculative import mtp_layers
-
     return mtp_layers(spec.config, spec.model_type)
 
 
@@ -681,14 +683,12 @@ def with_lora_and_offload(dep: Deployment, target: Weights) -> Weights:
         lora_stages = list(buffers(dep.spec, s).stage_bytes)
     combined = [w + lo for w, lo in zip(on_gpu, lora_stages, strict=True)]
     busiest = max(range(len(combined)), key=lambda k: combined[k])
-    from planner.units import fmt_bytes
 
     detail = target.detail
     if s.cpu_offload_gb:
         detail += f"; less {fmt_bytes(stages[busiest] - on_gpu[busiest])} offloaded to the CPU"
     if s.enable_lora:
         detail += f"; + {fmt_bytes(lora_stages[busiest])} of LoRA buffers"
-    from planner.offload import offloaded_bytes
 
     return replace(
         target,
@@ -704,8 +704,6 @@ def with_lora_and_offload(dep: Deployment, target: Weights) -> Weights:
 def placement_of(settings: ServeSettings, model: ModelSpec | None = None) -> Placement:
     """Where ``settings`` put the weights of ``model`` (:class:`Placement`; its vision tower
     by :func:`planner.multimodal.tower_mode`)."""
-    from planner.multimodal import tower_mode
-
     spec = settings.speculative
     return Placement(
         tp=settings.tp,

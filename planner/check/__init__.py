@@ -61,6 +61,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from planner.activation import activation_peak_bytes
 from planner.check.plans import (
     WORKLOAD_KEYS,
     Entry,
@@ -70,9 +71,22 @@ from planner.check.plans import (
     parse_plans,
 )
 from planner.check.results import Check, CheckReport, DeploymentResult, Figures, Simulated
-from planner.deployment import as_yaml, render_changes
-from planner.errors import KvplanError
+from planner.deployment import Deployment, as_yaml, fp8_kv_caveat, render_changes
+from planner.engine_budgets import sglang_capacity, trtllm_capacity
+from planner.errors import DoesNotFitError, KvplanError, WontStartError
+from planner.kv_layout import estimate
+from planner.model.load import load_draft, load_model
 from planner.model.specs import Engine, KVDtype
+from planner.plan_types import (
+    FITS_AT_WORST_CASE,
+    QUEUES_AT_WORST_CASE,
+    WONT_START,
+    PlanOptions,
+    Refusal,
+)
+from planner.recommend import plan
+from planner.report import physical_refusal
+from planner.weights import for_deployment
 
 if TYPE_CHECKING:
     from planner.deployment import Deployment
@@ -99,8 +113,6 @@ class ModelCache:
         self.results: dict[Any, DeploymentResult] = {}  # per distinct deployment (_checked)
 
     def model(self, model: str) -> LoadedModel:
-        from planner.model.load import load_model
-
         return load_once(
             self.models, model, lambda: load_model(model, offline=self.offline), KvplanError
         )
@@ -151,11 +163,6 @@ def check_deployment(entry: Entry, *, cache: ModelCache | None = None) -> Deploy
         Its :class:`DeploymentResult`; a model that cannot be loaded or planned (unknown id,
         a TP the model cannot split) is a result with status ``error``, not an exception.
     """
-    from planner.deployment import Deployment
-    from planner.model.load import load_draft
-    from planner.report import physical_refusal
-    from planner.weights import for_deployment
-
     cache = cache or ModelCache(None)
     s = entry.settings
     # what the entry asked for; the check fills in what the engine resolves
@@ -358,8 +365,6 @@ def _judged(
 ) -> DeploymentResult:
     """A planned entry's result: pass when every check passed, else fail with the fixes (and
     the fp8 caveat for the entry's GPU when one suggests fp8 KV)."""
-    from planner.deployment import fp8_kv_caveat
-
     return _result(
         entry,
         "pass" if all(c.passed for c in checks) else "fail",
@@ -379,10 +384,6 @@ def _check_vllm(
 ) -> DeploymentResult:
     """vLLM: the same :func:`planner.recommend.plan` as ``kvplan estimate --gpu``, and the
     entry's workload replayed when vLLM starts."""
-    from planner.errors import DoesNotFitError, WontStartError
-    from planner.plan_types import WONT_START, PlanOptions, Refusal
-    from planner.recommend import plan
-
     spec, gmu = dep.spec, dep.settings.gmu
     settings["gpu_memory_utilization"] = gmu
     try:
@@ -459,8 +460,6 @@ def _refused(entry: Entry, refusal: Refusal, settings: dict[str, Any]) -> Deploy
     """An entry that won't start for a rule kvplan estimate applies first (a layout no node
     holds, heads that do not split, a ``kv_cache_memory`` pool over the GPU): one failed
     check named by the rule, the refusal's reason and its changes as the fix."""
-    from planner.plan_types import WONT_START
-
     cap, gpu = refusal.vllm, refusal.gpu
     if refusal.check == "kv_cache_memory" and cap is not None and gpu is not None:
         need = cap.weights_bytes + cap.non_torch_bytes + cap.available_kv_bytes
@@ -571,8 +570,6 @@ def _check_other(
 ) -> DeploymentResult:
     """SGLang / TRT-LLM: their budget models from :mod:`planner.budget` (the figures are the
     engine's, not vLLM's)."""
-    from planner.kv_layout import estimate
-
     spec, req = dep.spec, entry.requirements
     est = estimate(spec, dep.settings, dep.gpu, batch_sizes=())
     cap = engine_capacity(dep, est, weights)
@@ -620,8 +617,6 @@ def _other_verdict(cap: EngineCapacity, max_num_seqs: int | None, length: int) -
     """SGLang / TRT-LLM in the same words, from their budgets: no room for one request of
     ``length`` is won't start; else as many full-length requests as the pool holds run, up to
     ``max_num_seqs`` (or the engine's own running limit when none is given)."""
-    from planner.plan_types import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
-
     if cap.max_concurrency < 1:
         return _Verdict(
             WONT_START,
@@ -646,10 +641,6 @@ def engine_capacity(dep: Deployment, est: KVEstimate, weights: Weights) -> Engin
     Returns:
         The engine's :class:`planner.budget.EngineCapacity`.
     """
-    from planner.activation import activation_peak_bytes
-    from planner.engine_budgets import sglang_capacity, trtllm_capacity
-    from planner.kv_layout import estimate
-
     s = dep.settings
     memory = dep.gpu.memory_bytes if dep.gpu else 0
     taken = weights.bytes_per_rank + s.headroom_bytes

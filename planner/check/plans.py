@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from planner import files
 from planner.config import fields as config_fields
 from planner.deployment import ServeSettings
-from planner.errors import InputFileError, SettingError, UsageError, WorkloadError
+from planner.errors import InputFileError, SettingError, UsageError, WorkloadError, one_line
 from planner.files import MarkedMap as _Map
+from planner.gpus import resolve_gpu
 from planner.model.specs import Engine, KVDtype
-from planner.units import MAX_COUNT
+from planner.units import MAX_COUNT, MAX_SIZE_BYTES, parse_size
 
 if TYPE_CHECKING:
     from planner.errors import Rule
@@ -302,8 +303,6 @@ def _fraction(v: Any) -> float:
 
 
 def _size(v: Any) -> int:
-    from planner.units import MAX_SIZE_BYTES, parse_size
-
     if isinstance(v, bool) or not isinstance(v, int | str):
         raise _Bad("must be bytes or a size like 24GiB")
     try:
@@ -469,8 +468,6 @@ class _Workloads:
     def top_level(self, value: Any, where: str) -> Workload:
         """The top-level ``workload``: every vLLM entry replays it, so one that cannot be read
         makes the whole file unusable (:class:`PlansFileError`)."""
-        from planner.errors import one_line
-
         try:
             return self.load(_text(value))
         except _Bad as exc:
@@ -570,8 +567,6 @@ def _workload(
     engine, with pp > 1 (the replay has no pipeline stages) or on a GPU known only by its
     memory (the replay times steps with the GPU's bandwidth and FLOPS). The top level's
     workload is not replayed on the entries that cannot take it."""
-    from planner.errors import one_line
-
     keys, engine = req.workload_keys, settings.engine
     asked = "workload" if path is not None else keys[0] if keys else None
     refusal = None
@@ -609,8 +604,6 @@ def _workload(
 def _gpu(r: _Reader, name: str | None, memory_bytes: int | None) -> Gpu | None:
     """The entry's GPU (:func:`planner.gpus.resolve_gpu`): a catalog GPU, a ``gpu_memory``
     total, or the catalog GPU with that total (an A100 stays an A100)."""
-    from planner.gpus import resolve_gpu
-
     positive = memory_bytes is None or memory_bytes > 0
     gpu = None
     try:

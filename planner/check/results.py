@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from planner.check.plans import (
     Problem,
 )
+from planner.plan_types import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
 
 if TYPE_CHECKING:
     from planner.simulate.engine import SimResult
@@ -243,8 +244,6 @@ class CheckReport:
     def counts(self) -> dict[str, int]:
         """Deployments (valid entries and invalid ones), passed, failed, errors, invalid, then
         the checked ones by outcome (the entries in error have none)."""
-        from planner.plan_types import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE, WONT_START
-
         statuses = [r.status for r in self.results]
         outcomes = [r.outcome for r in self.results]
         invalid = len({p.index for p in self.problems if p.index is not None})

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from planner import files
 from planner.errors import UsageError
 from planner.model.specs import Engine
 
@@ -49,7 +50,6 @@ def read_adapter(path: str) -> LoraAdapter:
     """
     where = Path(path)
     file = where / "adapter_config.json" if where.is_dir() else where
-    from planner import files
 
     def error(message: str) -> UsageError:
         return UsageError(f"--lora-adapter {message}")

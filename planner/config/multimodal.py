@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.errors import UsageError
+from planner.files import loads_json
 
 # vLLM's default item limit per prompt for a modality nobody limits (MultiModalConfig).
 DEFAULT_LIMIT = 999
@@ -17,8 +18,6 @@ MODES = ("weights", "data")
 
 def _json_object(value: Any, flag: str, example: str) -> dict[str, Any]:
     if isinstance(value, str):
-        from planner.files import loads_json
-
         try:
             value = loads_json(value, where=flag, error=UsageError, line=None)
         except json.JSONDecodeError as exc:

@@ -13,10 +13,14 @@ from planner.diagnose.findings import Finding, explain, troubleshoot
 from planner.diagnose.ranks import DataParallel, data_parallel, rank_findings
 from planner.diagnose.settings import COMMAND_LINE, PlanSettings, layer_settings
 from planner.diagnose.shared_gpu import what_fits, with_free_memory
-from planner.errors import InputFileError, KvplanError
+from planner.errors import DoesNotFitError, InputFileError, KvplanError, UsageError
 from planner.files import read_text_file
 from planner.gpus import Gpu
+from planner.model.load import load_draft, load_model
+from planner.plan_types import WONT_START, PlanOptions
+from planner.recommend import plan
 from planner.units import GIB
+from planner.vllm_rules import rules_for
 
 if TYPE_CHECKING:
     from planner.multimodal import MMProfile
@@ -245,8 +249,6 @@ def verdict_of(
     (:func:`planner.recommend.worst_case`), unless it says vLLM won't start while the log
     shows vLLM started (then none, and a note). With settings on the command line
     (``what_if``) the log ran other settings: the plan's outcome alone."""
-    from planner.plan_types import WONT_START
-
     for f in [] if what_if else findings:
         where = f" (log line {next((n for n in f.lines if n), 0)})"
         if f.kind == "startup-max-len":
@@ -315,11 +317,6 @@ def plan_for(
     the log states make the plan fail, it is planned again with vLLM's defaults for those (and
     a note says so).
     """
-    from planner.errors import DoesNotFitError, UsageError
-    from planner.model.load import load_model
-    from planner.plan_types import PlanOptions
-    from planner.recommend import plan
-
     assert settings.model
     try:
         loaded = load_model(settings.model, offline=offline)
@@ -339,8 +336,6 @@ def plan_for(
         try:
             draft = None
             if serve.speculative is not None:
-                from planner.model.load import load_draft
-
                 try:
                     serve, draft = load_draft(serve, offline=offline)
                 except KvplanError as exc:  # a draft the log names but kvplan cannot read
@@ -386,8 +381,6 @@ def _terms(log: BootLog, p: Plan | None) -> list[Term]:
     if graphs is None and log.cuda_graph_capture_bytes is not None:
         graphs, note = log.cuda_graph_capture_bytes, "captured after sizing"
     elif graphs is not None and p is not None and cap is not None and cap.cuda_graph_bytes == 0:
-        from planner.vllm_rules import rules_for
-
         if not rules_for(p.vllm_version or None).subtracts_cuda_graphs:
             note = f"vLLM {p.vllm_version} sizes the KV cache first: not subtracted"
     terms += [

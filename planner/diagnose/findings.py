@@ -9,12 +9,15 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from planner.deployment import SPELLINGS, as_flags
+from planner.deployment import SPELLINGS, as_flags, fp8_kv_caveat
 from planner.diagnose.boot_log import BootLog
 from planner.diagnose.kinds import KINDS, Source, finding_text
+from planner.diagnose.shared_gpu import held_by_others
 from planner.gpu_support import fp8_kv_refusal
 from planner.model.specs import KVDtype
+from planner.recommend import worst_case_seqs
 from planner.units import GIB
+from planner.vllm_rules import rules_for
 
 if TYPE_CHECKING:
     from planner.deployment import ServeSettings
@@ -89,8 +92,6 @@ class Finding:
 
 def _subtracts_graphs(p: Plan) -> bool:
     """Whether the plan's vLLM release subtracts CUDA graphs from the KV budget (0.20 on)."""
-    from planner.vllm_rules import rules_for
-
     return rules_for(p.vllm_version or None).subtracts_cuda_graphs
 
 
@@ -226,8 +227,6 @@ def troubleshoot(
 ) -> list[Finding]:
     """The troubleshooting table, applied to what the log shows; a fix that suggests fp8 KV
     carries the caveat for ``gpu``."""
-    from planner.deployment import fp8_kv_caveat
-
     caveat = [fp8_kv_caveat(gpu)]
     out: list[Finding] = []
     cap = p.vllm if p else None
@@ -437,8 +436,6 @@ def _shared_gpu_finding(log: BootLog, s: ServeSettings) -> Finding | None:
     (more than the 1 GiB a CUDA context and the driver take), and what vLLM can use of the
     rest: it refuses to start when ``gpu_memory_utilization x total`` exceeds the free memory
     (vLLM's ``request_memory``)."""
-    from planner.diagnose.shared_gpu import held_by_others
-
     free, total, held = log.startup_free_bytes, log.total_gpu_bytes, held_by_others(log)
     if free is None or not total or held is None:
         return None
@@ -509,8 +506,6 @@ def _usage_findings(
         fix = ["more KV memory: a higher gpu_memory_utilization, or more TP"]
         if log.preemptions > 0:  # only preemption is helped by running fewer at once
             if p is not None and p.vllm.fits:
-                from planner.recommend import worst_case_seqs
-
                 fewer = {"max_num_seqs": worst_case_seqs(p.vllm)}
                 fix.append(
                     f"fewer sequences: {as_named(fewer)} keeps "

@@ -25,6 +25,7 @@ from typing import Any
 from planner.deployment import SPELLINGS, VLLM_DEFAULT_GMU, ServeSettings
 from planner.diagnose.boot_log import SETTING_KEYS, BootLog
 from planner.errors import UsageError
+from planner.vllm_rules import parse_version, rules_for
 
 COMMAND_LINE = "command line"
 
@@ -40,8 +41,6 @@ PLAN_KEYS = tuple(key for key in ORDER if key != "gpu_memory_utilization")
 
 def log_version(log: BootLog) -> str | None:
     """The vLLM release the log names, when kvplan can read it (None: the newest's rules)."""
-    from planner.vllm_rules import parse_version
-
     if not log.version:
         return None
     try:
@@ -55,8 +54,6 @@ def vllm_default_gmu(engine: str | None, version: str | None = None) -> float:
     """``gpu_memory_utilization`` when nobody states it, for the release that wrote the log
     (:mod:`planner.vllm_rules`: 0.9 through 0.19, 0.92 from 0.20); a V0 log without a version
     0.9; else the newest's 0.92."""
-    from planner.vllm_rules import rules_for
-
     if version is not None:
         return rules_for(version).default_gmu
     return 0.9 if engine == "V0" else VLLM_DEFAULT_GMU

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from planner.budget import CUDA_CONTEXT_BYTES
 from planner.diagnose.boot_log import BootLog
 from planner.diagnose.settings import PlanSettings
+from planner.plan_types import WONT_START
 from planner.units import GIB, format_gib
 
 if TYPE_CHECKING:
@@ -69,8 +70,6 @@ def what_fits(finding: Finding, p: Plan | None, plan_at: Callable[[float], Plan 
     """The ``gpu-shared`` finding with what starts in the free memory: the fraction (the
     plan's own, when it starts; else the one :func:`planner.free_memory.starting_gmu` found,
     planned again with ``plan_at``) and the KV pool there. As it is when nothing starts."""
-    from planner.plan_types import WONT_START
-
     if p is None:
         return finding
     fitted: Plan | None = p

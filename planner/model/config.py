@@ -14,6 +14,7 @@ import functools
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -31,6 +32,7 @@ from planner.model.specs import (
     ModelSpec,
     SlidingWindow,
 )
+from planner.model.vision import tower_of, unsupported_reason
 
 # vLLM `is_deepseek_mla` model types (model_arch_config_convertor.py) seen in released configs.
 MLA_MODEL_TYPES = frozenset(
@@ -234,7 +236,6 @@ def _transformers_defaults(model_type: str) -> Mapping[str, Any]:
         return KNOWN_DEFAULTS[model_type]
     if not model_type or os.environ.get("KVPLAN_NO_TRANSFORMERS"):
         return {}
-    import warnings
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" noise
     try:
@@ -350,7 +351,6 @@ def parse_config(
     if f.defaults_used:
         notes.append("transformers defaults used for: " + ", ".join(sorted(set(f.defaults_used))))
     architectures = raw.get("architectures") or []
-    from planner.model.vision import tower_of, unsupported_reason
 
     vision = tower_of(
         raw,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.errors import ModelNotFoundError
+from planner.status import status
 
 
 class RepoMissingError(ModelNotFoundError):
@@ -96,7 +97,6 @@ def download_config(repo: str, *, revision: str | None = None, offline: bool | N
     local_only = offline_env() if offline is None else offline
     # huggingface_hub logs each connection retry as a warning; the one-line error says it all.
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
-    from planner.status import status
 
     where = "the local Hugging Face cache" if local_only else "the Hugging Face Hub"
     wait = "" if local_only else " (up to ~20 s without network; HF_HUB_OFFLINE=1 skips it)"

@@ -11,11 +11,15 @@ then pure functions of the :class:`LoadedModel` it returns.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from planner.model.hub import offline_env
+from planner.model.resolve import load_model_spec
+from planner.model.safetensors import read_safetensors_header
 from planner.model.specs import ModelSpec
+from planner.status import status
 
 if TYPE_CHECKING:
     from planner.deployment import ServeSettings
@@ -55,8 +59,6 @@ def load_model(
     Returns:
         The :class:`LoadedModel`.
     """
-    from planner.model.resolve import load_model_spec
-
     spec = load_model_spec(model, revision=revision, offline=offline)
     return with_headers(spec, revision=revision, offline=offline)
 
@@ -74,8 +76,6 @@ def with_headers(
                 spec=spec, tensors=tensors, tensors_where=str(folder), revision=revision
             )
     if source.startswith("hub:"):
-        from planner.model.hub import offline_env
-
         local_only = offline_env() if offline is None else offline
         if not local_only:
             tensors = hub_headers(spec.name, revision=revision)
@@ -90,8 +90,6 @@ def with_headers(
 def local_headers(folder: Path) -> Tensors | None:
     """Every tensor header of a local folder's ``*.safetensors`` files (None if there are
     none); a malformed header is a :class:`~planner.errors.ConfigError`."""
-    from planner.model.safetensors import read_safetensors_header
-
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         return None
@@ -106,8 +104,6 @@ def hub_headers(repo: str, *, revision: str | None = None) -> Tensors | None:
     or not safetensors: the weights then come from the config)."""
     try:
         from huggingface_hub import get_safetensors_metadata
-
-        from planner.status import status
 
         with status(f"Reading {repo}'s safetensors headers from the Hugging Face Hub"):
             meta = get_safetensors_metadata(repo, revision=revision)
@@ -136,8 +132,6 @@ def load_draft(
     dflash), fetched like any model (config and safetensors headers), and the settings with
     its spec attached (its KV layers join the pool); None when the method loads none (mtp
     reads the target's own layers, n-gram has no network)."""
-    from dataclasses import replace
-
     spec = settings.speculative
     if spec is None or spec.model is None or not spec.has_drafter or spec.method == "mtp":
         return settings, None

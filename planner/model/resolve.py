@@ -9,17 +9,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from planner import files
 from planner.errors import ConfigError, ModelNotFoundError
+from planner.model import catalog
 from planner.model.config import CONFIG_MAX_BYTES, HUB_ID, MAX_HUB_ID, parse_config
+from planner.model.hub import RepoMissingError, download_config, download_optional
 from planner.model.specs import (
     ModelSpec,
 )
+from planner.notes import say
 
 
 def read_json_config(path: Path, name: str | None = None) -> dict[str, Any]:
     """Read one config.json with one-line errors for the usual mistakes."""
-    from planner import files
-
     label = name or str(path)
 
     def error(message: str) -> ConfigError:  # the reader's words, under the config's name
@@ -63,8 +65,6 @@ def load_model_spec(
     Returns:
         The parsed :class:`ModelSpec`.
     """
-    from planner.model import catalog
-
     if not model or not model.strip():
         raise ModelNotFoundError("no model given; pass a catalog name, hub id or path")
     path = _expand(model)
@@ -73,7 +73,6 @@ def load_model_spec(
     found = catalog.resolve(model)
     if found is not None and revision is None:
         entry, note, served = found
-        from planner.notes import say
 
         say(note)  # a same-geometry variant: say which entry stands in for it
         # the variant keeps its own name (commands serve it); the geometry is the entry's
@@ -84,8 +83,6 @@ def load_model_spec(
     if found is not None:
         model = found[2]  # a catalog name or variant with --revision: that revision, Hub
     if HUB_ID.match(model) and len(model) <= MAX_HUB_ID:
-        from planner.model.hub import RepoMissingError, download_config
-
         try:
             config_path = download_config(model, revision=revision, offline=offline)
         except RepoMissingError as exc:
@@ -99,8 +96,6 @@ def load_model_spec(
         label = f"hub:{model}" + (f"@{revision}" if revision else "")
         pre, video = None, None
         if isinstance(raw.get("vision_config"), Mapping):
-            from planner.model.hub import download_optional
-
             for filename in PROCESSOR_FILES:
                 download_optional(model, filename, revision=revision, offline=offline)
             pre, video = processor_configs(raw, config_path.parent)

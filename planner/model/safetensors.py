@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from planner import files
 from planner.errors import ConfigError
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -14,8 +15,6 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
     """The JSON header of one safetensors file (reads at most the header, never tensors)."""
-    from planner import files
-
     try:
         with files.open_input(path, "safetensors file", ConfigError) as fh:
             raw = fh.read(8)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import textwrap
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from planner.errors import one_line
 from planner.outcome import Outcome
-from planner.secrets import REDACTED, RedactingStream, redact
+from planner.secrets import REDACTED, RedactingStream, error_line, redact
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -35,8 +37,6 @@ def _width() -> int | None:
     """The console width from ``COLUMNS`` (None: rich asks the terminal): 0, negative or
     absurd values are clamped, where rich would print nothing at width 0 or pad every line
     to a million spaces."""
-    import os
-
     raw = os.environ.get("COLUMNS", "").strip()
     try:
         columns = int(raw)
@@ -100,8 +100,6 @@ def wrap_words(text: str, width: int, *, indent: str = "", hang: str | None = No
     (an identifier, a number, a flag with its value) stays whole, on the next line when it
     does not fit (a word wider than the line alone stands alone), behind ``hang`` (default:
     ``indent`` plus two spaces)."""
-    import textwrap
-
     return textwrap.wrap(
         text,
         width=max(width, 20),
@@ -156,7 +154,6 @@ def print_note(out: Console, note: str, *, style: str = "dim") -> None:
 def warnings_(messages: list[str]) -> None:
     if not messages:
         return
-    from planner.secrets import error_line
 
     out = err_console()
     for message in messages:  # redacted, then long words cut, like an Error: line

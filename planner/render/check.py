@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -9,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from planner.errors import one_line
+from planner.files import write_atomic
+from planner.plan_types import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE
 from planner.render._output import (
     Column,
     console,
@@ -116,8 +120,6 @@ def _replayed(r: DeploymentResult) -> str:
 def headline(rep: CheckReport) -> str:
     """How many deployments start, how many queue at worst case, how many pass:
     "4 of 4 deployments start; 3 queue at worst case; 4 of 4 pass"."""
-    from planner.plan_types import FITS_AT_WORST_CASE, QUEUES_AT_WORST_CASE
-
     counts = rep.counts
     total = counts["deployments"]
     start = counts[QUEUES_AT_WORST_CASE] + counts[FITS_AT_WORST_CASE]
@@ -233,8 +235,6 @@ def check_markdown(rep: CheckReport) -> str:
 def check_junit(rep: CheckReport) -> str:
     """JUnit XML: one testcase per deployment; a failure carries the numbers and the fix, an
     unplannable deployment or an invalid entry is an error."""
-    import xml.etree.ElementTree as ET
-
     counts = rep.counts
     errors = counts["errors"] + len(rep.problems)
     attrs = {
@@ -334,8 +334,6 @@ def _check_table(rep: CheckReport, out: Console) -> None:
 def check(rep: CheckReport, *, fmt: str = "table", output: str | None = None) -> None:
     """Print (or write with ``-o``) a :class:`CheckReport`; invalid entries also
     go to stderr as ``Error:`` lines, whatever the format."""
-    import io
-
     if fmt == "json":
         text = to_json(check_dict(rep))
     elif fmt == "markdown":
@@ -352,8 +350,6 @@ def check(rep: CheckReport, *, fmt: str = "table", output: str | None = None) ->
         _check_table(rep, Console(file=buf, width=120, no_color=True, highlight=False))
         text = buf.getvalue()
     if output is not None:
-        from planner.files import write_atomic
-
         write_atomic(output, text, flag="-o")
     elif text:
         write_out(text)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from planner.ranking import SHOWN
+from planner.ranking import as_json as ranking_json
 from planner.render._output import Column, console, print_fitted, to_json, user_text, write_out
+from planner.render.estimate import wrap_command
 
 if TYPE_CHECKING:
     from planner.ranking import Ranking
 
 
 def ranking(r: Ranking, *, as_json: bool = False) -> None:
-    from planner.ranking import as_json as ranking_json
-
     if as_json:
         write_out(to_json({"gpu_ranking": ranking_json(r)}))
         return
@@ -29,7 +30,6 @@ def ranking(r: Ranking, *, as_json: bool = False) -> None:
             markup=False,
         )
         return
-    from planner.ranking import SHOWN
 
     rows = r.rows[:SHOWN]
     columns = [
@@ -55,7 +55,6 @@ def ranking(r: Ranking, *, as_json: bool = False) -> None:
         f"at ${_money(cheapest.usd_per_million_output_tokens)} per million output tokens",
         markup=False,
     )
-    from planner.render.estimate import wrap_command
 
     for line in wrap_command(cheapest.command, out.width - 2):
         out.print(f"  {line}", markup=False, soft_wrap=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from planner.errors import one_line
+from planner.errors import UsageError, one_line
 from planner.render._output import (
     console,
     outcome_words,
@@ -18,6 +19,7 @@ from planner.render._output import (
     warnings_,
     write_out,
 )
+from planner.secrets import redact
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
@@ -289,10 +291,6 @@ def _timing_short(report: SimReport) -> str:
 def simulate_plot(report: SimReport, path: str) -> bytes:
     """Usage over time for every run, and the runs' throughput and preemptions, as the bytes of
     an image in the format ``path``'s suffix names (PNG by default)."""
-    import io
-
-    from planner.errors import UsageError
-
     try:
         import matplotlib
 
@@ -300,7 +298,6 @@ def simulate_plot(report: SimReport, path: str) -> bytes:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UsageError("--plot needs matplotlib: pip install 'kvplan[plot]'") from None
-    from planner.secrets import redact  # before matplotlib: PDF and SVG keep text as text
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     for run in report.runs:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planner import files
 from planner.errors import InputFileError
 from planner.simulate.clock import PROFILE_KEYS, Profile
 from planner.simulate.engine import BenchFigures
@@ -149,8 +150,6 @@ def parse_result(text: str, source: str) -> BenchResult:
 
 
 def load_result(path: str | Path) -> BenchResult:
-    from planner import files
-
     text = files.read_text_file(Path(path), limit=MAX_RESULT_BYTES, what="benchmark result")
     return parse_result(text, str(path))
 

@@ -10,17 +10,24 @@ the GPU's budget (:func:`pool_for_gpu`).
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner.budget import vllm_budget
 from planner.deployment import Deployment, ServeSettings, kv_dtype_for, positive_count
 from planner.errors import DoesNotFitError, KvplanError, UsageError
+from planner.gpus import get_gpu
 from planner.kv_layout import KVEstimate, estimate, refused_block_size
 from planner.model.specs import Engine, KVDtype
 from planner.offload import cpu_tier_tokens
 from planner.outcome import Outcome
+from planner.simulate import engine
 from planner.simulate.clock import EXPECTED_ERROR, step_model_for
 from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
 from planner.simulate.roofline import ModelParams, Roofline, estimate_params
@@ -315,8 +322,6 @@ def simulate_model(
     Returns:
         The :class:`SimReport`.
     """
-    from planner.gpus import get_gpu
-
     base, gpu, model = dep.settings, dep.gpu, dep.model
     settings = list(variants) if variants is not None else [base]
     kv_cache_memory_bytes = base.kv_cache_memory_bytes
@@ -566,8 +571,6 @@ def simulate_model(
 
 def _jobs(variants: int) -> int:
     """Worker processes for ``variants`` replays: ``KVPLAN_JOBS`` (1 = serial) or the CPUs."""
-    import os
-
     raw = os.environ.get("KVPLAN_JOBS", "").strip()
     if raw:
         try:
@@ -587,7 +590,6 @@ _WORKLOAD: Workload | None = None  # a worker process's workload, set once by _i
 def _init_worker(workload: Workload) -> None:
     global _WORKLOAD
     _WORKLOAD = workload
-    from planner.simulate import engine
 
     engine.PROGRESS = None  # a forked worker must not draw the parent's progress bar
 
@@ -609,10 +611,6 @@ def simulate_all(workload: Workload, configs: Sequence[SimConfig]) -> list[SimRe
     jobs = _jobs(len(configs)) if len(configs) > 1 else 1
     if jobs == 1:
         return [simulate(workload, c) for c in configs]
-    import multiprocessing
-    import threading
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
 
     # fork shares the workload without pickling it; it is unsafe once threads run
     fork = "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1

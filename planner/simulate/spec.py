@@ -8,11 +8,11 @@ import json
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from planner.errors import WorkloadError
+from planner.errors import UsageError, WorkloadError
 from planner.simulate.workload import MAX_ARRIVAL_S, MAX_REQUESTS, MAX_TOKENS, Request, Workload
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical")
@@ -486,8 +486,6 @@ def bench_workload(
         max_model_len: outputs are cut so prompt + output fit it.
         seed: the random streams' seed.
     """
-    from planner.errors import UsageError
-
     if dataset not in DATASETS:
         raise UsageError(f"unknown --dataset {dataset!r}; use one of: {', '.join(DATASETS)}")
     if dataset == "sharegpt":
@@ -557,8 +555,6 @@ def bench_workload(
     )
     w = generate(spec)
     if any(r.prompt_tokens + r.output_tokens > limit for r in w.requests):
-        from dataclasses import replace
-
         w = replace(
             w,
             requests=tuple(

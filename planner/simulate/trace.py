@@ -402,8 +402,6 @@ def load_workload(
     Returns:
         The :class:`Workload`.
     """
-    from planner import files
-
     p = Path(path)
     source = str(path)
     if "\0" in source:

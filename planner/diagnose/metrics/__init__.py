@@ -46,9 +46,21 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from planner.deployment import as_flags, fp8_kv_caveat
 from planner.diagnose.boot_log import BootLog
-from planner.diagnose.diagnosis import Term
-from planner.diagnose.findings import LOW_PCT, MIN_SAMPLES, PINNED_PCT, Finding, as_named
+from planner.diagnose.diagnosis import Term, plan_for, verdict_of
+from planner.diagnose.findings import (
+    FP8_KV,
+    LOW_PCT,
+    MIN_SAMPLES,
+    PINNED_PCT,
+    PREFIX_CACHING_ON,
+    Finding,
+    as_named,
+    explain,
+    lower_gmu,
+    runnable,
+)
 from planner.diagnose.metrics.names import KV_USAGE, RUNNING, V0_ONLY, WAITING
 from planner.diagnose.metrics.read import (
     NoVllmMetricsError,
@@ -67,6 +79,8 @@ from planner.diagnose.metrics.series import (
     rank_metrics,
     views_of,
 )
+from planner.diagnose.settings import layer_settings
+from planner.recommend import worst_case_seqs
 
 if TYPE_CHECKING:
     from planner.deployment import ServeSettings
@@ -192,9 +206,6 @@ def rank_findings(
     """The troubleshooting rules on one rank's (or the cluster's) figures, in the log
     diagnosis' kinds where they mean the same ("kv-pinned", "kv-low", "prefix-low-hit"), and
     "kv-usage", "starved-max-num-seqs", "starved-token-budget", "latency", "lengths"."""
-    from planner.deployment import as_flags, fp8_kv_caveat
-    from planner.diagnose.findings import FP8_KV, lower_gmu, runnable
-
     out: list[Finding] = []
     usage = r["kv_usage_p90_pct"]
     starved = _starved(r, cap_known)
@@ -230,8 +241,6 @@ def rank_findings(
     if pinned:
         fix = []
         if p is not None and p.vllm.fits:
-            from planner.recommend import worst_case_seqs
-
             fewer = {"max_num_seqs": worst_case_seqs(p.vllm)}
             fix.append(
                 f"fewer sequences: {as_named(fewer)} keeps "
@@ -458,14 +467,11 @@ def diagnose_metrics(
     log = _as_log(cache, served, names, blocks)
     # the settings given, as diagnose_file takes them (declared settings by name, typed)
     given = {"model": model, **settings_given}
-    from planner.diagnose.settings import layer_settings
 
     settings = layer_settings(log, given, notes)
     findings: list[Finding] = []
     the_plan = None
     if settings.model and gpu is not None:
-        from planner.diagnose.diagnosis import plan_for
-
         the_plan, settings = plan_for(log, settings, given, gpu, offline, findings, notes, True)
         notes[:] = [  # the log diagnosis' words, for a scrape
             n.replace("named in the log", "named by the model_name label").replace(
@@ -521,8 +527,6 @@ def diagnose_metrics(
 
     terms: list[Term] = []
     if the_plan is not None:
-        from planner.diagnose.findings import explain
-
         findings += explain(log, the_plan)
         cap = the_plan.vllm
         label = cache.get("block_size", "")
@@ -538,9 +542,6 @@ def diagnose_metrics(
             ),
         ]
     if cache.get("enable_prefix_caching") == "False":
-        from planner.deployment import as_flags
-        from planner.diagnose.findings import PREFIX_CACHING_ON
-
         findings.append(
             Finding(
                 kind="prefix-off",
@@ -554,8 +555,6 @@ def diagnose_metrics(
         )
     verdict: dict[str, Any] = {}
     if the_plan is not None:
-        from planner.diagnose.diagnosis import verdict_of
-
         v = verdict_of(log, the_plan, findings, notes, what_if=False)
         verdict = {
             "outcome": v.outcome,

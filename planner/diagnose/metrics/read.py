@@ -5,9 +5,13 @@ JSON export, parsed by prometheus_client's parser; the metric names per release 
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -16,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.diagnose.diagnosis import NothingRecognisedError
 from planner.errors import InputFileError, KvplanError
+from planner.files import read_text_file
 
 if TYPE_CHECKING:
     pass
@@ -76,7 +81,6 @@ def read_metrics(
     path = Path(source)
     if path.is_dir():
         return _read_dir(path, limit), "series"
-    from planner.files import read_text_file
 
     text = read_text_file(path, limit=limit, what="metrics file", error=MetricsFileError)
     if text.lstrip()[:1] in ("{", "["):
@@ -89,8 +93,6 @@ def _kind(scrapes: list[Scrape]) -> tuple[list[Scrape], str]:
 
 
 def _read_dir(path: Path, limit: int) -> list[Scrape]:
-    from planner.files import read_text_file
-
     try:
         files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
     except OSError as exc:
@@ -114,11 +116,6 @@ def fetch_url(
 ) -> str:
     """The body of ``url`` (``http`` or ``https``, the host the user named: no proxy from the
     environment, no redirect followed), at most ``limit`` bytes within ``timeout_s`` in all."""
-    import http.client
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise MetricsFileError(

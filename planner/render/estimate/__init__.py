@@ -6,10 +6,12 @@ rich's tables are imported by the functions that draw them: ``--json`` prints wi
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from planner.kv_layout import refused_block_size
 from planner.model.specs import Engine
+from planner.recommend import rejected_words
 from planner.render._output import (
     OUTCOME_PHRASES,
     Column,
@@ -259,8 +261,6 @@ def wrap_command(command: str, width: int = 80) -> list[str]:
     """``command`` as shell lines of at most ``width`` columns (a flag stays with its value),
     joined by `` \\`` continuations: pasted into a shell it is the same command. A single
     token longer than the width gets a line of its own, whole."""
-    import shlex
-
     tokens = shlex.split(command)
     words: list[str] = []
     for token in tokens:
@@ -416,8 +416,6 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             for line in wrap_command(p.commands["docker"]):
                 out.print(f"  {line}", markup=False, soft_wrap=True)
     if p.advice is not None and p.advice.rejected:
-        from planner.recommend import rejected_words
-
         out.print(
             f"  ! {rejected_words(p.advice.rejected, p.advice.requests, cap.max_model_len)}; "
             "raise --max-model-len to serve them",
@@ -498,8 +496,6 @@ def _layouts(p: Plan) -> None:
 def _layout_table(rows: list[Any], gpus: int, choice: str) -> None:
     """The layouts side by side: weights per GPU, the cluster's KV tokens and requests of
     max_model_len at once; the one kvplan picked (and why) or the user's marked."""
-    from planner.render._output import Column, print_fitted
-
     out = console()
     print_fitted(
         out,

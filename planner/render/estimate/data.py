@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from planner.budget import estimate_ranges
 from planner.lora import describe as describe_lora
 from planner.offload import describe_tier
+from planner.recommend import wont_start_error
 
 if TYPE_CHECKING:
     from planner.kv_layout import KVEstimate
@@ -25,8 +26,6 @@ def estimate_dict(est: KVEstimate) -> dict[str, Any]:
 
 def report_dict(rep: Report) -> dict[str, Any]:
     """The JSON of ``kvplan estimate``: the estimate's keys, plus the plan's when a GPU is set."""
-    from planner.recommend import wont_start_error
-
     data = estimate_dict(rep.estimate)
     if rep.plan is not None and rep.plan.warnings:
         data["warnings"] = [*data["warnings"], *rep.plan.warnings]

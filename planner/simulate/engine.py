@@ -1152,23 +1152,41 @@ class SimEngine:
 
     def _stretch(self) -> bool:
         """Run decode-only steps up to the next event in one go; False if the very next step
-        runs out of blocks (the caller then runs it as a single step, with preemption)."""
+        runs out of blocks (the caller then runs it as a single step, with preemption).
+
+        The hot path of a lightly loaded replay, once per event: :meth:`_blocks_needed`,
+        :meth:`_take`, :meth:`_itl` and :meth:`_record` are inlined here, and the stretch's
+        duration is the one :meth:`_steps_until` already computed when it is for these steps
+        (the same call, so the same float)."""
         ev = self.events
         running, zombies = self.running, self.zombies
+        heappop = heapq.heappop
         while ev:  # drop stale events
             e = ev[0]
-            seq = (e >> 2) & SEQ_MASK
-            if seq in (zombies if e & 3 == 2 else running):
+            if ((e >> 2) & SEQ_MASK) in (zombies if e & 3 == 2 else running):
                 break
-            heapq.heappop(ev)
+            heappop(ev)
         s = self.step
         k = (ev[0] >> 42) - s + 1
         n = self.dec_n
+        kv = self.dec_sum + n
+        dt = -1.0  # not computed yet
         if not self.waiting and self.next_arrival < math.inf:
-            k = min(k, self._steps_until(self.next_arrival - self.now, n, k))
+            until, dt = self._steps_until(self.next_arrival - self.now, n, k)
+            if until < k:
+                k = until
+            elif until > k:
+                dt = -1.0
         need = 0
-        if self.cw_total:
-            need = self._blocks_needed(s, k)
+        B, cw, cw_total = self.B, self.cw, self.cw_total
+        if cw_total:
+            # _blocks_needed(s, k), inlined
+            q, rem = divmod(k, B)
+            start = s % B
+            if start + rem <= B:
+                need = q * cw_total + sum(cw[start : start + rem])
+            else:
+                need = q * cw_total + sum(cw[start:]) + sum(cw[: start + rem - B])
             free = self.free
             if self.waiting and need:
                 # never evict blocks the blocked head of the queue would hit: the step that
@@ -1179,15 +1197,54 @@ class SimEngine:
                 if k == 0:
                     return False
                 need = self._blocks_needed(s, k)
-        used_first = self.capacity - self.free + self.cw[s % self.B]
-        self._take(need)
-        dt = self.roof.decode_s(n, self.dec_sum + n, k)
-        if dt > 0:
-            self._itl(dt / k, n * k)
-        self.now += dt
+                dt = -1.0
+        cap = self.capacity
+        used_first = cap - self.free + cw[s % B]
+        if need:  # _take(need), the head of the queue inlined
+            self.free -= need
+            self.allocated += need
+            if self.caching:
+                seg = self.queue[0]
+                if seg[1] is None and seg[0] > need:
+                    seg[0] -= need
+                else:
+                    self._evict(need)
+        if dt < 0:
+            dt = self.roof.decode_s(n, kv, k)
+        if dt > 0:  # _itl(dt / k, n * k), inlined
+            per = dt / k
+            tokens = n * k
+            b = math.floor(math.log(per) * ITL_BINS_PER_E)
+            cell = self.itl_hist.get(b)
+            if cell is None:
+                self.itl_hist[b] = [tokens, per * tokens]
+            else:
+                cell[0] += tokens
+                cell[1] += per * tokens
+            self.itl_sum += per * tokens
+        self.now = now = self.now + dt
         self.step = s + k
         self.dec_sum += n * k
-        self._record(dt, used_first, self.capacity - self.free, k)
+        # _record(dt, used_first, used_last, k), inlined
+        used_last = cap - self.free
+        if used_last > self.peak:
+            self.peak = used_last
+        lo = used_first * USAGE_BINS // cap
+        hi = used_last * USAGE_BINS // cap
+        ut = self.usage_time
+        if lo == hi:
+            ut[lo] += dt
+        else:
+            share = dt / (hi - lo + 1)
+            for u in range(lo, hi + 1):
+                ut[u] += share
+        conc = len(running)
+        self.conc_time += conc * dt
+        if conc > self.max_conc:
+            self.max_conc = conc
+        self.tl_time.append(now)
+        self.tl_used.append(used_last)
+        self.alloc_slots += self.chain_tb * B * k
         if ev[0] >> 42 < s + k:
             self._process_events(s + k - 1)
         return True
@@ -1207,8 +1264,9 @@ class SimEngine:
                 return limit
         return min(room, limit)
 
-    def _steps_until(self, seconds: float, n: int, limit: int) -> int:
-        """Decode steps until the first one that starts at least ``seconds`` from now (>= 1).
+    def _steps_until(self, seconds: float, n: int, limit: int) -> tuple[int, float]:
+        """Decode steps until the first one that starts at least ``seconds`` from now (>= 1),
+        and how long that many steps take (``decode_s``; -1.0 where it was not computed).
 
         Step times only grow within a stretch, so with g(k) the k-th step's time the answer
         lies in [seconds / g(hi - 1), hi], hi = ceil(seconds / g(0)): a narrow bracket to
@@ -1218,25 +1276,29 @@ class SimEngine:
         first = roof.step_s(n, kv, kv)
         hi = math.ceil(seconds / first) if first > 0 else limit
         if hi >= limit:
-            return (
-                limit
-                if roof.decode_s(n, kv, limit) < seconds or limit == 1
-                else (self._bisect(seconds, n, kv, 1, limit))
-            )
+            at_limit = roof.decode_s(n, kv, limit)
+            if at_limit < seconds or limit == 1:
+                return limit, at_limit
+            return self._bisect(seconds, n, kv, 1, limit, at_limit)
         hi = max(1, hi)
         last = roof.step_s(n, kv + n * (hi - 1), kv + n * (hi - 1))
         lo = max(1, min(hi, int(seconds / last)))
-        return self._bisect(seconds, n, kv, lo, hi)
+        return self._bisect(seconds, n, kv, lo, hi, -1.0)
 
-    def _bisect(self, seconds: float, n: int, kv: int, lo: int, hi: int) -> int:
-        """Smallest k in [lo, hi] whose k decode steps take at least ``seconds``; hi must."""
+    def _bisect(
+        self, seconds: float, n: int, kv: int, lo: int, hi: int, at_hi: float
+    ) -> tuple[int, float]:
+        """Smallest k in [lo, hi] whose k decode steps take at least ``seconds`` (hi must),
+        and their time if it was computed (``at_hi``: hi's, -1.0 if not known)."""
+        decode_s = self.roof.decode_s
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.roof.decode_s(n, kv, mid) >= seconds:
-                hi = mid
+            t = decode_s(n, kv, mid)
+            if t >= seconds:
+                hi, at_hi = mid, t
             else:
                 lo = mid + 1
-        return lo
+        return lo, at_hi
 
     def _admissible(self) -> bool:
         """Could this step admit the head of the queue (or does it run out of blocks)?"""

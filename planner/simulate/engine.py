@@ -1918,20 +1918,28 @@ def usage_quantile(usage_time: Sequence[float], q: float) -> float:
 def _downsample(
     times: Sequence[float], useds: Sequence[int], capacity: int
 ) -> list[tuple[float, float]]:
-    """At most TIMELINE_POINTS (time, usage fraction) points, keeping each bucket's peak."""
+    """At most TIMELINE_POINTS (time, usage fraction) points, keeping each bucket's peak.
+
+    ``times`` never fall (the clock only moves forward), so a bucket's points are one run of
+    them: its end is found by bisection and its peak by ``max`` over the run, not a Python
+    step per point (a million-request replay records millions). ``max(used) / capacity`` is
+    the largest ``used / capacity`` (dividing by a positive number keeps the order)."""
     if not times:
         return []
     end = times[-1] or 1.0
-    buckets: dict[int, float] = {}
-    last = len(times) - 1  # every point but the last (no slice: that would copy the columns)
-    for t, used in zip(itertools.islice(times, last), itertools.islice(useds, last), strict=True):
-        b = min(TIMELINE_POINTS - 1, int(t / end * TIMELINE_POINTS))
-        u = used / capacity
-        if u > buckets.get(b, -1.0):
-            buckets[b] = u
-    out = [
-        (round((b + 1) * end / TIMELINE_POINTS, 6), round(u, 6)) for b, u in sorted(buckets.items())
-    ]
+
+    def bucket(t: float) -> int:
+        return min(TIMELINE_POINTS - 1, int(t / end * TIMELINE_POINTS))
+
+    out = []
+    last = len(times) - 1  # every point but the last
+    i = 0
+    while i < last:
+        b = bucket(times[i])
+        j = bisect_right(times, b, i, last, key=bucket)
+        u = max(useds[i:j]) / capacity
+        out.append((round((b + 1) * end / TIMELINE_POINTS, 6), round(u, 6)))
+        i = j
     return out + [(round(end, 6), round(useds[-1] / capacity, 6))]  # the pool at the end
 
 

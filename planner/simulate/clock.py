@@ -163,17 +163,6 @@ class StepModel(Roofline):
         k = min(self.experts_per_token, self.experts) / self.experts
         return 1.0 - (1.0 - k) ** tokens
 
-    def _weights(self, tokens: int) -> float:
-        return self.weight_bytes - self.expert_bytes + self.expert_bytes * self._touched(tokens)
-
-    def _cpu(self, tokens: int, seqs: int) -> float:
-        return (
-            self.overhead_s
-            + self.seq_overhead_s * seqs
-            + self.comm_fixed_s
-            + self.comm_s_per_token * tokens
-        )
-
     def step_s(self, tokens: int, kv_tokens: int, pairs: int, seqs: int = 0) -> float:
         """Seconds for a step of ``tokens`` new tokens of ``seqs`` sequences (0: as many as
         tokens, a decode step) reading ``kv_tokens`` of context KV and scoring ``pairs``
@@ -182,9 +171,18 @@ class StepModel(Roofline):
             return self.overhead_s
         bw = self.bandwidth_bytes_per_s * self.memory_efficiency
         fl = self.flops_per_s * self.compute_efficiency
-        memory = (self._weights(tokens) + self.kv_bytes_per_token * kv_tokens) / bw
+        # the weights this step reads (routed experts: the share its tokens pick)
+        eb = self.expert_bytes
+        weights = self.weight_bytes - eb + eb * (self._touched(tokens) if self.experts else 0.0)
+        memory = (weights + self.kv_bytes_per_token * kv_tokens) / bw
         compute = (self.flops_per_token * tokens + self.attention_flops * pairs) / fl
-        return self._cpu(tokens, seqs or tokens) + max(memory, compute) + self.layer_floor_s
+        cpu = (
+            self.overhead_s
+            + self.seq_overhead_s * (seqs or tokens)
+            + self.comm_fixed_s
+            + self.comm_s_per_token * tokens
+        )
+        return cpu + (memory if memory >= compute else compute) + self.layer_floor_s
 
     def decode_s(self, n: int, kv_tokens: int, steps: int) -> float:
         """Seconds for ``steps`` decode steps of ``n`` requests whose contexts (``kv_tokens`` in
@@ -196,9 +194,16 @@ class StepModel(Roofline):
         fl = self.flops_per_s * self.compute_efficiency
         kv = self.kv_bytes_per_token
         att = self.attention_flops
-        fixed = self._cpu(n, n) + self.layer_floor_s
+        eb = self.expert_bytes
+        weights = self.weight_bytes - eb + eb * (self._touched(n) if self.experts else 0.0)
+        fixed = (
+            self.overhead_s
+            + self.seq_overhead_s * n
+            + self.comm_fixed_s
+            + self.comm_s_per_token * n
+        ) + self.layer_floor_s
         return steps * fixed + sum_max_two_lines(
-            (self._weights(n) + kv * kv_tokens) / bw,
+            (weights + kv * kv_tokens) / bw,
             kv * n / bw,
             (self.flops_per_token * n + att * kv_tokens) / fl,
             att * n / fl,

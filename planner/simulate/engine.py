@@ -707,6 +707,9 @@ class SimEngine:
         self.done_times: array[float] = array("d")
         self.blocked_need = 0
         self.blocked_at = 0.0
+        # or, scheduling asynchronously, the zombie's registration and its release
+        # (_TierEngine's and a closed loop's are not)
+        self.zombie_finish = self.asyn and not self.closed
         if self.closed:
             self.plain_finish = False
 
@@ -1056,6 +1059,7 @@ class SimEngine:
         B, half, part = self.B, self.frag_half, self.frag_part
         # a finish without a shared prefix, scheduling synchronously: _finish inlined below
         plain_finish, plain, fg = self.plain_finish, self.plain, self.fg
+        zombie_finish, heappush = self.zombie_finish, heapq.heappush
         caching, prepend, fq = self.caching, self.prepend, self.queue
         finish_steps, step, now = self.finish_steps, self.step, self.now
         ttft, e2e, tpot = self.ttft, self.e2e, self.tpot
@@ -1069,7 +1073,10 @@ class SimEngine:
             assert e >> 42 == last
             if kind == 2:
                 del zombies[seq]
-                self._release(r, r.computed, preempted=False)
+                if r.chain is None and zombie_finish:  # _release's common case
+                    self._release_plain(r.computed)
+                else:
+                    self._release(r, r.computed, preempted=False)
             elif kind == 0:  # _drop_decoder and its _frag_range, inlined: 1 call a request
                 res, w = r.res, r.weight
                 self.cw[res] -= w
@@ -1108,6 +1115,19 @@ class SimEngine:
                                 fq[-1][0] += total
                             else:
                                 fq.append([total, None])
+                    finish_steps[r.index] = step - 1
+                    output, first, arrival, late = r.output, r.first_token, r.arrival, r.late
+                    self.prompt_done += r.prompt
+                    self.output_done += output
+                    ttft.append(first - arrival + late)
+                    e2e.append(now - arrival + late)
+                    if output > 1:
+                        tpot.append((now - first) / (output - 1))
+                elif zombie_finish:  # _finish with async scheduling, inlined
+                    del running[seq]
+                    r.computed = length
+                    zombies[seq] = r
+                    heappush(ev, step << 42 | seq << 2 | 2)
                     finish_steps[r.index] = step - 1
                     output, first, arrival, late = r.output, r.first_token, r.arrival, r.late
                     self.prompt_done += r.prompt
@@ -1793,6 +1813,7 @@ class _TierEngine(SimEngine):
         self.cpu_own: dict[int, PrefixChain] = {}  # a preempted request's own blocks there
         self.cpu_pending = 0  # token blocks of the last _hits found in the tier
         self.plain_finish = False  # its _finish writes through
+        self.zombie_finish = False  # and its _release
 
     def _cpu_evict(self, k: int) -> None:
         q = self.cpu_q

@@ -239,7 +239,7 @@ class LogNormal(Distribution):
         low, high = self.low, self.high if self.high is not None else MAX_TOKENS
         mu, sigma = math.log(self.mean) - self.sigma * self.sigma / 2, self.sigma
         uniform, exp, log, isnan = rng.random, math.exp, math.log, math.isnan
-        magic = random.NV_MAGICCONST
+        magic = 4 * math.exp(-0.5) / math.sqrt(2.0)  # random.NV_MAGICCONST, as random.py has it
         out = []
         for _ in range(n):
             while True:

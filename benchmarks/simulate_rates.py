@@ -18,11 +18,28 @@ first 12 hex digits of the SHA-256 of the JSON printed, so two checkouts (``--ro
 shown to print the same result byte for byte. Issue 24's target: <= 5 s whole process at any
 rate from 1 to 100 requests/s.
 
-Measured on the 2-core development machine, shared with other jobs (wall s / CPU s / peak RSS
-MiB; 1M requests, the --avg flags; before = main at a71f4fe, after = branch i24b):
+Measured on the 2-core development machine, shared with other jobs (so wall time swings;
+CPU s is the steadier figure), best of 2 runs interleaved before / after, 1M requests, the
+--avg flags; before = main at a71f4fe, after = branch i24b at 21a7625 (CPU s, wall s, peak RSS
+MiB; the JSON hash is the same before and after at every rate):
 
-    rate   before                 after
-    1/s    see the commit message of the i24b branch's benchmark commit
+    rate    CPU s          wall s          peak RSS MiB   steps         sha256
+    1/s     76.6 -> 43.6   143.4 -> 77.8   292 -> 158     108,848,488   b61964bff9be
+    20/s    63.1 -> 42.2    80.1 -> 55.7   268 -> 147       3,996,454   88fa1593d1c6
+    40/s    23.1 -> 19.5    26.9 -> 24.9   248 -> 146         199,533   06e750706c73
+    100/s   21.8 -> 17.3    28.4 -> 22.5   240 -> 146         199,111   b0a1dc81bafa
+
+The 5 s target is not met. Decode stretches were already advanced in one jump (every decoding
+request's tokens, blocks and the closed-form sum of the stretch's step times); what is left
+is a cost per event, and a replay has at least three per request (its admission step, its
+finish, the release of its blocks a step later under async scheduling), each a few float
+sums that must stay in the same order for the results to stay byte-identical. CPython
+spends 10-40 us a request on them (light load cuts more stretches: at 1/s, 2.4 stretches and
+1.25 single steps a request), and drawing the requests' three random numbers each (Python's
+Mersenne Twister, as the goldens were drawn) takes ~3 s of the 1M alone. Within 5 s needs
+the engine compiled (or vectorized random draws, which change every generated workload).
+With --trace (JSONL, already read into columns before this branch) at 40/s: 109 -> 110 MiB,
+15.6 s CPU before on a quiet machine, 18.3 s after under 4x contention (not comparable).
 """
 
 from __future__ import annotations

@@ -117,6 +117,34 @@ def test_tp2_pays_two_all_reduces_a_layer(tmp_path: Path) -> None:
     assert roof["comm_s_per_token"] == pytest.approx(64 * 4096 * 2 / 300e9)
 
 
+@pytest.mark.parametrize(
+    ("model_name", "moe_layers"),
+    # Qwen3-30B-A3B: 48 layers, decoder_sparse_step 1, no mlp_only_layers: all 48 are MoE;
+    # DeepSeek-V2-Lite: 27 layers, first_k_dense_replace 1: 26 (their config.json, fixtures)
+    [("qwen3-30b-a3b", 48), ("deepseek-v2-lite", 26)],
+)
+def test_expert_parallel_pays_a_gather_and_a_scatter_a_moe_layer(
+    model_name: str, moe_layers: int
+) -> None:
+    args = (model_name, "--gpu", "h100", "--dp", "2", "--avg-prompt-tokens", "100",
+            "--avg-output-tokens", "10", "--num-requests", "5", "--max-model-len", "4096",
+            "--json")  # fmt: skip
+    code, out, err = run(*args, "--enable-expert-parallel")
+    assert code == 0, err
+    roof = json.loads(out)["roofline"]
+    # per MoE layer an all-gather (dispatch) and a reduce-scatter (combine) over the DP group:
+    # 12 us each on NVLink, and the other rank's tokens' hidden states, 2,048 x 2 B each, at
+    # 300 GB/s: (2 - 1) x 4,096 B / 300e9 a token per collective
+    assert roof["interconnect"] == "nvlink"
+    assert roof["comm_fixed_s"] == pytest.approx(2 * moe_layers * 12e-6)
+    assert roof["comm_s_per_token"] == pytest.approx(2 * moe_layers * 2048 * 2 / 300e9)
+    # without expert parallelism, and for a dense model with it, no such term (TP 1)
+    plain = json.loads(run(*args)[1])["roofline"]
+    assert plain["comm_fixed_s"] == 0.0 and plain["comm_s_per_token"] == 0.0
+    dense = json.loads(run("llama-3.1-8b", *args[1:], "--enable-expert-parallel")[1])["roofline"]
+    assert dense["comm_fixed_s"] == 0.0 and dense["interconnect"] == ""
+
+
 # --------------------------------------------------------------------------- clients
 
 

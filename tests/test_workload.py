@@ -12,7 +12,14 @@ import pytest
 
 from planner.errors import WorkloadError
 from planner.simulate import BlockLayout, Roofline, SimConfig, simulate
-from planner.simulate.spec import Empirical, LogNormal, generate, parse_distribution, parse_spec
+from planner.simulate.spec import (
+    Distribution,
+    Empirical,
+    LogNormal,
+    generate,
+    parse_distribution,
+    parse_spec,
+)
 from planner.simulate.trace import load_workload, parse_trace, trace_lines
 from planner.simulate.workload import Request
 
@@ -250,6 +257,16 @@ def test_burst_arrivals() -> None:
 def test_lognormal_mean_parameterisation() -> None:
     xs = LogNormal(low=1, mean=1000, sigma=0.8).sample(random.Random(0), 20000)
     assert statistics.mean(xs) == pytest.approx(1000, rel=0.03)
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.3, 1.0, 2.5])
+def test_lognormal_sample_draws_as_normalvariate_does(sigma: float) -> None:
+    # LogNormal.sample inlines random.normalvariate: the same numbers as one draw() (which
+    # calls rng.normalvariate) at a time, clipping at low and high included
+    dist = LogNormal(low=5, high=3000, mean=700, sigma=sigma)
+    drawn = Distribution.sample(dist, random.Random(7), 5000)
+    assert dist.sample(random.Random(7), 5000) == drawn
+    assert min(drawn) >= 5 and max(drawn) <= 3000
 
 
 def test_empirical_picks_bins_by_weight() -> None:

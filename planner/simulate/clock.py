@@ -52,6 +52,21 @@ from ``tests/data/vllm_serving_benchmarks.json``, ``split: fitted``):
   PCIe cards, 64 all-reduces of a 32-layer model), xGMI 15 us + bytes / 150 GB/s. Where the
   catalog does not say how a GPU's peers talk (``Gpu.interconnect`` None), SXM datacenter
   parts (H100, H200, H20, A100, B200...) count as NVLink and everything else as PCIe.
+- **expert parallelism** (``--enable-expert-parallel`` with ``--dp`` > 1): vLLM's default
+  MoE all-to-all backend, ``allgather_reducescatter`` (``AgRsAll2AllManager``,
+  ``vllm/distributed/device_communicators/all2all.py`` line 45, vllm-project/vllm@0014300),
+  all-gathers the hidden states of the DP group's tokens before every MoE layer (dispatch,
+  ``all_gatherv``) and reduce-scatters the experts' outputs after it (combine,
+  ``reduce_scatterv``). Each GPU receives, then sends, the other ``dp - 1`` ranks' tokens,
+  ``hidden_size x 2`` bytes each (BF16), taken to be as many as its own (balanced ranks): per
+  MoE layer two collectives of ``INTERCONNECTS``' latency + ``(dp - 1) x tokens x hidden x 2``
+  bytes over its bandwidth, added to ``comm_fixed_s`` / ``comm_s_per_token``. All-to-all
+  traffic does reach the link's bandwidth: DeepEP's intranode dispatch / combine move 153 /
+  158 GB/s per H800 over its ~160 GB/s NVLink (deepseek-ai/DeepEP ``docs/legacy.md``,
+  "Normal kernels with NVLink and RDMA forwarding", EP 8, 4,096 tokens of 7,168). Not
+  modelled: the top-k ids and weights gathered with the states (``k x 8`` bytes a token),
+  uneven ranks (the slowest sets the pace), DeepEP's backends, DP > 1 without expert
+  parallelism. Nothing changes at DP 1 or for a dense model.
 - **MoE expert load**: a step reads only the routed experts its tokens pick: of ``E`` experts
   with ``k`` picked per token, ``1 - (1 - k/E)^tokens`` of the expert weights (uniform routing
   assumed; real routing is skewed, so this is the most a batch reads). One decoding request
@@ -77,6 +92,7 @@ from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate
 from planner.model.specs import ModelSpec
 from planner.simulate.roofline import ModelParams, Roofline, roofline_for
+from planner.weights import is_moe_layer
 
 LAYER_FLOOR_S = 50e-6
 EAGER_LAYER_FLOOR_S = 150e-6
@@ -163,17 +179,6 @@ class StepModel(Roofline):
         k = min(self.experts_per_token, self.experts) / self.experts
         return 1.0 - (1.0 - k) ** tokens
 
-    def _weights(self, tokens: int) -> float:
-        return self.weight_bytes - self.expert_bytes + self.expert_bytes * self._touched(tokens)
-
-    def _cpu(self, tokens: int, seqs: int) -> float:
-        return (
-            self.overhead_s
-            + self.seq_overhead_s * seqs
-            + self.comm_fixed_s
-            + self.comm_s_per_token * tokens
-        )
-
     def step_s(self, tokens: int, kv_tokens: int, pairs: int, seqs: int = 0) -> float:
         """Seconds for a step of ``tokens`` new tokens of ``seqs`` sequences (0: as many as
         tokens, a decode step) reading ``kv_tokens`` of context KV and scoring ``pairs``
@@ -182,9 +187,18 @@ class StepModel(Roofline):
             return self.overhead_s
         bw = self.bandwidth_bytes_per_s * self.memory_efficiency
         fl = self.flops_per_s * self.compute_efficiency
-        memory = (self._weights(tokens) + self.kv_bytes_per_token * kv_tokens) / bw
+        # the weights this step reads (routed experts: the share its tokens pick)
+        eb = self.expert_bytes
+        weights = self.weight_bytes - eb + eb * (self._touched(tokens) if self.experts else 0.0)
+        memory = (weights + self.kv_bytes_per_token * kv_tokens) / bw
         compute = (self.flops_per_token * tokens + self.attention_flops * pairs) / fl
-        return self._cpu(tokens, seqs or tokens) + max(memory, compute) + self.layer_floor_s
+        cpu = (
+            self.overhead_s
+            + self.seq_overhead_s * (seqs or tokens)
+            + self.comm_fixed_s
+            + self.comm_s_per_token * tokens
+        )
+        return cpu + (memory if memory >= compute else compute) + self.layer_floor_s
 
     def decode_s(self, n: int, kv_tokens: int, steps: int) -> float:
         """Seconds for ``steps`` decode steps of ``n`` requests whose contexts (``kv_tokens`` in
@@ -194,18 +208,23 @@ class StepModel(Roofline):
             return steps * self.overhead_s if steps > 0 else 0.0
         bw = self.bandwidth_bytes_per_s * self.memory_efficiency
         fl = self.flops_per_s * self.compute_efficiency
-        lines = (
-            (
-                (self._weights(n) + self.kv_bytes_per_token * kv_tokens) / bw,
-                self.kv_bytes_per_token * n / bw,
-            ),
-            (
-                (self.flops_per_token * n + self.attention_flops * kv_tokens) / fl,
-                self.attention_flops * n / fl,
-            ),
+        kv = self.kv_bytes_per_token
+        att = self.attention_flops
+        eb = self.expert_bytes
+        weights = self.weight_bytes - eb + eb * (self._touched(n) if self.experts else 0.0)
+        fixed = (
+            self.overhead_s
+            + self.seq_overhead_s * n
+            + self.comm_fixed_s
+            + self.comm_s_per_token * n
+        ) + self.layer_floor_s
+        return steps * fixed + sum_max_two_lines(
+            (weights + kv * kv_tokens) / bw,
+            kv * n / bw,
+            (self.flops_per_token * n + att * kv_tokens) / fl,
+            att * n / fl,
+            steps,
         )
-        fixed = self._cpu(n, n) + self.layer_floor_s
-        return steps * fixed + sum_max_lines(lines, steps)
 
     def terms(self) -> dict[str, float]:
         """The terms by name, for the report."""
@@ -242,6 +261,29 @@ def sum_max_lines(lines: tuple[tuple[float, float], ...], steps: int) -> float:
         a, b = max(lines, key=lambda line: line[0] + line[1] * mid)
         total += (k1 - k0) * a + b * (k1 * (k1 - 1) - k0 * (k0 - 1)) / 2
     return total
+
+
+def sum_max_two_lines(a0: float, b0: float, a1: float, b1: float, steps: int) -> float:
+    """:func:`sum_max_lines` of the two lines ``a0 + b0*k`` and ``a1 + b1*k``, the same
+    float operations in the same order (so the same result to the last bit), without building
+    the tuples, the set of cuts and the ``max`` over lines: a decode stretch's memory and
+    compute lines, summed once per stretch (``StepModel.decode_s``)."""
+    cut = 0
+    if b0 != b1:
+        x = (a1 - a0) / (b0 - b1)
+        if 0 < x < steps:
+            cut = math.ceil(x)
+    if cut == 0 or cut == steps:  # one line on top across [0, steps)
+        mid = (steps - 1) / 2
+        if a1 + b1 * mid > a0 + b0 * mid:
+            a0, b0 = a1, b1
+        return 0.0 + (steps * a0 + b0 * (steps * (steps - 1)) / 2)
+    mid = (cut - 1) / 2
+    a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
+    total = 0.0 + (cut * a + b * (cut * (cut - 1)) / 2)
+    mid = (cut + steps - 1) / 2
+    a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
+    return total + ((steps - cut) * a + b * (steps * (steps - 1) - cut * (cut - 1)) / 2)
 
 
 def interconnect_of(gpu: Gpu) -> str:
@@ -300,6 +342,13 @@ def _moe(spec: ModelSpec) -> tuple[int, int]:
     return 0, 0
 
 
+def moe_layers(spec: ModelSpec) -> int:
+    """Decoder layers with routed experts (``planner.weights.is_moe_layer``: DeepSeek's first
+    dense layers, Qwen's ``mlp_only_layers`` and sparse steps, Llama 4's interleaving)."""
+    c = spec.config or {}
+    return sum(is_moe_layer(c, spec.model_type, i, spec.name) for i in range(spec.num_layers))
+
+
 def step_model_for(
     spec: ModelSpec,
     est: KVEstimate,
@@ -311,20 +360,29 @@ def step_model_for(
     enforce_eager: bool = False,
     profile: dict[str, float] | None = None,
     source: str = "defaults",
+    data_parallel_size: int = 1,
+    expert_parallel: bool = False,
 ) -> StepModel:
     """The step-time model of ``spec`` on one ``gpu`` rank at ``est``'s TP size, with the
-    default terms (module docstring) or those of a fitted ``profile``."""
+    default terms (module docstring) or those of a fitted ``profile``; with
+    ``expert_parallel`` and ``data_parallel_size`` > 1, the MoE layers' dispatch and combine
+    across the DP group too."""
     base = roofline_for(spec, est, gpu, params)
     tp = est.tensor_parallel_size
     layers = spec.num_layers
-    link = interconnect_of(gpu) if tp > 1 else ""
+    experts, top_k = _moe(spec)
+    dp = data_parallel_size if expert_parallel and experts else 1
+    link = interconnect_of(gpu) if tp > 1 or dp > 1 else ""
+    latency, bandwidth = INTERCONNECTS.get(link, INTERCONNECTS["pcie"])
     comm_fixed = comm_token = 0.0
     if tp > 1:
-        latency, bandwidth = INTERCONNECTS.get(link, INTERCONNECTS["pcie"])
         reduces = 2 * layers
         comm_fixed = reduces * latency
         comm_token = reduces * 2 * (tp - 1) / tp * spec.hidden_size * 2 / bandwidth
-    experts, top_k = _moe(spec)
+    if dp > 1:  # expert parallelism: an all-gather and a reduce-scatter per MoE layer
+        collectives = 2 * moe_layers(spec)
+        comm_fixed += collectives * latency
+        comm_token += collectives * (dp - 1) * spec.hidden_size * 2 / bandwidth
     expert_bytes = 0
     if experts and params.total > params.active:
         # total = dense + E e, active = dense + k e: the routed experts are E e parameters

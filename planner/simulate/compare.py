@@ -460,6 +460,8 @@ def simulate_model(
                 enforce_eager=serve.enforce_eager,
                 profile=profile,
                 source=profile_source or "defaults",
+                data_parallel_size=serve.dp,
+                expert_parallel=serve.enable_expert_parallel,
             )
             config = SimConfig(
                 num_gpu_blocks=blocks,

@@ -707,6 +707,9 @@ class SimEngine:
         self.done_times: array[float] = array("d")
         self.blocked_need = 0
         self.blocked_at = 0.0
+        # or, scheduling asynchronously, the zombie's registration and its release
+        # (_TierEngine's and a closed loop's are not)
+        self.zombie_finish = self.asyn and not self.closed
         if self.closed:
             self.plain_finish = False
 
@@ -1056,6 +1059,7 @@ class SimEngine:
         B, half, part = self.B, self.frag_half, self.frag_part
         # a finish without a shared prefix, scheduling synchronously: _finish inlined below
         plain_finish, plain, fg = self.plain_finish, self.plain, self.fg
+        zombie_finish, heappush = self.zombie_finish, heapq.heappush
         caching, prepend, fq = self.caching, self.prepend, self.queue
         finish_steps, step, now = self.finish_steps, self.step, self.now
         ttft, e2e, tpot = self.ttft, self.e2e, self.tpot
@@ -1069,7 +1073,10 @@ class SimEngine:
             assert e >> 42 == last
             if kind == 2:
                 del zombies[seq]
-                self._release(r, r.computed, preempted=False)
+                if r.chain is None and zombie_finish:  # _release's common case
+                    self._release_plain(r.computed)
+                else:
+                    self._release(r, r.computed, preempted=False)
             elif kind == 0:  # _drop_decoder and its _frag_range, inlined: 1 call a request
                 res, w = r.res, r.weight
                 self.cw[res] -= w
@@ -1116,6 +1123,19 @@ class SimEngine:
                     e2e.append(now - arrival + late)
                     if output > 1:
                         tpot.append((now - first) / (output - 1))
+                elif zombie_finish:  # _finish with async scheduling, inlined
+                    del running[seq]
+                    r.computed = length
+                    zombies[seq] = r
+                    heappush(ev, step << 42 | seq << 2 | 2)
+                    finish_steps[r.index] = step - 1
+                    output, first, arrival, late = r.output, r.first_token, r.arrival, r.late
+                    self.prompt_done += r.prompt
+                    self.output_done += output
+                    ttft.append(first - arrival + late)
+                    e2e.append(now - arrival + late)
+                    if output > 1:
+                        tpot.append((now - first) / (output - 1))
                 else:
                     self._finish(r, length)
             else:
@@ -1152,23 +1172,41 @@ class SimEngine:
 
     def _stretch(self) -> bool:
         """Run decode-only steps up to the next event in one go; False if the very next step
-        runs out of blocks (the caller then runs it as a single step, with preemption)."""
+        runs out of blocks (the caller then runs it as a single step, with preemption).
+
+        The hot path of a lightly loaded replay, once per event: :meth:`_blocks_needed`,
+        :meth:`_take`, :meth:`_itl` and :meth:`_record` are inlined here, and the stretch's
+        duration is the one :meth:`_steps_until` already computed when it is for these steps
+        (the same call, so the same float)."""
         ev = self.events
         running, zombies = self.running, self.zombies
+        heappop = heapq.heappop
         while ev:  # drop stale events
             e = ev[0]
-            seq = (e >> 2) & SEQ_MASK
-            if seq in (zombies if e & 3 == 2 else running):
+            if ((e >> 2) & SEQ_MASK) in (zombies if e & 3 == 2 else running):
                 break
-            heapq.heappop(ev)
+            heappop(ev)
         s = self.step
         k = (ev[0] >> 42) - s + 1
         n = self.dec_n
+        kv = self.dec_sum + n
+        dt = -1.0  # not computed yet
         if not self.waiting and self.next_arrival < math.inf:
-            k = min(k, self._steps_until(self.next_arrival - self.now, n, k))
+            until, dt = self._steps_until(self.next_arrival - self.now, n, k)
+            if until < k:
+                k = until
+            elif until > k:
+                dt = -1.0
         need = 0
-        if self.cw_total:
-            need = self._blocks_needed(s, k)
+        B, cw, cw_total = self.B, self.cw, self.cw_total
+        if cw_total:
+            # _blocks_needed(s, k), inlined
+            q, rem = divmod(k, B)
+            start = s % B
+            if start + rem <= B:
+                need = q * cw_total + sum(cw[start : start + rem])
+            else:
+                need = q * cw_total + sum(cw[start:]) + sum(cw[: start + rem - B])
             free = self.free
             if self.waiting and need:
                 # never evict blocks the blocked head of the queue would hit: the step that
@@ -1179,15 +1217,54 @@ class SimEngine:
                 if k == 0:
                     return False
                 need = self._blocks_needed(s, k)
-        used_first = self.capacity - self.free + self.cw[s % self.B]
-        self._take(need)
-        dt = self.roof.decode_s(n, self.dec_sum + n, k)
-        if dt > 0:
-            self._itl(dt / k, n * k)
-        self.now += dt
+                dt = -1.0
+        cap = self.capacity
+        used_first = cap - self.free + cw[s % B]
+        if need:  # _take(need), the head of the queue inlined
+            self.free -= need
+            self.allocated += need
+            if self.caching:
+                seg = self.queue[0]
+                if seg[1] is None and seg[0] > need:
+                    seg[0] -= need
+                else:
+                    self._evict(need)
+        if dt < 0:
+            dt = self.roof.decode_s(n, kv, k)
+        if dt > 0:  # _itl(dt / k, n * k), inlined
+            per = dt / k
+            tokens = n * k
+            b = math.floor(math.log(per) * ITL_BINS_PER_E)
+            cell = self.itl_hist.get(b)
+            if cell is None:
+                self.itl_hist[b] = [tokens, per * tokens]
+            else:
+                cell[0] += tokens
+                cell[1] += per * tokens
+            self.itl_sum += per * tokens
+        self.now = now = self.now + dt
         self.step = s + k
         self.dec_sum += n * k
-        self._record(dt, used_first, self.capacity - self.free, k)
+        # _record(dt, used_first, used_last, k), inlined
+        used_last = cap - self.free
+        if used_last > self.peak:
+            self.peak = used_last
+        lo = used_first * USAGE_BINS // cap
+        hi = used_last * USAGE_BINS // cap
+        ut = self.usage_time
+        if lo == hi:
+            ut[lo] += dt
+        else:
+            share = dt / (hi - lo + 1)
+            for u in range(lo, hi + 1):
+                ut[u] += share
+        conc = len(running)
+        self.conc_time += conc * dt
+        if conc > self.max_conc:
+            self.max_conc = conc
+        self.tl_time.append(now)
+        self.tl_used.append(used_last)
+        self.alloc_slots += self.chain_tb * B * k
         if ev[0] >> 42 < s + k:
             self._process_events(s + k - 1)
         return True
@@ -1207,8 +1284,9 @@ class SimEngine:
                 return limit
         return min(room, limit)
 
-    def _steps_until(self, seconds: float, n: int, limit: int) -> int:
-        """Decode steps until the first one that starts at least ``seconds`` from now (>= 1).
+    def _steps_until(self, seconds: float, n: int, limit: int) -> tuple[int, float]:
+        """Decode steps until the first one that starts at least ``seconds`` from now (>= 1),
+        and how long that many steps take (``decode_s``; -1.0 where it was not computed).
 
         Step times only grow within a stretch, so with g(k) the k-th step's time the answer
         lies in [seconds / g(hi - 1), hi], hi = ceil(seconds / g(0)): a narrow bracket to
@@ -1218,25 +1296,29 @@ class SimEngine:
         first = roof.step_s(n, kv, kv)
         hi = math.ceil(seconds / first) if first > 0 else limit
         if hi >= limit:
-            return (
-                limit
-                if roof.decode_s(n, kv, limit) < seconds or limit == 1
-                else (self._bisect(seconds, n, kv, 1, limit))
-            )
+            at_limit = roof.decode_s(n, kv, limit)
+            if at_limit < seconds or limit == 1:
+                return limit, at_limit
+            return self._bisect(seconds, n, kv, 1, limit, at_limit)
         hi = max(1, hi)
         last = roof.step_s(n, kv + n * (hi - 1), kv + n * (hi - 1))
         lo = max(1, min(hi, int(seconds / last)))
-        return self._bisect(seconds, n, kv, lo, hi)
+        return self._bisect(seconds, n, kv, lo, hi, -1.0)
 
-    def _bisect(self, seconds: float, n: int, kv: int, lo: int, hi: int) -> int:
-        """Smallest k in [lo, hi] whose k decode steps take at least ``seconds``; hi must."""
+    def _bisect(
+        self, seconds: float, n: int, kv: int, lo: int, hi: int, at_hi: float
+    ) -> tuple[int, float]:
+        """Smallest k in [lo, hi] whose k decode steps take at least ``seconds`` (hi must),
+        and their time if it was computed (``at_hi``: hi's, -1.0 if not known)."""
+        decode_s = self.roof.decode_s
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.roof.decode_s(n, kv, mid) >= seconds:
-                hi = mid
+            t = decode_s(n, kv, mid)
+            if t >= seconds:
+                hi, at_hi = mid, t
             else:
                 lo = mid + 1
-        return lo
+        return lo, at_hi
 
     def _admissible(self) -> bool:
         """Could this step admit the head of the queue (or does it run out of blocks)?"""
@@ -1291,10 +1373,24 @@ class SimEngine:
         prefill's next chunk, then admissions; statistics; then what the step completed.
         The hot path of a replay: pool and decoder updates are inlined here (the methods they
         stand for: :meth:`_take`, :meth:`_record`, :meth:`_prefilled`, :meth:`_add_decoder`)."""
+        s = self.step
+        if not self.running and not self.waiting:
+            # only finished requests' releases are due (async scheduling): a step that
+            # schedules nothing and takes no time; what the full path records for it
+            self.step = s + 1
+            used = self.capacity - self.free
+            if used > self.peak:
+                self.peak = used
+            self.tl_time.append(self.now)
+            self.tl_used.append(used)
+            self.alloc_slots += self.chain_tb * self.B
+            ev = self.events
+            if ev and ev[0] >> 42 <= s:
+                self._process_events(s)
+            return
         B, blocks, fg, take = self.B, self.blocks, self.fg, self._take
         slot_blocks = self.slot_blocks
         caching, q, evict = self.caching, self.queue, self._evict
-        s = self.step
         need = self.cw[s % B]
         preempted = False
         if need:
@@ -1731,6 +1827,7 @@ class _TierEngine(SimEngine):
         self.cpu_own: dict[int, PrefixChain] = {}  # a preempted request's own blocks there
         self.cpu_pending = 0  # token blocks of the last _hits found in the tier
         self.plain_finish = False  # its _finish writes through
+        self.zombie_finish = False  # and its _release
 
     def _cpu_evict(self, k: int) -> None:
         q = self.cpu_q
@@ -1856,20 +1953,28 @@ def usage_quantile(usage_time: Sequence[float], q: float) -> float:
 def _downsample(
     times: Sequence[float], useds: Sequence[int], capacity: int
 ) -> list[tuple[float, float]]:
-    """At most TIMELINE_POINTS (time, usage fraction) points, keeping each bucket's peak."""
+    """At most TIMELINE_POINTS (time, usage fraction) points, keeping each bucket's peak.
+
+    ``times`` never fall (the clock only moves forward), so a bucket's points are one run of
+    them: its end is found by bisection and its peak by ``max`` over the run, not a Python
+    step per point (a million-request replay records millions). ``max(used) / capacity`` is
+    the largest ``used / capacity`` (dividing by a positive number keeps the order)."""
     if not times:
         return []
     end = times[-1] or 1.0
-    buckets: dict[int, float] = {}
-    last = len(times) - 1  # every point but the last (no slice: that would copy the columns)
-    for t, used in zip(itertools.islice(times, last), itertools.islice(useds, last), strict=True):
-        b = min(TIMELINE_POINTS - 1, int(t / end * TIMELINE_POINTS))
-        u = used / capacity
-        if u > buckets.get(b, -1.0):
-            buckets[b] = u
-    out = [
-        (round((b + 1) * end / TIMELINE_POINTS, 6), round(u, 6)) for b, u in sorted(buckets.items())
-    ]
+
+    def bucket(t: float) -> int:
+        return min(TIMELINE_POINTS - 1, int(t / end * TIMELINE_POINTS))
+
+    out = []
+    last = len(times) - 1  # every point but the last
+    i = 0
+    while i < last:
+        b = bucket(times[i])
+        j = bisect_right(times, b, i, last, key=bucket)
+        u = max(useds[i:j]) / capacity
+        out.append((round((b + 1) * end / TIMELINE_POINTS, 6), round(u, 6)))
+        i = j
     return out + [(round(end, 6), round(useds[-1] / capacity, 6))]  # the pool at the end
 
 

@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import random
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from planner.errors import UsageError, WorkloadError
-from planner.simulate.workload import MAX_ARRIVAL_S, MAX_REQUESTS, MAX_TOKENS, Request, Workload
+from planner.simulate.workload import (
+    MAX_ARRIVAL_S,
+    MAX_REQUESTS,
+    MAX_TOKENS,
+    RequestList,
+    Workload,
+)
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 
@@ -86,13 +94,23 @@ class LogNormal(Distribution):
 
     def sample(self, rng: random.Random, n: int) -> list[int]:
         """:meth:`Distribution.sample` with :meth:`draw` inlined: the same numbers, without a
-        method call and the parameters' arithmetic per draw (specs are mostly lognormal)."""
+        method call and the parameters' arithmetic per draw (specs are mostly lognormal).
+        ``rng.normalvariate`` is inlined too: CPython's Kinderman-Monahan ratio of uniforms
+        (``Lib/random.py``, the same from 3.10 to 3.13), the same operations on the same
+        ``rng.random()`` draws (tests/test_workload.py checks it against ``draw``)."""
         low, high = self.low, self.high if self.high is not None else MAX_TOKENS
         mu, sigma = math.log(self.mean) - self.sigma * self.sigma / 2, self.sigma
-        normal, exp, isnan = rng.normalvariate, math.exp, math.isnan
+        uniform, exp, log, isnan = rng.random, math.exp, math.log, math.isnan
+        magic = 4 * math.exp(-0.5) / math.sqrt(2.0)  # random.NV_MAGICCONST, as random.py has it
         out = []
         for _ in range(n):
-            x = exp(min(normal(mu, sigma), 709.0))
+            while True:
+                u1 = uniform()
+                u2 = 1.0 - uniform()
+                z = magic * (u1 - 0.5) / u2
+                if z * z / 4.0 <= -log(u2):
+                    break
+            x = exp(min(mu + z * sigma, 709.0))
             out.append(low if isnan(x) else round(min(max(x, low), high)))
         return out
 
@@ -418,23 +436,25 @@ def generate(
             f"{spec.source}: arrivals reach {arrivals[-1]:g} s, past the {MAX_ARRIVAL_S:g} s "
             "kvplan simulates; raise rate_per_s or lower interval_s"
         )
-    groups: list[PrefixGroup | None] = [None] * n
+    # columns (a RequestList, ~28 bytes a request), not a tuple of Request (~200 bytes)
+    prompts = array("q", own)
+    prefix = None
     if spec.prefixes:
         rng = stream("prefixes")
         cumulative = _cumsum(p.fraction for p in spec.prefixes)
+        prefix = array("q", [-1]) * n
         for i in range(n):
             x = rng.random()
             if x < cumulative[-1]:
-                groups[i] = spec.prefixes[_pick(x, cumulative)]
-    requests = tuple(
-        Request(
-            prompt_tokens=own[i] + (g.tokens if g else 0),
-            output_tokens=outputs[i],
-            arrival_s=arrivals[i],
-            prefix_id=g.id if g else None,
-            prefix_tokens=g.tokens if g else 0,
-        )
-        for i, g in enumerate(groups)
+                g = prefix[i] = _pick(x, cumulative)
+                prompts[i] += spec.prefixes[g].tokens
+    requests = RequestList(
+        prompts,
+        array("q", outputs),
+        array("d", arrivals),
+        prefix,
+        [p.id for p in spec.prefixes],
+        [p.tokens for p in spec.prefixes],
     )
     return Workload(
         name=spec.name,
@@ -554,14 +574,16 @@ def bench_workload(
         max_concurrency=max_concurrency,
     )
     w = generate(spec)
-    if any(r.prompt_tokens + r.output_tokens > limit for r in w.requests):
+    reqs = w.requests
+    assert isinstance(reqs, RequestList)
+    if max(map(operator.add, reqs.prompt, reqs.output)) > limit:
+        # outputs cut so that prompt + output fit max_model_len
+        pairs = zip(reqs.prompt, reqs.output, strict=True)
+        out = array("q", (o if p + o <= limit else max(1, limit - p) for p, o in pairs))
         w = replace(
             w,
-            requests=tuple(
-                r
-                if r.prompt_tokens + r.output_tokens <= limit
-                else replace(r, output_tokens=max(1, limit - r.prompt_tokens))
-                for r in w.requests
+            requests=RequestList(
+                reqs.prompt, out, reqs.arrival, reqs.prefix, reqs.prefix_ids, reqs.prefix_tokens
             ),
         )
     return w

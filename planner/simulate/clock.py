@@ -87,6 +87,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from planner import files
 from planner.errors import InputFileError
 from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate
@@ -446,8 +447,6 @@ MAX_PROFILE_BYTES = 1 << 16
 
 def load_profile(path: str | Path) -> Profile:
     """The profile saved in ``path`` (one line naming what is wrong otherwise)."""
-    from planner import files
-
     text = files.read_text_file(Path(path), limit=MAX_PROFILE_BYTES, what="step-time profile")
     try:
         data = json.loads(text)

@@ -3,7 +3,7 @@ and exit code it must end in (exit 1: the input's content; 2: a flag or a file t
 3 is `verify`'s failed gate and never a bad input). Whatever the input, the output is one
 `Error:` line on stderr, nothing on stdout and no traceback.
 
-Rows marked `# was:` crashed, hung or ran out of memory before the hardening (issue 7); the note
+Rows marked `# was:` crashed, hung or ran out of memory before the hardening; the note
 says how.
 """
 

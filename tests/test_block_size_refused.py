@@ -1,4 +1,4 @@
-"""Issue 22: ``simulate --block-size 8,16,32`` never stars a block size vLLM's attention
+"""``simulate --block-size 8,16,32`` never stars a block size vLLM's attention
 backends refuse. Each backend declares its kernel block sizes and accepts a multiple of one
 (vLLM 0.33.0 ``vllm/v1/attention/backend.py:122-137`` ``supports_block_size``); the smallest
 any GPU backend declares is 16 (``backends/flash_attn.py:357-367`` and ``triton_attn.py:

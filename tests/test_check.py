@@ -471,6 +471,7 @@ def test_anchor_bomb_is_refused_before_expanding(tmp_path: Path) -> None:
     assert "refused: more than 1,000,000 YAML nodes once aliases are expanded" in result.stderr
 
 
+@pytest.mark.slow  # ~15 s of YAML parsing
 def test_deeply_nested_yaml_is_refused_not_a_crash(tmp_path: Path) -> None:
     path = write(tmp_path, "deployments: " + "[" * 200_000 + "]" * 200_000 + "\n")
     result = runner.invoke(app, ["check", str(path)])

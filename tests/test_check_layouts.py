@@ -1,4 +1,4 @@
-"""Issue 22: every ``kvplan check`` entry gets the layout rules ``kvplan estimate`` applies
+"""Every ``kvplan check`` entry gets the layout rules ``kvplan estimate`` applies
 (:func:`planner.recommend.physical_refusal`): a TP wider than the GPU's node, heads or layers
 that do not split, DCP and EP rules, a ``kv_cache_memory`` pool above the GPU. Such an entry
 is *won't start* with the reason and the change that starts, in every format. Expected values

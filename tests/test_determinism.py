@@ -85,6 +85,7 @@ def run_in_subprocess(hash_seed: str, tmp_path: Path) -> dict[str, list[object]]
     return dict(json.loads(done.stdout))
 
 
+@pytest.mark.slow  # subprocesses under three hash seeds
 def test_json_is_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
     first = run_in_subprocess("0", tmp_path)
     second = run_in_subprocess("12345", tmp_path)

@@ -1,4 +1,4 @@
-"""kvplan diagnose on data-parallel vLLM logs (issue 15, item 4): each DP engine prints its
+"""kvplan diagnose on data-parallel vLLM logs: each DP engine prints its
 startup figures under its own prefix, ``(EngineCore_DP1 pid=...)``; they are grouped by rank,
 reported per rank and summed for the cluster. Also the speculative-decoding lines (the
 ``--speculative-config`` the log states, the "SpecDecoding metrics" stat lines).

@@ -1,4 +1,4 @@
-"""Issue 22: diagnose tells crashes from starts, reads odd logged args without a traceback,
+"""Diagnose tells crashes from starts, reads odd logged args without a traceback,
 and gives advice that helps. The logs are the H100 fixture (a real vLLM 0.11.0 start-up) cut
 where a crash would cut it, followed by the error vLLM prints there (cited source lines of
 vLLM 0.11.0); runtime stat lines keep vLLM's ``loggers.py`` wording."""

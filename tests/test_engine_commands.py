@@ -1,5 +1,5 @@
 """Every command ``kvplan estimate`` prints parses under its engine's own option table and means
-the plan (issue 11, item 5).
+the plan.
 
 The tables in ``tests/data/engine_options/`` were read from vLLM 0.33, SGLang 0.5.23 and
 trtllm-serve sources (each names its files). Expected values are arithmetic shown here, the

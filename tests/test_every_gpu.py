@@ -1,4 +1,4 @@
-"""Every command over every catalog GPU: no traceback, a verdict each (issue 28).
+"""Every command over every catalog GPU: no traceback, a verdict each.
 
 ``kvplan estimate llama-3.1-8b --gpu mi300x`` once ended in a traceback while ``simulate`` on the
 same GPU worked, because nothing ran every command over every entry. Here each catalog GPU goes

@@ -1,6 +1,7 @@
 """Fuzzed configs: every mutation of a real config ends in a result or a KvplanError.
 
-The default run uses a few hundred examples; `pytest -m slow` runs 10,000.
+The inner loop (`-m "not slow"`) uses 150 examples; the long run (`slow`, which the default
+run keeps) takes KVPLAN_FUZZ_EXAMPLES, 1,000 unless set.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 import planner
 from tests.conftest import all_fixture_folders, fixture_config
-from tests.fuzz_helpers import mutate_mapping
+from tests.fuzz_helpers import LONG_EXAMPLES, mutate_mapping
 
 CONFIGS = {f: json.loads(fixture_config(f).read_text()) for f in all_fixture_folders()}
 KEYS = sorted({k for c in CONFIGS.values() for k in (c.get("text_config") or c)})
@@ -52,9 +53,9 @@ def test_mutated_configs_never_crash(raw: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=LONG_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())
-def test_mutated_configs_never_crash_10k(raw: dict[str, Any]) -> None:
+def test_mutated_configs_never_crash_long(raw: dict[str, Any]) -> None:
     check(raw)
 
 

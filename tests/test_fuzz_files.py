@@ -1,4 +1,4 @@
-"""Fuzzed file kinds (issue 26): whatever kind of file sits where kvplan reads one by itself (a
+"""Fuzzed file kinds: whatever kind of file sits where kvplan reads one by itself (a
 model folder's config.json and model.safetensors, an adapter folder's adapter_config.json, the
 token file) or where the user names one, every reader ends, at once, in a result or one
 KvplanError: a FIFO without a writer never hangs it, /dev/zero never feeds it forever, and a
@@ -175,6 +175,7 @@ def test_fuzzed_file_kinds_never_hang_or_crash(case: tuple[str, str, bytes, bool
     check(case)
 
 
+@pytest.mark.slow  # ~20 s of FIFOs and timeouts
 @DEFAULT
 @given(kind=st.sampled_from(KINDS), garbage=st.binary(max_size=64))
 def test_fuzzed_token_files_never_hang(kind: str, garbage: bytes) -> None:
@@ -184,5 +185,5 @@ def test_fuzzed_token_files_never_hang(kind: str, garbage: bytes) -> None:
 @pytest.mark.slow
 @SLOW
 @given(case=CASES)
-def test_fuzzed_file_kinds_never_hang_or_crash_10k(case: tuple[str, str, bytes, bool]) -> None:
+def test_fuzzed_file_kinds_never_hang_or_crash_long(case: tuple[str, str, bytes, bool]) -> None:
     check(case)

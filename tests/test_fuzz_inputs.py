@@ -5,8 +5,9 @@ Entry points: config files (with safetensors headers) through `kvplan estimate`,
 through `kvplan check`, workloads (JSONL traces and YAML specs) through `kvplan simulate`, vLLM
 boot logs through `kvplan diagnose`, size strings, saved plan files (`kvplan verify --plan`),
 and argument lists for every command but `verify` (it allocates; the catalogue in
-test_bad_inputs.py covers its fast failures). The default run uses DEFAULT's examples per
-entry point (CHEAP's for sizes and saved plans); `pytest -m slow` runs SLOW's 10,000 each.
+test_bad_inputs.py covers its fast failures). The inner loop (`-m "not slow"`) uses DEFAULT's
+examples per entry point (CHEAP's for sizes and saved plans); the long ones (`slow`, which
+the default run keeps) SLOW's, KVPLAN_FUZZ_EXAMPLES each (1,000 unless set).
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def test_config_files_through_estimate(case: tuple[str, bytes | None, list[str]]
 @pytest.mark.slow
 @SLOW
 @given(config_case())
-def test_config_files_through_estimate_10k(case: tuple[str, bytes | None, list[str]]) -> None:
+def test_config_files_through_estimate_long(case: tuple[str, bytes | None, list[str]]) -> None:
     check_config_case(case)
 
 
@@ -200,7 +201,7 @@ def test_plans_files_through_check(case: tuple[str, list[str]]) -> None:
 @pytest.mark.slow
 @SLOW
 @given(plans_case())
-def test_plans_files_through_check_10k(case: tuple[str, list[str]]) -> None:
+def test_plans_files_through_check_long(case: tuple[str, list[str]]) -> None:
     check_plans_case(case)
 
 
@@ -300,7 +301,7 @@ def test_workloads_through_simulate(case: tuple[str, str, list[str]]) -> None:
 @pytest.mark.slow
 @SLOW
 @given(workload_case())
-def test_workloads_through_simulate_10k(case: tuple[str, str, list[str]]) -> None:
+def test_workloads_through_simulate_long(case: tuple[str, str, list[str]]) -> None:
     check_workload_case(case)
 
 
@@ -372,7 +373,7 @@ def test_boot_logs_through_diagnose(case: tuple[str, list[str]]) -> None:
 @pytest.mark.slow
 @SLOW
 @given(log_case())
-def test_boot_logs_through_diagnose_10k(case: tuple[str, list[str]]) -> None:
+def test_boot_logs_through_diagnose_long(case: tuple[str, list[str]]) -> None:
     check_log_case(case)
 
 
@@ -411,7 +412,7 @@ def test_size_strings(text: str) -> None:
 @pytest.mark.slow
 @SLOW
 @given(SIZE_TEXT)
-def test_size_strings_10k(text: str) -> None:
+def test_size_strings_long(text: str) -> None:
     check_size(text)
 
 
@@ -460,7 +461,7 @@ def test_saved_plan_files(text: str) -> None:
 @pytest.mark.slow
 @SLOW
 @given(plan_file_text())
-def test_saved_plan_files_10k(text: str) -> None:
+def test_saved_plan_files_long(text: str) -> None:
     check_plan_file(text)
 
 
@@ -594,5 +595,5 @@ def test_argument_lists(args: list[str]) -> None:
 @pytest.mark.slow
 @SLOW
 @given(argv())
-def test_argument_lists_10k(args: list[str]) -> None:
+def test_argument_lists_long(args: list[str]) -> None:
     check_argv(args)

@@ -1,4 +1,4 @@
-"""Fuzzed output paths (issue 26): whatever mix of kinds the paths of ``-o``, ``--save-trace``
+"""Fuzzed output paths: whatever mix of kinds the paths of ``-o``, ``--save-trace``
 and ``--plot`` name, :func:`planner.files.check_outputs` and
 :func:`planner.files.write_all_atomic` either refuse them all, leaving every file as it was,
 or write each target whole: never a FIFO, a directory, an input of the run or one output over
@@ -140,5 +140,5 @@ def test_fuzzed_output_paths_never_destroy(kinds: list[str]) -> None:
 @pytest.mark.slow
 @SLOW
 @given(CASES)
-def test_fuzzed_output_paths_never_destroy_10k(kinds: list[str]) -> None:
+def test_fuzzed_output_paths_never_destroy_long(kinds: list[str]) -> None:
     check(kinds)

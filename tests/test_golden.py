@@ -53,6 +53,7 @@ def test_golden(stem: str, argv: list[str], code: int) -> None:
     assert run_case(argv, code) == (GOLDEN / f"{stem}.json").read_text()
 
 
+@pytest.mark.slow  # the torch probes on a CPU: ~70 s alone
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 @pytest.mark.parametrize(("stem", "argv", "code"), VERIFY_CASES, ids=[c[0] for c in VERIFY_CASES])
 def test_golden_verify(stem: str, argv: list[str], code: int) -> None:

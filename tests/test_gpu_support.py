@@ -1,4 +1,4 @@
-"""Issue 22 (and 28): suggestions only for what the GPU can run. vLLM 0.33.0 has no fp8 KV
+"""Suggestions only for what the GPU can run. vLLM 0.33.0 has no fp8 KV
 cache below compute capability 8.0: Triton refuses fp8 KV below 8.9
 (``vllm/v1/attention/backends/triton_attn.py:510-523``), FlashInfer runs from 8.0
 (``flashinfer.py:696-702``), FlashAttention stores fp8 KV only on 9.x/10.x

@@ -1,4 +1,4 @@
-"""The field guide's scenarios (shared/field-guide-zh.txt, issue 11) as tests: every expected
+"""The field guide's scenarios (shared/field-guide-zh.txt) as tests: every expected
 value is the guide's arithmetic, written out here, never kvplan's output pasted.
 
 Covered elsewhere and not repeated: the four Qwen2.5-7B pairs through ``recommend.plan`` and

@@ -1,4 +1,4 @@
-"""Issue 22: every deployment is checked for physical possibility before it is planned, and
+"""Every deployment is checked for physical possibility before it is planned, and
 ``--gpus N`` alone picks a layout. Expected values come from arithmetic in the tests (GPU
 counts, head counts, byte sums) or the cited vLLM lines."""
 

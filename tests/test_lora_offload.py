@@ -1,4 +1,4 @@
-"""Issue 16, parts 2 and 3: LoRA slots, weight offload, the CPU KV tier and host RAM.
+"""LoRA slots, weight offload, the CPU KV tier and host RAM.
 
 Every expected figure is arithmetic written out here from the configs (shared/model-configs,
 copied to tests/fixtures/configs) and vLLM 0.33's ``create_lora_weights`` shapes as

@@ -1,4 +1,4 @@
-"""Issue 16, multimodal: vision towers, the encoder budget, the items profiled, the levers.
+"""Multimodal: vision towers, the encoder budget, the items profiled, the levers.
 
 Every expected figure is arithmetic written out here from the configs (shared/model-configs,
 copied to tests/fixtures/configs), the checkpoints' model.safetensors.index.json totals, or

@@ -1,4 +1,4 @@
-"""Names resolve (issue 14 item 2): chat variants of a catalog entry with a note, only where the
+"""Names resolve: chat variants of a catalog entry with a note, only where the
 KV geometry is the same; did-you-mean by family and size, for hub ids too; `kvplan models` by
 family then size with a filter. All offline: the Hub is reached only through a patched
 ``huggingface_hub.hf_hub_download``."""

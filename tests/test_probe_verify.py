@@ -20,6 +20,9 @@ from probes.probe import VerifyRequest, verify  # noqa: E402
 from tests.helpers import settings  # noqa: E402
 from tests.probe_helpers import tiny_config, tiny_spec  # noqa: E402
 
+# the torch probes allocate and bisect on the CPU: ~2 minutes in all, behind `slow`
+pytestmark = pytest.mark.slow
+
 SETTINGS = {*settings_fields(), "prefix_caching"}
 
 runner = CliRunner()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -104,6 +106,7 @@ def test_the_question_table_commands_parse() -> None:
             assert type(exc).__name__ == "Exit", (command, exc)
 
 
+@pytest.mark.slow  # re-runs every example: ~20 s
 def test_every_example_in_the_readme_and_docs_is_what_this_build_prints() -> None:
     """tools/refresh_readme.py --check: whole blocks match, curated ones still print their
     shown lines in order (kvplan verify examples: with --slow only)."""

@@ -66,6 +66,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.slow  # every command in a subprocess
 def test_no_command_imports_a_repos_code(tmp_path: Path) -> None:
     marker = tmp_path / "PWNED"
     model = evil_repo(tmp_path / "repo", marker)

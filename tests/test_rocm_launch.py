@@ -1,4 +1,4 @@
-"""On an AMD GPU the commands carry what ROCm needs (issue 28 item 4): a `docker run` of vLLM's
+"""On an AMD GPU the commands carry what ROCm needs: a `docker run` of vLLM's
 ROCm image with the devices and groups vLLM's ROCm docs give, and `amd.com/gpu` (AMD's device
 plugin) in every Kubernetes manifest. Sources: tests/data/rocm_launch.md."""
 

@@ -1,4 +1,4 @@
-"""Issue 22: another process on the GPU. vLLM refuses to start when the free memory it
+"""Another process on the GPU. vLLM refuses to start when the free memory it
 measures is less than ``gpu_memory_utilization x total`` (vLLM 0.11.0
 ``vllm/v1/worker/gpu_worker.py:185-195``; 0.33.0 ``vllm/v1/worker/utils.py:761-770``); kvplan
 plans with the free memory (``--gpu-free-memory``, or the free memory a log states) and names

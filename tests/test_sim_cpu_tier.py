@@ -1,4 +1,4 @@
-"""The CPU KV tier of vLLM's native KV offloading in ``kvplan simulate`` (issue 16, item 3).
+"""The CPU KV tier of vLLM's native KV offloading in ``kvplan simulate``.
 
 ``--kv-offloading-size S --kv-offloading-backend native`` adds a CPU tier that only extends
 the prefix cache (vLLM 0.33 ``OffloadingConnector``, ``v1/kv_offload/cpu``): full blocks are

@@ -1,4 +1,4 @@
-"""Data parallelism in ``kvplan simulate`` (issue 15, item 4): ranks with their own pools,
+"""Data parallelism in ``kvplan simulate``: ranks with their own pools,
 requests dispatched as vLLM 0.33's DP load balancer does (``planner.simulate.cluster``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Speculative decoding's lookahead slots in ``kvplan simulate`` (issue 15, item 4).
+"""Speculative decoding's lookahead slots in ``kvplan simulate``.
 
 vLLM reserves KV slots past the tokens a request is scheduled for, for the drafter to write
 into: ``KVCacheManager.allocate_slots(request, num_new_tokens, num_lookahead_tokens=k)`` holds

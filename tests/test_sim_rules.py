@@ -1,4 +1,4 @@
-"""vLLM's release-dependent scheduling rules in ``kvplan simulate`` (issue 13), each on a trace
+"""vLLM's release-dependent scheduling rules in ``kvplan simulate``, each on a trace
 small enough to follow by hand: block size 4, steps of 1 s, a few requests. Where a rule
 started is read in vLLM's sources (see :mod:`planner.vllm_rules`)."""
 

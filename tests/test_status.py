@@ -1,4 +1,4 @@
-"""The status line on stderr while slow work runs (issue 14, item 3): shown on a terminal,
+"""The status line on stderr while slow work runs: shown on a terminal,
 silent in pipes and under --json."""
 
 from __future__ import annotations

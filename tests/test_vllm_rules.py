@@ -1,4 +1,4 @@
-"""vLLM's budget per release and entrypoint (issue 12): the sampler warm-up as the activation
+"""vLLM's budget per release and entrypoint: the sampler warm-up as the activation
 peak, CUDA graphs from the captured sizes, the rules that moved between releases, and the
 spread of the estimated terms. Expected values are arithmetic shown here or vLLM's sources."""
 

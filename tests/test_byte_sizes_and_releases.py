@@ -1,4 +1,4 @@
-"""Issue 22's smaller untruths: bare byte sizes, releases kvplan does not model."""
+"""Byte sizes need a unit, and releases kvplan does not model are refused."""
 
 from __future__ import annotations
 

@@ -639,7 +639,7 @@ def test_many_plans_share_one_model_load(tmp_path: Path, monkeypatch: pytest.Mon
         calls.append(model)
         return real(model, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(planner.model.load, "load_model", counting)
+    monkeypatch.setattr(planner.check, "load_model", counting)  # where check's cache calls it
     rows = "".join(
         f"  - {{name: d{i}, model: {m}, gpu: {g}, max_model_len: {n}}}\n"
         for i, (m, g, n) in enumerate(

@@ -55,6 +55,7 @@ def checks() -> dict:
     }
 
 
+@pytest.mark.slow  # the module fixture builds every config's transformers cache: ~14 s
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_planner_matches_transformers_cache(folder: str, checks: dict) -> None:
     if folder not in checks:
@@ -75,6 +76,7 @@ def test_skipped_configs_are_the_remote_code_ones() -> None:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", WINDOWED)
 @pytest.mark.xfail(
     strict=True,
@@ -89,6 +91,7 @@ def test_planner_matches_storage_after_long_prefill(folder: str, checks: dict) -
     assert check.measured_storage_bytes[LONG_TOKENS] == predicted
 
 
+@pytest.mark.slow
 def test_sliding_window_storage_holds_the_whole_prompt(checks: dict) -> None:
     # Mistral-7B-v0.1 shrunk to 1 layer, window 32: 8 KV heads x 128 x 2 x 2 B = 4,096 B per
     # token. The cache keeps W - 1 = 31 tokens (126,976 B) but pins all 48 (196,608 B).

@@ -56,7 +56,7 @@ def test_a_hub_fetch_says_what_it_waits_for(
         def __exit__(self, *exc: object) -> None:
             return None
 
-    monkeypatch.setattr(status_mod, "status", Recorder)
+    monkeypatch.setattr(hub, "status", Recorder)  # where the Hub reader calls it
     config = tmp_path / "config.json"
     config.write_text("{}")
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda **kw: str(config))

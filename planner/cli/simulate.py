@@ -322,6 +322,22 @@ def simulate(
         base, draft = load_draft(base, offline=offline or None)
         variants = [v.but(speculative=base.speculative) for v in variants] if variants else variants
         dep = Deployment(model=loaded, gpu=gpu_, settings=base, draft=draft)
+        # what estimate and check refuse is never replayed: the layout rules first, then a
+        # fixed pool that with the weights does not fit the GPU (plan() refuses it)
+        from planner.plan_types import PlanOptions
+        from planner.recommend import plan
+        from planner.report import physical_refusal
+
+        # a single value of a --compare axis (--kv-cache-dtype fp8) is the deployment itself
+        single = len(variants) == 1
+        checked = (
+            Deployment(model=loaded, gpu=gpu_, settings=variants[0], draft=draft) if single else dep
+        )
+        refusal = physical_refusal(checked)
+        if refusal is not None:
+            raise refusal.error()
+        if base.kv_cache_memory_bytes is not None and gpu_ is not None:
+            plan(dep, PlanOptions(grid_lens=(), batch_sizes=()))
         limit = base.max_model_len if base.max_model_len and base.max_model_len > 0 else None
         limit = limit or loaded.spec.max_model_len
         if load is None and shorthand:

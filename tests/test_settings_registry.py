@@ -8,6 +8,7 @@ so a setting one reader ignores or reads differently fails here.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,25 @@ def test_replace_keeps_the_registry_the_whole_story() -> None:
     declared = {s.name for s in SETTINGS}
     assert {f.name for f in fields(ServeSettings)} - declared == {"auto_fit_max_model_len"}
     assert replace(DEFAULT, tp=2).tp == 2
+
+
+def test_simulate_takes_every_declared_compare_axis_as_a_comma_list() -> None:
+    """The --compare axes are generated from the declarations: each non-boolean axis is a
+    simulate option taking a comma list, and the list is replayed once per value."""
+    import typer
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+    from planner.config.fields import COMPARE_AXES
+
+    command = typer.main.get_command(app).commands["simulate"]  # type: ignore[attr-defined]
+    helps = {opt: p.help for p in command.params for opt in getattr(p, "opts", [])}
+    for axis, s in COMPARE_AXES.items():
+        if s.kind in ("bool", "eager"):
+            continue
+        assert f"A comma list compares them (as --compare {axis}=V1,V2)" in helps[s.cli]
+    args = ["simulate", "llama-3.1-8b", "--gpu", "h100", "--max-num-seqs", "8,16", "--json"]
+    args += ["--avg-prompt-tokens", "100", "--avg-output-tokens", "10", "--num-requests", "5"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.stderr
+    assert [r["max_num_seqs"] for r in json.loads(out.stdout)["runs"]] == [8, 16]

@@ -210,11 +210,21 @@ def _option_type(s: Setting) -> tuple[Any, Any]:
     return str | None, None
 
 
-def _option(s: Setting) -> Any:
+def _compares(s: Setting, command: Command) -> bool:
+    """Whether ``command`` takes a comma list of ``s``'s values and compares them: its
+    ``--compare`` axes (:data:`planner.config.fields.COMPARE_AXES`), in ``kvplan simulate``;
+    a boolean axis is compared with ``--compare KEY=on,off`` only."""
+    return command == "simulate" and s.axis is not None and s.kind not in ("bool", "eager")
+
+
+def _option(s: Setting, command: Command) -> Any:
     """``Annotated[type, typer.Option(...)]`` for one declared setting."""
     kind, _ = _option_type(s)
     flags = (f"{s.cli}/--no-{s.cli.removeprefix('--')}",) if s.negatable else s.flags
     text = s.help + (f" [default: {s.default}]" if s.default else "")
+    if _compares(s, command):
+        kind = str | None
+        text += f" A comma list compares them (as --compare {s.axis}=V1,V2)."
     return Annotated[kind, typer.Option(*flags, help=text, show_default=False)]
 
 
@@ -240,17 +250,18 @@ def serve_options(command: Command) -> Callable[[Callable[..., None]], Callable[
                 s.name,
                 inspect.Parameter.KEYWORD_ONLY,
                 default=_option_type(s)[1],
-                annotation=_option(s),
+                annotation=_option(s, command),
             )
             for s in declared
             if s.name not in taken
         ]
         names = [p.name for p in generated]
+        compared = frozenset(s.name for s in declared if _compares(s, command))
 
         @functools.wraps(func)
         def wrapper(**kwargs: Any) -> None:
             given = {name: kwargs.pop(name) for name in names}
-            func(serve=ServeArgs(given), **kwargs)
+            func(serve=ServeArgs(given, compared), **kwargs)
 
         params = own + generated
         wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
@@ -265,11 +276,23 @@ class ServeArgs:
     """The declared settings' options as a command received them (None / False: not given)."""
 
     values: Mapping[str, Any]
+    compared: frozenset[str] = frozenset()  # the settings given as comma lists to compare
+
+    def axes(self) -> dict[str, list[str]]:
+        """The compared settings' values by ``--compare`` key (``kv-cache-dtype``: ``["auto",
+        "fp8"]``; empty when not given)."""
+        return {
+            str(setting(name).axis): comma_values(self.values.get(name))
+            for name in sorted(self.compared)
+        }
 
     def given(self) -> dict[str, Any]:
-        """The options the user gave, by setting name (a list option as one comma word)."""
+        """The options the user gave, by setting name (a list option as one comma word); the
+        compared ones are :meth:`axes`'."""
         out: dict[str, Any] = {}
         for name, value in self.values.items():
+            if name in self.compared:
+                continue
             flag_off = value is False and not setting(name).negatable  # a plain flag not given
             if value is None or flag_off:
                 continue

@@ -60,36 +60,6 @@ def simulate(
             show_default=False,
         ),
     ] = None,
-    block_size: Annotated[
-        str | None,
-        typer.Option(
-            "--block-size",
-            help="Tokens per block; a list compares them: 8,16,32.",
-            show_default=False,
-        ),
-    ] = None,
-    kv_cache_dtype: Annotated[
-        str,
-        typer.Option(
-            "--kv-cache-dtype", help="auto, fp16, bf16, fp8, ...; a list compares: auto,fp8."
-        ),
-    ] = "auto",
-    max_num_seqs: Annotated[
-        str | None,
-        typer.Option(
-            "--max-num-seqs",
-            help="Concurrent sequences; a list compares: 32,64,128.",
-            show_default=False,
-        ),
-    ] = None,
-    max_num_batched_tokens: Annotated[
-        str | None,
-        typer.Option(
-            "--max-num-batched-tokens",
-            help="Tokens per step; a list compares them.",
-            show_default=False,
-        ),
-    ] = None,
     enable_prefix_caching: PrefixOpt = True,
     compare: Annotated[
         list[str] | None,
@@ -244,12 +214,7 @@ def simulate(
             [("--save-trace", save_trace), ("-o", output), ("--plot", plot)],
             inputs=[("the workload (-w)", workload), ("the step times", step_times)],
         )
-        axes: dict[str, list[str]] = {
-            "block-size": comma_values(block_size),
-            "kv-cache-dtype": comma_values(kv_cache_dtype),
-            "max-num-seqs": comma_values(max_num_seqs),
-            "max-num-batched-tokens": comma_values(max_num_batched_tokens),
-        }
+        axes = serve.axes()  # --block-size 16,32 and the like: the declared --compare axes
         for item in compare or []:
             key, sep, rest = item.partition("=")
             key = key.strip().lower().removeprefix("--").replace("_", "-")

@@ -339,23 +339,29 @@ class KvPinned(Kind):
         )
 
 
-@registered
-class KvLow(Kind):
-    names = ("kv-low",)
+class OverSamples(Kind):
+    """A kind whose sentence is the same for a log and a scrape but for what it counts over:
+    "4 stat lines" of a log, "3 scrapes" of a server's metrics."""
+
+    def sentence(self, d: dict[str, Any], over: str) -> str:
+        raise NotImplementedError
 
     def log(self, f: Finding) -> str:
-        d = f.data
-        return (
-            f"KV usage never above {d['peak_pct']:.1f} % in {d['samples']} stat lines: the cache "
-            "is larger than the load needs."
-        )
+        return self.sentence(f.data, f"{f.data['samples']} stat lines")
 
     def scrape(self, f: Finding) -> str:
-        d = f.data
-        scrapes = f"{d.get('samples', 0)} scrape{'s' if d.get('samples', 0) != 1 else ''}"
+        n = f.data.get("samples", 0)
+        return self.sentence(f.data, f"{n} scrape{'s' if n != 1 else ''}")
+
+
+@registered
+class KvLow(OverSamples):
+    names = ("kv-low",)
+
+    def sentence(self, d: dict[str, Any], over: str) -> str:
         return (
-            f"KV usage never above {d['peak_pct']:.1f} % in {scrapes}: the cache is larger "
-            "than the load needs."
+            f"KV usage never above {d['peak_pct']:.1f} % in {over}: the cache is larger than "
+            "the load needs."
         )
 
 
@@ -399,21 +405,12 @@ class DpRanksDiffer(Kind):
 
 
 @registered
-class PrefixLowHit(Kind):
+class PrefixLowHit(OverSamples):
     names = ("prefix-low-hit",)
 
-    def log(self, f: Finding) -> str:
-        d = f.data
+    def sentence(self, d: dict[str, Any], over: str) -> str:
         return (
-            f"Prefix cache hit rate {d['mean_hit_pct']:.1f} % over {d['samples']} stat lines: "
-            "requests share little; with a shared system prompt, high TTFT follows."
-        )
-
-    def scrape(self, f: Finding) -> str:
-        d = f.data
-        scrapes = f"{d.get('samples', 0)} scrape{'s' if d.get('samples', 0) != 1 else ''}"
-        return (
-            f"Prefix cache hit rate {d['mean_hit_pct']:.1f} % over {scrapes}: requests share "
+            f"Prefix cache hit rate {d['mean_hit_pct']:.1f} % over {over}: requests share "
             "little; with a shared system prompt, high TTFT follows."
         )
 

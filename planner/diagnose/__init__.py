@@ -19,7 +19,7 @@ conclusions (:class:`Finding`), and :mod:`~planner.diagnose.ranks` reads a data-
 one cluster.
 """
 
-from planner.diagnose.boot_log import PREFILTER, RULES, BootLog, parse_log
+from planner.diagnose.boot_log import PREFILTER, RULES, parse_log
 from planner.diagnose.diagnosis import (
     MAX_LOG_BYTES,
     Diagnosis,
@@ -35,6 +35,7 @@ from planner.diagnose.findings import (
     PINNED_PCT,
     Finding,
 )
+from planner.diagnose.log_figures import BootLog
 from planner.units import GIB, MIB
 
 __all__ = [

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from planner.deployment import Deployment
-from planner.diagnose.boot_log import BootLog, parse_log
+from planner.diagnose.boot_log import parse_log
 from planner.diagnose.findings import Finding, explain, troubleshoot
+from planner.diagnose.log_figures import BootLog
 from planner.diagnose.ranks import DataParallel, data_parallel, rank_findings
 from planner.diagnose.settings import COMMAND_LINE, PlanSettings, layer_settings
 from planner.diagnose.shared_gpu import what_fits, with_free_memory
@@ -97,7 +98,7 @@ class Diagnosis:
         outcome_reason: why it won't start: the log's refusal, or the plan's (vLLM's words).
         outcome_source: ``log`` (the log shows the refusal) or ``plan`` (kvplan's plan for
             the settings); None with no outcome.
-        log: everything the log states (:class:`~planner.diagnose.boot_log.BootLog`).
+        log: everything the log states (:class:`~planner.diagnose.log_figures.BootLog`).
         settings: what the plan used, each value as stated (the flag's, or the log's own
             literal): "model", the serve settings, then "gpu" and "gpu_memory_bytes".
         sources: where each of ``settings`` came from: "command line", "log line N",

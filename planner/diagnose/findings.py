@@ -10,8 +10,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from planner.deployment import SPELLINGS, as_flags, fp8_kv_caveat
-from planner.diagnose.boot_log import BootLog
 from planner.diagnose.kinds import KINDS, Source, finding_text
+from planner.diagnose.log_figures import BootLog
 from planner.diagnose.shared_gpu import held_by_others
 from planner.gpu_support import fp8_kv_refusal
 from planner.model.specs import KVDtype

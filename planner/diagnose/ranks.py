@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.diagnose.boot_log import BootLog, RankFigures
 from planner.diagnose.findings import Finding
+from planner.diagnose.log_figures import BootLog, RankFigures
 
 # Ranks whose KV pools differ by this share of the largest are a warning, not a note.
 UNEVEN_PCT = 5.0
@@ -69,7 +69,7 @@ class DataParallel:
         data_parallel_size: vLLM's ``data_parallel_size`` as the log states it, else the
             number of ranks its prefixes show.
         expert_parallel: ``enable_expert_parallel`` as the log states it (None: not stated).
-        ranks: each rank's own figures (:class:`~planner.diagnose.boot_log.RankFigures`),
+        ranks: each rank's own figures (:class:`~planner.diagnose.log_figures.RankFigures`),
             by rank; a rank that logged nothing of its budget is absent.
         cluster: the ranks together (:class:`Cluster`).
     """

@@ -2,7 +2,7 @@
 
 1. vLLM's defaults: :class:`~planner.deployment.ServeSettings`' own, with
    ``gpu_memory_utilization`` as the log's engine defaults it (V0 0.9, V1 0.92);
-2. what the boot log states (:attr:`BootLog.settings <planner.diagnose.boot_log.BootLog>`),
+2. what the boot log states (:attr:`BootLog.settings <planner.diagnose.log_figures.BootLog>`),
    read by :meth:`ServeSettings.from_mapping` in the log's spelling; a value it refuses is one
    vLLM could not have run with, and is left out with a note;
 3. the command line's flags (:func:`~planner.diagnose.diagnose_file`'s keyword arguments),
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.deployment import SPELLINGS, VLLM_DEFAULT_GMU, ServeSettings
-from planner.diagnose.boot_log import SETTING_KEYS, BootLog
+from planner.diagnose.boot_log import SETTING_KEYS
+from planner.diagnose.log_figures import BootLog
 from planner.errors import UsageError
 from planner.vllm_rules import parse_version, rules_for
 

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from planner.budget import CUDA_CONTEXT_BYTES
-from planner.diagnose.boot_log import BootLog
+from planner.diagnose.log_figures import BootLog
 from planner.diagnose.settings import PlanSettings
 from planner.plan_types import WONT_START
 from planner.units import GIB, format_gib

@@ -21,7 +21,7 @@ from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
     from planner.diagnose import Diagnosis
-    from planner.diagnose.boot_log import SpecDecodeLog
+    from planner.diagnose.log_figures import SpecDecodeLog
     from planner.diagnose.ranks import DataParallel
 
 

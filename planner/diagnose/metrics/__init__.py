@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner.deployment import as_flags, fp8_kv_caveat
-from planner.diagnose.boot_log import BootLog
 from planner.diagnose.diagnosis import Term, plan_for, verdict_of
 from planner.diagnose.findings import (
     FP8_KV,
@@ -61,6 +60,7 @@ from planner.diagnose.findings import (
     lower_gmu,
     runnable,
 )
+from planner.diagnose.log_figures import BootLog
 from planner.diagnose.metrics.names import KV_USAGE, RUNNING, V0_ONLY, WAITING
 from planner.diagnose.metrics.read import (
     NoVllmMetricsError,

@@ -49,7 +49,6 @@ from planner.units import GIB, MAX_COUNT, parse_size
 from planner.vllm_rules import (
     ENTRYPOINTS,
     RUNNERS,
-    SAMPLER_CHOICES,
     batch_defaults,
     parse_version,
     rules_for,
@@ -370,15 +369,6 @@ class ServeSettings:
             raise UsageError(
                 f"--gpu-free-memory must be positive, got {self.gpu_free_memory_bytes:,} B"
             )
-        if self.interconnect is not None and self.interconnect not in ("nvlink", "xgmi", "pcie"):
-            raise UsageError(
-                f"--interconnect must be one of nvlink, xgmi, pcie, got {self.interconnect!r}"
-            )
-
-        if self.sampler is not None and self.sampler not in SAMPLER_CHOICES:
-            raise UsageError(
-                f"--sampler must be one of {', '.join(SAMPLER_CHOICES)}, got {self.sampler!r}"
-            )
 
         if self.vllm_version is not None:
             parse_version(self.vllm_version)
@@ -396,6 +386,10 @@ class ServeSettings:
         check_offload(self)
 
         check_mode(self.mm_encoder_tp_mode)
+        for s in fields_.SETTINGS:  # every other name a declaration lists its choices for
+            value = getattr(self, s.name, None)
+            if s.name in _CHOICE_FIELDS and isinstance(value, str) and value not in s.choices:
+                raise UsageError(f"{s.cli} must be one of {', '.join(s.choices)}, got {value!r}")
 
     @property
     def lora_rank(self) -> int:
@@ -535,6 +529,9 @@ _COUNT_FIELDS = fields_.names_of("count") + fields_.names_of("length")
 _BOOL_FIELDS = fields_.names_of("bool")
 _NAME_FIELDS = fields_.names_of("choice") + fields_.names_of("version") + fields_.names_of("path")
 _GIB_FIELDS = fields_.names_of("gib")
+_CHOICE_FIELDS = tuple(
+    n for n in fields_.names_of("choice") if n not in ("engine", "kv_cache_dtype")
+)
 _SIZE_FIELDS = fields_.names_of("size")
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -652,14 +649,12 @@ def _parse_value(
         return {"kv_cache_dtype": dtype}
     if name in _BOOL_FIELDS:
         return {name: parse_bool(value)}
-    if name in ("interconnect", "sampler"):
+    if name in _CHOICE_FIELDS:  # a name from the declaration's choices, in any case
         return {name: str(value).strip().lower()}
     if name == "lora_target_modules":
         return {name: _module_names(value)}
     if name == "lora_adapter":
         return {name: value if isinstance(value, LoraAdapter) else read_adapter(str(value).strip())}
-    if name in ("kv_offloading_backend", "all2all_backend"):
-        return {name: str(value).strip().lower()}
     if name in _GIB_FIELDS:
         if isinstance(value, bool):
             raise SettingError(f"expected a number, got {value!r}", rule="number", value=value)

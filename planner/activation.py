@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from planner.kv_layout import KVEstimate
+from planner.layer_shapes import num_experts_of
 from planner.model.specs import ModelSpec
 from planner.vllm_rules import NEWEST as NEWEST_RULES
 from planner.vllm_rules import VllmRules
-from planner.weights import num_experts_of
 
 if TYPE_CHECKING:
     pass

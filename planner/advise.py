@@ -29,8 +29,9 @@ from planner.budget import VllmCapacity, estimate_at_length, vllm_budget
 from planner.deployment import Deployment
 from planner.errors import UsageError
 from planner.kv_layout import KVEstimate, estimate
-from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
+from planner.simulate.engine import BlockLayout, SimConfig, SimResult
 from planner.simulate.roofline import Roofline
+from planner.simulate.run import simulate
 from planner.simulate.spec import Arrival, LogNormal, WorkloadSpec, generate
 from planner.simulate.workload import Workload
 from planner.weights import Weights

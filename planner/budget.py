@@ -42,11 +42,12 @@ from planner.deployment import (
     check_gmu,
 )
 from planner.kv_layout import KVEstimate, estimate
+from planner.layer_shapes import num_experts_of
 from planner.multimodal import profile
 from planner.units import GIB, MIB, format_gib
 from planner.vllm_rules import NEWEST as NEWEST_RULES
 from planner.vllm_rules import Sampler, VllmRules
-from planner.weights import Weights, num_experts_of
+from planner.weights import Weights
 
 if TYPE_CHECKING:
     from planner.gpus import Gpu

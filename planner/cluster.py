@@ -28,8 +28,9 @@ from planner.errors import UsageError
 from planner.gpu_support import engine_refusal, fp8_kv_refusal
 from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate, tp_problems, valid_tp_sizes
+from planner.layer_shapes import num_experts_of
 from planner.model.specs import MLA, Engine, KVDtype
-from planner.weights import Weights, num_experts_of
+from planner.weights import Weights
 
 DEFAULT_RPC_PORT = 13345  # the port vLLM's data-parallel docs use
 HEAD_ADDRESS = "HEAD_NODE_IP"  # a placeholder the user replaces

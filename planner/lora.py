@@ -61,9 +61,7 @@ from planner.config.lora import rank_for as rank_for
 from planner.config.lora import read_adapter as read_adapter
 from planner.errors import UsageError
 from planner.kv_layout import get_pp_indices
-from planner.model.specs import MLA, GatedDeltaNetState, Mamba1State, Mamba2State, ModelSpec
-from planner.units import fmt_bytes
-from planner.weights import (
+from planner.layer_shapes import (
     UNGATED_MLP,
     config_int,
     dense_intermediate,
@@ -71,6 +69,8 @@ from planner.weights import (
     num_experts_of,
     placement_of,
 )
+from planner.model.specs import MLA, GatedDeltaNetState, Mamba1State, Mamba2State, ModelSpec
+from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
     from planner.deployment import Deployment, ServeSettings

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 from planner.errors import DoesNotFitError, InputFileError, KvplanError, UsageError
 from planner.files import read_text_file
 from planner.gpus import GPUS, lookup_gpu
+from planner.layer_shapes import num_experts_of
 from planner.plan_types import WONT_START, PlanOptions
 from planner.recommend import plan
-from planner.weights import num_experts_of
 
 if TYPE_CHECKING:
     from planner.deployment import Deployment

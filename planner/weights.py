@@ -12,7 +12,6 @@ NVFP4, MXFP4, bitsandbytes); embeddings, norms and routers stay in the model dty
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -20,6 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import ConfigError, UsageError
 from planner.kv_layout import get_pp_indices
+from planner.layer_shapes import (
+    UNGATED_MLP,
+    Placement,
+    config_int,
+    count_of,
+    dense_intermediate,
+    is_moe_layer,
+    num_experts_of,
+    placement_of,
+)
+from planner.lora import buffers
 from planner.model.config import MAX_CONFIG_INT
 from planner.model.safetensors import read_safetensors_header as read_safetensors_header
 from planner.model.specs import (
@@ -29,13 +39,12 @@ from planner.model.specs import (
     Mamba2State,
     ModelSpec,
 )
-from planner.multimodal import tower_mode
 from planner.offload import offloaded_bytes
 from planner.speculative import mtp_layers
 from planner.units import fmt_bytes
 
 if TYPE_CHECKING:
-    from planner.deployment import Deployment, ServeSettings
+    from planner.deployment import Deployment
     from planner.model.load import LoadedModel
 
 SAFETENSORS_DTYPE_BITS = {
@@ -60,22 +69,6 @@ SAFETENSORS_DTYPE_BITS = {
     "F6_E3M2": 6,
     "E8M0": 8,
 }
-# Models whose MLP has two matrices (up, down) instead of gated three (gate, up, down).
-UNGATED_MLP = frozenset(
-    {
-        "opt",
-        "bloom",
-        "falcon",
-        "RefinedWeb",
-        "RefinedWebModel",
-        "gpt2",
-        "gpt_bigcode",
-        "phi",
-        "nemotron_h",
-        "starcoder2",
-        "gpt_neox",
-    }
-)
 TIED_BY_DEFAULT = frozenset(
     {
         "bloom",
@@ -93,31 +86,6 @@ TIED_BY_DEFAULT = frozenset(
 )
 LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|block|decoder\.layers)\.(\d+)\.")
 MAX_TENSORS = 1_000_000  # safetensors headers list a few thousand
-
-
-def _count(value: Any, what: str, *, minimum: int = 0) -> int:
-    """A whole number from a config or header (integral floats too), within what a real model
-    has; anything else is a :class:`ConfigError` naming ``what``."""
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not (minimum <= value <= MAX_CONFIG_INT)
-    ):
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise ConfigError(
-            f"{what} must be a whole number from {minimum} to {MAX_CONFIG_INT:,}, got {shown}"
-        )
-    return value
-
-
-def config_int(
-    c: Mapping[str, Any], key: str, name: str, default: int = 0, minimum: int = 0
-) -> int:
-    """An optional whole-number field of the config (``default`` when absent or null)."""
-    value = c.get(key)
-    return default if value is None else _count(value, f"{name}: {key}", minimum=minimum)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,43 +126,6 @@ class _Parts:
     # routed experts) each; loaded only with --speculative-config method mtp
     mtp: list[tuple[int, int, int]] = field(default_factory=list)
     tower: int = 0  # vision/audio tower and projector (first stage, TP-sharded)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Placement:
-    """How one engine spreads a checkpoint over its GPUs (vLLM 0.33).
-
-    ``tp`` x ``pp`` GPUs per DP rank; routed experts spread over ``dp x tp`` GPUs
-    (``FusedMoEParallelConfig.make``: "MoE layers will be sharded according to the product
-    of the tensor ... and data parallel sizes"), TP-sharded without EP, whole experts with
-    ``ep`` (``ceil((E + R) / (dp x tp))`` on the most-loaded GPU, ``R`` redundant EPLB
-    experts); everything else is sharded by the attention TP of one DP rank only. ``mtp``
-    loads the checkpoint's MTP layers on the last stage; ``tower`` places a multimodal model's
-    vision tower (:func:`planner.multimodal.tower_mode`).
-    """
-
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    ep: bool = False
-    redundant_experts: int = 0
-    mtp: bool = False
-    # the vision tower (first stage): "weights" TP-sharded, "data" a whole copy per TP rank,
-    # "off" not built (--language-model-only, every modality limited to 0)
-    tower: str = "weights"
-
-    @property
-    def expert_gpus(self) -> int:
-        return self.dp * self.tp
-
-    def expert_bytes(self, layer_experts: int, num_experts: int) -> int:
-        """Routed-expert bytes of one MoE layer on the most-loaded GPU."""
-        if not layer_experts:
-            return 0
-        if self.ep and num_experts:
-            local = -(-(num_experts + self.redundant_experts) // self.expert_gpus)
-            return -(-layer_experts * local // num_experts)
-        return -(-layer_experts // self.expert_gpus)
 
 
 def _quant_bytes_per_param(quant: Mapping[str, Any] | None, dtype_bytes: int) -> tuple[float, str]:
@@ -238,47 +169,6 @@ def _quant_bytes_per_param(quant: Mapping[str, Any] | None, dtype_bytes: int) ->
         if "FP4" in algo:
             return 0.5 + 1 / 16, "modelopt nvfp4"
     return float(dtype_bytes), method or "unknown"
-
-
-def dense_intermediate(c: Mapping[str, Any], hidden: int, name: str) -> int:
-    for key in (
-        "intermediate_size_mlp",
-        "intermediate_size",
-        "ffn_hidden_size",
-        "ffn_dim",
-        "n_inner",
-    ):
-        value = config_int(c, key, name)
-        if value:
-            return value
-    return 4 * hidden
-
-
-def num_experts_of(c: Mapping[str, Any], name: str) -> int:
-    for key in ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"):
-        value = config_int(c, key, name)
-        if value:
-            return value
-    return 0
-
-
-def is_moe_layer(c: Mapping[str, Any], model_type: str, i: int, name: str) -> bool:
-    if not num_experts_of(c, name):
-        return False
-    if model_type.startswith("deepseek") or model_type in ("kimi_k2", "kimi_linear"):
-        first = config_int(c, "first_k_dense_replace", name)
-        freq = config_int(c, "moe_layer_freq", name) or 1
-        return i >= first and i % freq == 0
-    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next"):
-        dense = c.get("mlp_only_layers")
-        if isinstance(dense, list) and i in dense:
-            return False
-        step = config_int(c, "decoder_sparse_step", name) or 1
-        return (i + 1) % step == 0
-    if model_type in ("llama4", "llama4_text"):
-        step = config_int(c, "interleave_moe_layer_step", name) or 1
-        return (i + 1) % step == 0
-    return True
 
 
 def _parts(spec: ModelSpec) -> _Parts:
@@ -519,12 +409,12 @@ def _tensor_sizes(name: str, info: Any, where: str) -> tuple[int, int]:
         raise ConfigError(f"{where}: tensor {name[:60]!r} has no shape list")
     count = 1
     for dim in shape:
-        count *= _count(dim, f"{where}: a dimension of {name[:60]!r}")
+        count *= count_of(dim, f"{where}: a dimension of {name[:60]!r}")
     if count > MAX_CONFIG_INT:
         raise ConfigError(f"{where}: tensor {name[:60]!r} has an implausible shape")
     offsets = info.get("data_offsets")
     if isinstance(offsets, list) and len(offsets) == 2:
-        start, end = (_count(o, f"{where}: data_offsets of {name[:60]!r}") for o in offsets)
+        start, end = (count_of(o, f"{where}: data_offsets of {name[:60]!r}") for o in offsets)
         if end < start:
             raise ConfigError(f"{where}: tensor {name[:60]!r} ends before it starts")
         return end - start, count
@@ -678,8 +568,6 @@ def with_lora_and_offload(dep: Deployment, target: Weights) -> Weights:
     on_gpu = [w - min(cap, w) for w in stages]
     lora_stages = [0] * len(stages)
     if s.enable_lora:
-        from planner.lora import buffers
-
         lora_stages = list(buffers(dep.spec, s).stage_bytes)
     combined = [w + lo for w, lo in zip(on_gpu, lora_stages, strict=True)]
     busiest = max(range(len(combined)), key=lambda k: combined[k])
@@ -698,21 +586,6 @@ def with_lora_and_offload(dep: Deployment, target: Weights) -> Weights:
         offloaded_bytes_per_rank=stages[busiest] - on_gpu[busiest],
         offloaded_bytes=offloaded_bytes(stages, s),
         detail=detail,
-    )
-
-
-def placement_of(settings: ServeSettings, model: ModelSpec | None = None) -> Placement:
-    """Where ``settings`` put the weights of ``model`` (:class:`Placement`; its vision tower
-    by :func:`planner.multimodal.tower_mode`)."""
-    spec = settings.speculative
-    return Placement(
-        tp=settings.tp,
-        pp=settings.pp,
-        dp=settings.dp,
-        ep=settings.enable_expert_parallel,
-        redundant_experts=settings.num_redundant_experts,
-        mtp=spec is not None and spec.method == "mtp",
-        tower=tower_mode(model.vision, settings) if model is not None else "weights",
     )
 
 

@@ -42,15 +42,10 @@ def test_no_private_name_is_imported_across_modules() -> None:
     assert _private_imports() == []
 
 
-# The cycles still in the import graph (runtime imports, TYPE_CHECKING left out): weights adds
-# LoRA's buffers to a stage (weights -> lora) while lora reads the config through weights'
-# readers; the simulator's engine hands a DP run to its cluster module, which builds engines.
-# The 11-module circle of settings, model and features is gone; these two go when each feature
-# contributes through one record that plan() folds (issue 21, item 3).
-KNOWN_CYCLES = [
-    ["planner.lora", "planner.weights"],
-    ["planner.simulate.cluster", "planner.simulate.engine"],
-]
+# No cycles in the import graph (runtime imports, TYPE_CHECKING left out): the last two went
+# when the layer shapes weights and LoRA both read moved to planner/layer_shapes.py and the
+# replay entry (one engine or DP ranks) to planner/simulate/run.py.
+KNOWN_CYCLES: list[list[str]] = []
 
 
 def test_no_import_cycle_beyond_the_known_two() -> None:

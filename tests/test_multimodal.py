@@ -22,6 +22,7 @@ from planner.cli import app
 from planner.deployment import Deployment, ServeSettings
 from planner.errors import UsageError
 from planner.gpus import get_gpu
+from planner.layer_shapes import Placement
 from planner.model.load import load_model
 from planner.multimodal import (
     MMLimits,
@@ -32,7 +33,7 @@ from planner.multimodal import (
 )
 from planner.plan_types import Plan
 from planner.recommend import plan
-from planner.weights import Placement, per_rank
+from planner.weights import per_rank
 from tests.conftest import fixture_config
 from tests.helpers import check_command, moe_checkpoint
 

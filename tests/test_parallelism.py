@@ -19,11 +19,12 @@ from planner.cli import app
 from planner.cluster import best_layout
 from planner.deployment import Deployment, ServeSettings
 from planner.errors import UsageError
+from planner.layer_shapes import Placement
 from planner.model.load import load_draft
 from planner.plan_types import PlanOptions
 from planner.recommend import plan
 from planner.speculative import SpeculativeConfig, parse_speculative
-from planner.weights import Placement, from_tensors, per_rank
+from planner.weights import from_tensors, per_rank
 from tests.conftest import fixture_config
 from tests.helpers import check_command, moe_checkpoint
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 
 from planner.simulate import cluster
-from planner.simulate.engine import SimConfig, SimEngine, SimRequest, simulate
+from planner.simulate.engine import SimConfig, SimEngine, SimRequest
+from planner.simulate.run import simulate
 from planner.simulate.workload import Request, Workload
 from tests.helpers import sim_config
 from tests.test_simulate import scenarios

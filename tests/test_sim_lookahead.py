@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from planner.simulate.engine import SimConfig, simulate
+from planner.simulate.engine import SimConfig
+from planner.simulate.run import simulate
 from planner.simulate.workload import Request, Workload
 from tests.helpers import sim_config
 from tests.sim_reference import reference_for

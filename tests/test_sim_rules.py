@@ -8,7 +8,7 @@ import functools
 
 import pytest
 
-from planner.simulate.engine import simulate
+from planner.simulate.run import simulate
 from planner.simulate.workload import Request, Workload
 from planner.vllm_rules import rules_for
 from tests.helpers import sim_config

@@ -69,7 +69,7 @@ def test_a_hub_fetch_says_what_it_waits_for(
 
 def test_a_long_replay_reports_arrivals_every_4096(monkeypatch: pytest.MonkeyPatch) -> None:
     from planner.simulate import engine
-    from planner.simulate.engine import simulate
+    from planner.simulate.run import simulate
     from planner.simulate.workload import Request, Workload
 
     # 10,000 one-token requests, one every 10 ms: arrivals 4,096 and 8,192 are reported

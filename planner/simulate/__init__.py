@@ -30,8 +30,9 @@ from planner.simulate.compare import (
     pool_for_gpu,
     simulate_model,
 )
-from planner.simulate.engine import BlockLayout, Percentiles, SimConfig, SimResult, simulate
+from planner.simulate.engine import BlockLayout, Percentiles, SimConfig, SimResult
 from planner.simulate.roofline import ModelParams, Roofline, estimate_params, roofline_for
+from planner.simulate.run import simulate
 from planner.simulate.spec import (
     Arrival,
     Empirical,

@@ -91,9 +91,9 @@ from planner import files
 from planner.errors import InputFileError
 from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate
+from planner.layer_shapes import is_moe_layer
 from planner.model.specs import ModelSpec
 from planner.simulate.roofline import ModelParams, Roofline, roofline_for
-from planner.weights import is_moe_layer
 
 LAYER_FLOOR_S = 50e-6
 EAGER_LAYER_FLOOR_S = 150e-6

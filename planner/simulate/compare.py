@@ -29,8 +29,9 @@ from planner.offload import cpu_tier_tokens
 from planner.outcome import Outcome
 from planner.simulate import engine
 from planner.simulate.clock import EXPECTED_ERROR, step_model_for
-from planner.simulate.engine import BlockLayout, SimConfig, SimResult, simulate
+from planner.simulate.engine import BlockLayout, SimConfig, SimResult
 from planner.simulate.roofline import ModelParams, Roofline, estimate_params
+from planner.simulate.run import simulate
 from planner.simulate.steptimes import StepTable
 from planner.simulate.workload import Workload
 from planner.vllm_rules import NEWEST_VERSION, parse_version

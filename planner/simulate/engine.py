@@ -73,7 +73,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.errors import DoesNotFitError, UsageError
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
 from planner.simulate.roofline import StepTimer
@@ -1976,56 +1975,3 @@ def _downsample(
         out.append((round((b + 1) * end / TIMELINE_POINTS, 6), round(u, 6)))
         i = j
     return out + [(round(end, 6), round(useds[-1] / capacity, 6))]  # the pool at the end
-
-
-def simulate(workload: Workload, config: SimConfig) -> SimResult:
-    """Replay ``workload`` over the block pool and scheduler of ``config``.
-
-    Args:
-        workload: requests in arrival order (from :func:`planner.simulate.trace.load_workload`).
-        config: pool size, block layout, scheduler limits, prefix caching and step-time model;
-            with ``data_parallel_size`` > 1, of each of that many ranks
-            (:mod:`planner.simulate.cluster` dispatches the requests).
-
-    Returns:
-        The :class:`SimResult` (the cluster's, each rank's in ``ranks``, with several ranks).
-    """
-    if config.num_gpu_blocks < 2:
-        raise DoesNotFitError(
-            f"the KV pool has {config.num_gpu_blocks} block(s); vLLM keeps one as its null "
-            "block, so nothing can run. Give it more memory (--kv-cache-memory, "
-            "--gpu-memory-utilization) or a smaller model"
-        )
-    if config.max_num_batched_tokens < config.max_num_seqs:
-        raise UsageError(
-            f"max_num_batched_tokens ({config.max_num_batched_tokens}) must be greater than or "
-            f"equal to max_num_seqs ({config.max_num_seqs}), as vLLM requires"
-        )
-    need = config.layout.blocks(config.max_model_len)
-    if need > config.num_gpu_blocks - 1:
-        raise DoesNotFitError(
-            f"one {config.max_model_len:,}-token request needs {need:,} blocks; the pool has "
-            f"{config.num_gpu_blocks - 1:,} usable. Lower --max-model-len or give it more memory"
-        )
-    if config.data_parallel_size < 1:
-        raise UsageError(f"data_parallel_size must be at least 1, got {config.data_parallel_size}")
-    if workload.max_concurrency and config.data_parallel_size > 1:
-        raise UsageError(
-            "a closed-loop client (--max-concurrency) is not simulated with --dp > 1 yet; "
-            "replay it open-loop (a --request-rate) or at --dp 1"
-        )
-    import gc
-
-    enabled = gc.isenabled()
-    gc.disable()  # the engine's objects hold no cycles; collecting them made cost superlinear
-    try:
-        if config.data_parallel_size > 1:
-            from planner.simulate.cluster import simulate_ranks
-
-            return simulate_ranks(workload, config)
-        engine = make_engine(workload, config)
-        engine.run()
-        return engine.result(workload)
-    finally:
-        if enabled:
-            gc.enable()

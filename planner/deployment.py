@@ -386,9 +386,9 @@ class ServeSettings:
         check_offload(self)
 
         check_mode(self.mm_encoder_tp_mode)
-        for s in fields_.SETTINGS:  # every other name a declaration lists its choices for
-            value = getattr(self, s.name, None)
-            if s.name in _CHOICE_FIELDS and isinstance(value, str) and value not in s.choices:
+        for name in _CHOICE_FIELDS:  # every other name a declaration lists its choices for
+            value, s = getattr(self, name), fields_.setting(name)
+            if isinstance(value, str) and value not in s.choices:
                 raise UsageError(f"{s.cli} must be one of {', '.join(s.choices)}, got {value!r}")
 
     @property

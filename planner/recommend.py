@@ -395,6 +395,17 @@ def _check_weights_fit(dep: Deployment, weights: Weights, gpu: Gpu) -> None:
     raise replace(refusal, message=f"{spec.name} {reason}").error()
 
 
+def check_kv_memory(dep: Deployment) -> None:
+    """What :func:`plan` refuses about a ``--kv-cache-memory`` pool, without planning the rest
+    (``kvplan simulate`` asks this before it replays a fixed pool)."""
+    est, weights, cap = layout_capacity(dep)
+
+    def capacity(d: Deployment, e: KVEstimate) -> VllmCapacity:
+        return vllm_budget(d, e, weights, estimate_at_length(d))
+
+    _check_kv_memory(dep, est, cap, weights, capacity)
+
+
 def _check_kv_memory(
     dep: Deployment,
     est: KVEstimate,

@@ -288,9 +288,8 @@ def simulate(
         variants = [v.but(speculative=base.speculative) for v in variants] if variants else variants
         dep = Deployment(model=loaded, gpu=gpu_, settings=base, draft=draft)
         # what estimate and check refuse is never replayed: the layout rules first, then a
-        # fixed pool that with the weights does not fit the GPU (plan() refuses it)
-        from planner.plan_types import PlanOptions
-        from planner.recommend import plan
+        # fixed pool that with the weights does not fit the GPU
+        from planner.recommend import check_kv_memory
         from planner.report import physical_refusal
 
         # a single value of a --compare axis (--kv-cache-dtype fp8) is the deployment itself
@@ -301,8 +300,8 @@ def simulate(
         refusal = physical_refusal(checked)
         if refusal is not None:
             raise refusal.error()
-        if base.kv_cache_memory_bytes is not None and gpu_ is not None:
-            plan(dep, PlanOptions(grid_lens=(), batch_sizes=()))
+        if base.kv_cache_memory_bytes is not None:
+            check_kv_memory(dep)
         limit = base.max_model_len if base.max_model_len and base.max_model_len > 0 else None
         limit = limit or loaded.spec.max_model_len
         if load is None and shorthand:

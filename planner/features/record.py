@@ -15,6 +15,7 @@ from planner.kv_layout import KVEstimate
 from planner.weights import Weights
 
 Capacity = Callable[[Deployment, KVEstimate, Weights], VllmCapacity]
+DEFAULTS = ServeSettings()  # what a setting is when the user gave none (flags_of)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +97,7 @@ class Feature(Protocol):
 def flags_of(ctx: PlanContext, *concerns: Concern, names: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The ``vllm serve`` flags of the settings of ``concerns`` (and ``names``) that the user
     set away from their defaults, as the declarations spell them."""
-    s, default = ctx.dep.settings, ServeSettings()
+    s, default = ctx.dep.settings, DEFAULTS
     out: list[str] = []
     for setting in SETTINGS:
         flag = setting.engines["vllm"]

@@ -365,6 +365,10 @@ def test_the_b300_estimate_sits_below_what_nvidia_smi_shows() -> None:
         ("AMD Radeon RX 7900 GRE", "rx-7900-gre"),
         ("AMD Radeon PRO W7900", "radeon-pro-w7900"),
         ("AMD Radeon PRO W7900 Dual Slot", "radeon-pro-w7900"),
+        ("AMD Radeon AI PRO R9700", "radeon-ai-pro-r9700"),
+        ("AMD Instinct MI250X", "mi250x"),
+        ("AMD Instinct MI250X/MI250", "mi250x"),
+        ("AMD Instinct MI210", "mi210"),
         # vLLM's ROCm device names (platforms/rocm.py _ROCM_DEVICE_ID_NAME_MAP)
         ("AMD_Instinct_MI300X", "mi300x"),
         ("AMD_Instinct_MI300X_HF", "mi300x"),
@@ -431,6 +435,9 @@ def test_every_entry_states_its_facts_and_their_sources(gpu: Gpu) -> None:
         ("mi325x", True, "float8_e4m3fnuz"),
         ("mi355x", True, "float8_e4m3fn"),
         ("rx-7900-xtx", False, "float8_e4m3fn"),
+        ("radeon-ai-pro-r9700", True, "float8_e4m3fn"),
+        ("mi250x", False, "float8_e4m3fn"),
+        ("mi210", False, "float8_e4m3fn"),
     ],
 )
 def test_fp8_is_decided_per_vendor_and_architecture(name: str, native: bool, fmt: str) -> None:

@@ -57,6 +57,9 @@ class Gpu:
     architecture: str | None = None
     gfx_target: str | None = None
     fp8_flops: int | None = None
+    # "HBM3", "GDDR6X" ... as the spec sheet names it: the simulator's achieved share of the
+    # datasheet bandwidth differs between HBM and GDDR parts (planner/simulate/clock.py).
+    memory_type: str | None = None
     sources: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -116,7 +119,7 @@ _MEMORY = re.compile(r"(\d+(?:\.\d+)?) (MiB|GiB)")
 # Which facts each group of sources in gpus.json vouches for.
 _SOURCE_FACTS = {
     "memory": ("memory_bytes",),
-    "specs": ("bandwidth_bytes_per_s", "bf16_flops", "fp8_flops"),
+    "specs": ("bandwidth_bytes_per_s", "bf16_flops", "fp8_flops", "memory_type"),
     "architecture": ("vendor", "architecture", "compute_capability", "gfx_target"),
     "node": ("interconnect", "node_gpus"),
 }
@@ -158,6 +161,7 @@ def _entry(row: dict[str, Any]) -> Gpu:
         architecture=row["architecture"],
         gfx_target=row["gfx_target"],
         fp8_flops=_rate(row["fp8_tflops"]),
+        memory_type=row["memory_type"],
         sources=facts,
     )
 

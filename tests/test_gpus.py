@@ -393,6 +393,7 @@ FACTS = (
     "gfx_target",
     "interconnect",
     "node_gpus",
+    "memory_type",
 )
 
 
@@ -410,6 +411,7 @@ def test_every_entry_states_its_facts_and_their_sources(gpu: Gpu) -> None:
     assert (gpu.fp8_flops is not None) == gpu.has_native_fp8
     if gpu.fp8_flops is not None:
         assert 1.95 <= gpu.fp8_flops / gpu.bf16_flops <= 2.05
+    assert gpu.memory_type and gpu.memory_type.startswith(("HBM", "GDDR"))
     if gpu.interconnect is None:  # an entry covering SXM and PCIe boards says so
         assert "no interconnect is assumed" in sources["interconnect"]
     else:
@@ -490,3 +492,22 @@ def test_an_amd_plan_says_what_rocm_changes_and_an_nvidia_one_does_not() -> None
         in (notes["mi300x"])
     )
     assert not any("ROCm" in n or "TensorRT-LLM runs" in n for n in notes["h100"])
+
+
+@pytest.mark.parametrize(
+    ("name", "share"),
+    [
+        # clock.py: 0.90 of datasheet bandwidth on HBM parts, 0.85 on GDDR ones
+        ("h100", 0.90),
+        ("mi250x", 0.90),
+        ("l40s", 0.85),
+        ("rtx-5090", 0.85),
+        # the Radeons are GDDR6 parts, which the name rule (l4, rtx, ...) did not catch
+        ("rx-7900-xtx", 0.85),
+        ("radeon-ai-pro-r9700", 0.85),
+    ],
+)
+def test_the_clock_reads_the_memory_type_from_the_catalog(name: str, share: float) -> None:
+    from planner.simulate.clock import memory_efficiency_of
+
+    assert memory_efficiency_of(get_gpu(name)) == share

@@ -15,10 +15,11 @@ from ``tests/data/vllm_serving_benchmarks.json``, ``split: fitted``):
 
 - **memory_efficiency**: the share of datasheet bandwidth the large kernels (the GEMMs and
   attention) achieve streaming the weights and KV: 0.90 on HBM parts (H100/H200/A100/B200/
-  MI300), 0.85 on GDDR parts (L4, L40S, A10G, RTX). A whole decode step achieves less, 70-78 %
-  (issue 24: 6.48 ms measured vs 4.80 ms per token on an H100; "roughly 77% of the GPU's
-  memory-bandwidth ceiling" for Llama-3.1-8B on an A100 40GB, johnmusgrave.com, vLLM 0.23):
-  the rest is ``layer_floor_s`` and the CPU terms below.
+  MI300), 0.85 on GDDR parts (L4, L40S, A10G, RTX, Radeon), by the catalog's
+  ``memory_type``. A whole decode step achieves less, 70-78 % (issue 24: 6.48 ms measured vs
+  4.80 ms per token on an H100; "roughly 77% of the GPU's memory-bandwidth ceiling" for
+  Llama-3.1-8B on an A100 40GB, johnmusgrave.com, vLLM 0.23): the rest is ``layer_floor_s``
+  and the CPU terms below.
 - **compute_efficiency**: the share of dense BF16 FLOP/s a prefill-sized step achieves: 0.60
   (issue 24: "prefill ~60 % of peak BF16 at 1k-8k prompts, independent of length").
 - **layer_floor_s**: the small kernels of every layer (norms, rotary, activation, cache
@@ -303,7 +304,12 @@ def interconnect_of(gpu: Gpu) -> str:
 
 
 def memory_efficiency_of(gpu: Gpu) -> float:
-    """The default achieved share of ``gpu``'s datasheet bandwidth (module docstring)."""
+    """The default achieved share of ``gpu``'s datasheet bandwidth (module docstring): by the
+    catalog's memory type, else (a GPU known by name and memory only) by the name."""
+    if gpu.memory_type:
+        return (
+            GDDR_MEMORY_EFFICIENCY if gpu.memory_type.startswith("GDDR") else HBM_MEMORY_EFFICIENCY
+        )
     name = gpu.name.lower()
     gddr = name == "a10" or any(name.startswith(g) or f"-{g}" in name for g in GDDR)
     return GDDR_MEMORY_EFFICIENCY if gddr else HBM_MEMORY_EFFICIENCY

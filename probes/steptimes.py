@@ -55,9 +55,9 @@ from probes.stepgrid import (
     DEFAULT_CONTEXTS,
     REPEATS,
     WARMUP,
-    plan_grid,
     StepPoint,
     StepTimesResult,
+    plan_grid,
     step_inputs,
     step_model,
     with_predictions,
@@ -150,7 +150,9 @@ def measure_step_times(
     on_cuda = req.device.startswith("cuda")
     device = torch.device(req.device)
     # K/V gathered per attention chunk: at most an eighth of the budget
-    chunk = max(MIN_CHUNK_BYTES, min(CUDA_CHUNK_BYTES if on_cuda else req.max_chunk_bytes, limit // 8))
+    chunk = max(
+        MIN_CHUNK_BYTES, min(CUDA_CHUNK_BYTES if on_cuda else req.max_chunk_bytes, limit // 8)
+    )
     memory = CudaMemory(limit, _index(req.device)) if on_cuda else contextlib.nullcontext()
     notes = [*grid.notes]
     if compare_note:
@@ -182,14 +184,14 @@ def measure_step_times(
         timer = _cuda_timer(device) if on_cuda else _cpu_timer
         points: list[StepPoint] = []
         for context in grid.contexts:
-            batches = [b for b, c in grid.decode if c == context]
+            wanted = [b for b, c in grid.decode if c == context]
             prefill = context in grid.prefill
             fits = [
                 b
-                for b in batches
+                for b in wanted
                 if _pool_bytes(layout, b, context, prefill) + _reserve(sub, item, b, chunk) <= free
             ]
-            for b in batches:
+            for b in wanted:
                 if b not in fits:
                     skipped.append(f"decode {b} x {context:,}: its KV does not fit")
             if prefill and (
@@ -376,7 +378,7 @@ def _cpu_timer(run: Callable[[], object]) -> float:
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return float(statistics.median(times))
 
 
 def _cuda_timer(device: torch.device) -> Timer:
@@ -386,14 +388,14 @@ def _cuda_timer(device: torch.device) -> Timer:
         torch.cuda.synchronize(device)
         times = []
         for _ in range(REPEATS):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
             run()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) / 1000)  # ms -> s
-        return statistics.median(times)
+            times.append(float(start.elapsed_time(end)) / 1000)  # ms -> s
+        return float(statistics.median(times))
 
     return timer
 

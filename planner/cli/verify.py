@@ -175,12 +175,21 @@ def verify(
         check_request(request)
         if step_times is not None:
             _step_times(
-                model, request, step_times, step_gpu, step_batches, step_contexts,
-                revision=revision, offline=offline, json_=json_,
+                model,
+                request,
+                step_times,
+                step_gpu,
+                step_batches,
+                step_contexts,
+                revision=revision,
+                offline=offline,
+                json_=json_,
             )
             return
         if step_gpu or step_batches or step_contexts:
-            raise UsageError("--step-gpu, --step-batches and --step-contexts go with --step-times OUT")
+            raise UsageError(
+                "--step-gpu, --step-batches and --step-contexts go with --step-times OUT"
+            )
         _require_torch()
         from probes.probe import check_device
         from probes.probe import verify as run_verify

@@ -189,13 +189,15 @@ def measure_step_times(
             fits = [
                 b
                 for b in wanted
-                if _pool_bytes(layout, b, context, prefill) + _reserve(sub, item, b, chunk) <= free
+                if _pool_bytes(layout, b, context, prefill) + _reserve(sub, item, b, b, chunk)
+                <= free
             ]
             for b in wanted:
                 if b not in fits:
                     skipped.append(f"decode {b} x {context:,}: its KV does not fit")
             if prefill and (
-                _pool_bytes(layout, 0, context, True) + _reserve(sub, item, context, chunk) > free
+                _pool_bytes(layout, 0, context, True) + _reserve(sub, item, context, 1, chunk)
+                > free
             ):
                 skipped.append(f"prefill {context:,}: its KV and activations do not fit")
                 prefill = False
@@ -316,9 +318,10 @@ def _pool_bytes(layout: PoolLayout, batch: int, context: int, prefill: bool) -> 
     return _blocks(layout, batch, context, prefill) * layout.bytes_per_block
 
 
-def _reserve(dims: ModelDims, item: int, tokens: int, chunk: int) -> int:
-    """Activation bytes to leave free for a step of ``tokens`` tokens (a bound, not a
-    measurement: the hidden states, the widest projection, logits and the attention chunks)."""
+def _reserve(dims: ModelDims, item: int, tokens: int, sampled: int, chunk: int) -> int:
+    """Activation bytes to leave free for a step of ``tokens`` tokens of which ``sampled``
+    are sampled (a bound, not a measurement: the hidden states, the widest projection, the
+    logits with their float32 softmax, and the attention chunks)."""
     widest = 0
     for layer in dims.layers:
         if layer.mixer is not None:
@@ -326,8 +329,8 @@ def _reserve(dims: ModelDims, item: int, tokens: int, chunk: int) -> int:
             widest = max(widest, (m.q_heads + 2 * m.kv_heads) * max(m.head_dim, 1), m.state_in)
         if layer.mlp is not None:
             widest = max(widest, 2 * layer.mlp.intermediate * max(1, layer.mlp.top_k))
-    per_token = item * (8 * dims.hidden + 3 * widest) + dims.vocab * (item + 8)
-    return tokens * per_token + 2 * chunk
+    per_token = item * (8 * dims.hidden + 3 * widest)
+    return tokens * per_token + sampled * dims.vocab * (item + 8) + 2 * chunk
 
 
 def _decode(

@@ -132,7 +132,7 @@ def verify(
     \b
     Example: kvplan verify qwen3-0.6b --device cpu --memory-budget 3GiB \\
       --max-model-len 4096
-    Step times: kvplan verify qwen3-0.6b --gpu --step-times h200.csv
+    Example: kvplan verify qwen3-0.6b --gpu --step-times h200.csv
     """
     import planner
     from planner.render import verify as render

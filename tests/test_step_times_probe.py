@@ -250,5 +250,8 @@ def test_weights_over_half_the_budget_time_a_subset_and_say_so(tiny_dir: Path) -
     result = measure_step_times(tiny_spec("llama"), req, (1,), (32,), out="x.csv")
     assert (result.layers_timed, result.num_layers) == (1, 2)
     assert any("timed 1 of 2 layers" in n and "x 2 / 1" in n for n in result.notes)
-    assert [(p.kind, p.batch, p.context) for p in result.points] == [("decode", 1, 32)]
-    assert result.points[0].seconds > 0
+    assert [(p.kind, p.batch, p.context) for p in result.points] == [
+        ("decode", 1, 32),
+        ("prefill", 1, 32),
+    ]
+    assert all(p.seconds > 0 for p in result.points)

@@ -386,18 +386,19 @@ def _cpu_timer(run: Callable[[], object]) -> float:
 
 def _cuda_timer(device: torch.device) -> Timer:
     def timer(run: Callable[[], object]) -> float:
-        for _ in range(WARMUP):
-            run()
-        torch.cuda.synchronize(device)
-        times = []
-        for _ in range(REPEATS):
-            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            times.append(float(start.elapsed_time(end)) / 1000)  # ms -> s
+        with torch.cuda.device(device):  # the events on the probed device's stream
+            for _ in range(WARMUP):
+                run()
+            torch.cuda.synchronize(device)
+            times = []
+            for _ in range(REPEATS):
+                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                times.append(float(start.elapsed_time(end)) / 1000)  # ms -> s
         return float(statistics.median(times))
 
     return timer

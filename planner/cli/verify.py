@@ -143,6 +143,8 @@ def verify(
         from probes.plan import PlanNotMetError, VerifyRequest, check_request, read_plan
 
         if hf_cache:
+            if step_times is not None:
+                raise UsageError("--hf-cache and --step-times are two probes: run one at a time")
             if model is None:
                 raise UsageError("--hf-cache needs MODEL")
             _require_torch()

@@ -205,12 +205,19 @@ def measure_step_times(
                 continue
             if on_point:
                 on_point(f"context {context:,}")
-            try:
-                points += _time_context(
-                    model, head, layout, context, fits, prefill, timer, chunk, num_layers
-                )
-            except torch.OutOfMemoryError:
-                skipped.append(f"context {context:,}: out of memory on the device")
+            while fits or prefill:  # out of memory: again without the largest batch
+                try:
+                    points += _time_context(
+                        model, head, layout, context, fits, prefill, timer, chunk, num_layers
+                    )
+                    break
+                except torch.OutOfMemoryError:
+                    _release(on_cuda)
+                    if fits:
+                        skipped.append(f"decode {fits.pop()} x {context:,}: out of memory")
+                    else:
+                        skipped.append(f"prefill {context:,}: out of memory")
+                        prefill = False
             _release(on_cuda)
         del model, head, weights, owners
         _release(on_cuda)

@@ -255,3 +255,45 @@ def test_weights_over_half_the_budget_time_a_subset_and_say_so(tiny_dir: Path) -
         ("prefill", 1, 32),
     ]
     assert all(p.seconds > 0 for p in result.points)
+
+
+@pytest.mark.parametrize("name", ["mla", "hybrid", "gemma3", "moe"])
+def test_every_cache_kind_times_decode_and_prefill(name: str) -> None:
+    _torch()
+    from probes.plan import VerifyRequest
+    from probes.steptimes import measure_step_times
+    from tests.helpers import settings
+    from tests.probe_helpers import tiny_spec
+
+    req = VerifyRequest(
+        device="cpu", memory_budget_bytes=64 << 20, settings=settings(max_model_len=1024)
+    )
+    result = measure_step_times(tiny_spec(name), req, (2,), (48,), out="x.csv")
+    assert [(p.kind, p.tokens, p.context) for p in result.points] == [
+        ("decode", 2, 48),
+        ("prefill", 48, 48),
+    ]
+    assert not result.skipped and result.layers_timed == result.num_layers
+
+
+def test_out_of_memory_drops_the_largest_batch_and_goes_on(monkeypatch) -> None:
+    torch = pytest.importorskip("torch")
+    import probes.steptimes as steptimes
+    from probes.plan import VerifyRequest
+    from tests.helpers import settings
+    from tests.probe_helpers import tiny_spec
+
+    real = steptimes._time_context
+
+    def short_of_memory(model, head, layout, context, batches, *rest):
+        if batches and max(batches) > 1:  # as a device would refuse the largest pool
+            raise torch.OutOfMemoryError("no room")
+        return real(model, head, layout, context, batches, *rest)
+
+    monkeypatch.setattr(steptimes, "_time_context", short_of_memory)
+    req = VerifyRequest(
+        device="cpu", memory_budget_bytes=64 << 20, settings=settings(max_model_len=1024)
+    )
+    result = steptimes.measure_step_times(tiny_spec("llama"), req, (1, 2, 4), (32,), out="x")
+    assert [(p.kind, p.batch) for p in result.points] == [("decode", 1), ("prefill", 1)]
+    assert result.skipped == ["decode 4 x 32: out of memory", "decode 2 x 32: out of memory"]

@@ -39,6 +39,7 @@ def test_the_error_is_a_usage_level_kvplan_error() -> None:
         ["qwen3-0.6b", "--gpu"],
         ["qwen3-0.6b", "--device", "cuda:1", "--max-model-len", "4096", "--json"],
         ["qwen3-0.6b", "--hf-cache"],
+        ["qwen3-0.6b", "--memory-budget", "3GiB", "--step-times", "steps.csv"],
         # the model is loaded after the torch check: no Hub lookup for a run that cannot happen
         ["acme/not-a-model", "--memory-budget", "3GiB"],
     ],
@@ -65,6 +66,12 @@ def test_without_torch_one_line_and_exit_2(no_torch: None, args: list[str]) -> N
         (["qwen3-0.6b", "--device", "tpu", "--memory-budget", "3GiB"], "--device 'tpu'"),
         (["qwen3-0.6b", "--device", "cuda:x"], "--device 'cuda:x': use cpu or cuda"),
         (["--plan", "/nonexistent/plan.json", "--memory-budget", "3GiB"], "no such file"),
+        (
+            ["qwen3-0.6b", "--memory-budget", "3GiB", "--step-times", "/nonexistent/s.csv"],
+            "--step-times /nonexistent/s.csv: cannot write there: no such folder",
+        ),
+        (["qwen3-0.6b", "--memory-budget", "3GiB", "--step-contexts", "512"], "--step-times OUT"),
+        (["qwen3-0.6b", "--hf-cache", "--step-times", "s.csv"], "two probes"),
     ],
 )
 def test_a_bad_flag_gives_its_own_error_not_the_torch_one(

@@ -96,3 +96,26 @@ def test_verify_qwen3_0_6b_on_gpu_meets_plan() -> None:
     assert result.pool_bytes_per_block == 1_835_008
     assert result.passed and result.oom_recovered
     assert result.memory.non_torch_bytes >= 0
+
+
+def test_step_times_qwen3_0_6b_on_gpu(tmp_path) -> None:
+    # kvplan verify qwen3-0.6b --gpu --step-times OUT on a small grid: 2 batch sizes x 2
+    # contexts of decode + 2 prefills, every layer (1.19 GB of weights fit anywhere)
+    from planner.simulate.steptimes import load_step_times
+    from probes.stepgrid import file_text
+    from probes.steptimes import measure_step_times
+
+    spec = planner.load_model_spec("qwen3-0.6b")
+    req = VerifyRequest(
+        device="cuda", memory_budget_bytes=8 * GIB, settings=ServeSettings(max_model_len=4096)
+    )
+    out = tmp_path / "steps.csv"
+    result = measure_step_times(spec, req, (1, 8), (512, 2048), out=str(out))
+    assert result.layers_timed == result.num_layers == 28
+    assert len(result.points) == 6 and not result.skipped
+    assert all(p.seconds > 0 and (p.predicted_s or 0) > 0 for p in result.points)
+    # the device's catalog entry is the GPU predicted for, so the ratios are given
+    if result.comparable:
+        assert all(p.ratio is not None and p.ratio > 0 for p in result.points)
+    out.write_text(file_text(result, as_json=False))
+    assert [c for c, _ in load_step_times(out).by_context] == [512, 2048]

@@ -27,6 +27,7 @@ from planner.units import fmt_bytes
 
 if TYPE_CHECKING:  # probes.plan is torch-free, but render needs its types only for annotations
     from probes.plan import CacheCheck, ProbeResult, Trial
+    from probes.stepgrid import StepTimesResult
 
 
 @contextlib.contextmanager
@@ -199,3 +200,77 @@ def hf_cache(check: CacheCheck, *, as_json: bool = False) -> None:
     for line in check.mismatches:
         out.print(f"[red]mismatch:[/] {user_text(line)}", soft_wrap=True)
     out.print("[green]OK[/]" if check.status == "ok" else "[red]MISMATCH[/]")
+
+
+@contextlib.contextmanager
+def step_progress(*, enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A progress line on stderr while ``--step-times`` runs; yields the per-point callback."""
+    if not enabled:
+        yield lambda label: None
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err_console(),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("timing steps: weights", total=None)
+        yield lambda label: progress.update(task, description=f"timing steps: {label}")
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:,.3f}"
+
+
+def step_times(result: StepTimesResult, *, as_json: bool = False) -> None:
+    """Print ``--step-times``: each measured step against the step-time model's."""
+    if as_json:
+        write_out(to_json(asdict(result)))
+        return
+    out = console()
+    out.print(
+        f"[bold]{user_text(result.model)}[/] on {user_text(result.device_name)} "
+        f"({result.device}) · TP {result.tensor_parallel_size} · {result.dtype} · KV "
+        f"{result.kv_cache_dtype} · block {result.block_size} · {result.layers_timed} of "
+        f"{result.num_layers} layers timed · median of {result.repeats} ({result.timer})"
+    )
+    against = result.predicted_for or "no GPU"
+    table = Table(title=f"Measured vs step-time model ({against})", title_justify="left")
+    table.add_column("step")
+    table.add_column("batch", justify="right")
+    table.add_column("context", justify="right")
+    table.add_column("tokens", justify="right")
+    table.add_column("measured ms", justify="right")
+    table.add_column("predicted ms", justify="right")
+    table.add_column("pred/meas", justify="right")
+    for p in result.points:
+        ratio = "n/a" if p.ratio is None else f"{p.ratio:.2f}"
+        table.add_row(
+            p.kind,
+            f"{p.batch:,}",
+            f"{p.context:,}",
+            f"{p.tokens:,}",
+            _ms(p.seconds),
+            _ms(p.predicted_s),
+            ratio,
+        )
+    out.print(table)
+    if not result.comparable:
+        print_note(
+            out,
+            f"pred/meas is n/a: the steps ran on {result.device_name}, not on the "
+            f"{against} the model predicts for; run on that GPU (--gpu) to compare",
+            style="yellow",
+        )
+    for line in result.skipped:
+        print_note(out, f"skipped: {line}")
+    for note in result.notes:
+        print_note(out, note)
+    out.print(
+        f"Wrote {len(result.points)} steps to {user_text(result.out)} "
+        f"(kvplan simulate ... --step-times {user_text(result.out)} replays with them)",
+        soft_wrap=True,
+    )

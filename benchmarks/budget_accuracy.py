@@ -282,14 +282,14 @@ def render(rows: list[dict[str, Any]]) -> str:
     head += f"{'kvplan':>7} {'err %':>7} {'GiB':>6}"
     lines = [head, "-" * len(head)]
     for r in rows:
-        logged = f"{r['logged_gib']:.2f}" + ("*" if r["logged_is_kv_in_use"] else "")
+        logged = "-"  # a start-up that failed before the line
+        if r["logged_gib"] is not None:
+            logged = f"{r['logged_gib']:.2f}" + ("*" if r["logged_is_kv_in_use"] else "")
         if r["skipped"]:
             pred, err = "-", f"skip: {r['skipped']}"
         else:
             pred = f"{r['predicted_gib']:.2f}"
             err = f"{r['error_pct']:+.1f} {r['error_gib']:+6.2f}"
-        if r["logged_gib"] is None:
-            logged = "-"
         lines.append(
             f"{_short(r['id'], 44):<44} {r['set'][:5]:<5} {_short(r['gpu'], 24):<24} "
             f"{_short(r['model'], 30):<30} {_short(r['setup'], 28):<28} {logged:>7} "

@@ -264,9 +264,10 @@ GRAPH_SPREAD_BYTES = round(0.3 * GIB)
 # installed/supported from 0.24: the Triton path then) -- scaled by the ratio of their
 # copies -- plus 0.1 GiB either way and 8 % of the sampler above (gemma-3-27b, 0.19.0: 3.99
 # logged against 3.83); non-torch from 0.19: 1.4-2.4 GiB per rank that talks over NVLink or
-# xGMI (issue 23's H100 figures, 2.06-2.21: not cited), 0-2.4 over PCIe (4 x L40S in 0.24.0
-# fits the +1.45; 4 x RTX 3090 in 0.19.0 log 1.12-1.21 GiB of activation, with a vision
-# encoder's profile, and non-torch together, and the same box in 0.18.1 0.12), 0.02-0.56
+# xGMI (issue 23's H100 figures, 2.06-2.21: not cited), 0-2.4 over PCIe (4 x L40S in 0.19.0
+# leaves +0.14, 4 x L40S in 0.24.0 fits the +1.45; 4 x RTX 3090 in 0.19.0 log 1.12-1.21
+# GiB of activation, with a vision encoder's profile, and non-torch together, and the same
+# box in 0.18.1 0.12), 0.02-0.56
 # alone. Before 0.19 a PCIe group logs as little as nothing (that box in 0.18.1): 0-1.6.
 NON_TORCH_RANGE_19 = (round(1.4 * GIB), round(2.4 * GIB))
 

@@ -124,16 +124,41 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
     (24 GB card, 0.10.2) to 0.13 (H100, 0.11.0); in a PCIe group 0.0 to 0.4: a 4 x RTX 3090
     box in 0.18.1 logs 0.12 GiB for activation *and* non-torch together at TP 4 (leadawon/
     LAMBO), which kvplan over-counts (held out, -9 %).
-  * from 0.19.0: 0.25 alone, +1.88 over NVLink, +1.45 over PCIe. Not from cited logs: the
-    H100 figures are issue 23's (TP 1 0.24-0.27; TP 2 and TP 4 on NVLink 2.06-2.21 per GPU;
-    TP 4 on a PCIe RTX PRO 6000 1.70). The cited logs bound them: alone 0.02-0.56 (0.06 on a
-    16 GB card in 0.26, 0.30-0.56 under WSL2 in 0.27.1); over PCIe the 4 x L40S 0.24.0 record
-    (aws-samples, calibration) fits +1.45, and the same 4 x RTX 3090 box as above logs
+  * from 0.19.0: 0.25 alone, +1.88 over NVLink; over PCIe +0.14 in 0.19-0.23 and +1.45
+    from 0.24. The NVLink figure is not from a cited log: issue 23's H100 figures (TP 1
+    0.24-0.27; TP 2 and TP 4 on NVLink 2.06-2.21 per GPU; TP 4 on a PCIe RTX PRO 6000 1.70);
+    no public 0.19+ start-up on NVLink at TP >= 2 was found (searched: vllm-project/vllm
+    issues, the code and pages corpora for 0.19's "[gpu_worker.py:436] Available KV cache
+    memory" and "[gpu_model_runner.py:4820] Model loading took" lines). The PCIe +0.14 is
+    the one cited 0.19 PCIe group: gnosia93/eks-agentic-ai's 4 x L40S Qwen2.5-72B-Instruct
+    TP 4 (calibration record: 0.9 x 44.53 - 33.98 weights - 5.11 available = 0.99 GiB, less
+    0.60 of activation = 0.39 non-torch, 0.25 of it the single-GPU part; custom all-reduce
+    off, >2 PCIe-only GPUs, ``custom_all_reduce.py`` 0.19.0:153-158; no symmetric-memory
+    all-reduce on SM 8.9, ``all_reduce_utils.py`` 0.19.0:52-64). The +1.45 from 0.24 is the
+    4 x L40S 0.24.0 record (aws-samples, calibration, Qwen3-Coder-30B-A3B): the two L40S
+    groups differ by 1.3 GiB, which the release split carries; whether the cause is the
+    release or the MoE model (an activation kvplan under-counts) is not established. The
+    cited logs bound the rest: alone 0.02-0.56 (0.06 on a
+    16 GB card in 0.26, 0.30-0.56 under WSL2 in 0.27.1); the same 4 x RTX 3090 box as above logs
     1.12-1.21 GiB of activation (Qwen3.5-27B, its vision encoder profiled) and non-torch
     together at TP 4 in 0.19.0, 1 GiB more than 0.18.1 left it: the PCIe range runs from 0.
     Where the extra comes from (NCCL's buffers appearing during the profile rather than at the
     init warm-up all-reduce, which both releases run: ``pynccl.py`` 0.11.0:137-139,
     0.20.0:140-142, or the encoder) is not established.
+  * what the figure can hold: ``Worker.init_device`` sets up the process groups (NCCL
+    communicators, their warm-up all-reduce, custom all-reduce's IPC buffers) *before* it
+    takes ``init_snapshot`` ("Initialize the distributed environment BEFORE taking memory
+    snapshot", ``v1/worker/gpu_worker.py`` 0.18.1/0.19.0:259-282), and ``memory_profiling``
+    measures non-torch growth from that snapshot: memory NCCL allocates at init is outside
+    the budget (in the 1 - gmu margin), only what appears during the profile (channels or
+    algorithms NCCL connects lazily on the profile's larger all-reduces) counts. The 4 x RTX
+    3090 0.18.1 row (-6.4 %, held out) logs 0.12 GiB for activation and non-torch together
+    where kvplan has 0.13 + 0.28: its custom all-reduce is off either way at TP 4 over PCIe
+    (``custom_all_reduce.py`` 0.18.1:152-158, so ``--disable-custom-all-reduce`` changes
+    nothing there), so the difference is NCCL's. GeForce 3090s without an NVLink bridge have
+    no PCIe P2P, and NCCL then moves data through host shared memory rather than device
+    buffers, which would leave nothing on the GPU; kvplan has no per-GPU P2P fact to key
+    that on, and the only cited size (about 0) is that held-out row, so the rule is left.
 
   Most of the multi-GPU figure is NCCL's (its buffers, NVLS on NVSwitch systems); vLLM's own
   custom all-reduce keeps 8 MiB buffers (``distributed/device_communicators/
@@ -212,6 +237,8 @@ class VllmRules:
 # V1 engine only, which 0.8 made the default.
 _NT11 = round(0.13 * GIB), (round(0.42 * GIB), round(0.28 * GIB))
 _NT19 = round(0.25 * GIB), (round(1.88 * GIB), round(1.45 * GIB))
+# 0.19-0.23 over PCIe: gnosia93's 4 x L40S 0.19.0 start-up (calibration record; docstring)
+_NT19_PCIE = round(0.25 * GIB), (round(1.88 * GIB), round(0.14 * GIB))
 
 
 def _row(
@@ -253,8 +280,8 @@ RULES: tuple[VllmRules, ...] = (
     _row((0, 9, 0), 0.9),
     _row((0, 14, 0), 0.9, sched=1),
     _row((0, 18, 0), 0.9, sched=1, sampler="triton"),
-    _row((0, 19, 0), 0.9, sched=2, sampler="triton", reuse=False, non_torch=_NT19),
-    _row((0, 20, 0), 0.92, graphs=True, sched=2, sampler="triton", non_torch=_NT19),
+    _row((0, 19, 0), 0.9, sched=2, sampler="triton", reuse=False, non_torch=_NT19_PCIE),
+    _row((0, 20, 0), 0.92, graphs=True, sched=2, sampler="triton", non_torch=_NT19_PCIE),
     _row((0, 24, 0), 0.92, graphs=True, sched=3, sampler="flashinfer", non_torch=_NT19),
     _row(
         (0, 27, 0),

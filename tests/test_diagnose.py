@@ -619,3 +619,56 @@ def test_a_fix_that_suggests_fp8_kv_carries_its_caveat(
     assert ("has no native fp8" in caveat) is not native
     # findings that suggest no fp8 carry none
     assert all(not f.caveats for f in dg.findings if not any("fp8" in x for x in f.fix))
+
+
+# ------------------------------------------------------------------ the sampler line
+# topk_topp_sampler.py's start-up lines, as public logs print them: dennislee22's 0.10.1.1 A100
+# run (github.com/dennislee22/vLLM-benchmarking, log/vllm-7B-1gpuA10080GB-0.5GRAM.log at
+# 608c86e) "Using FlashInfer for top-p & top-k sampling."; abinavChandar's 0.11.0 L4 run
+# (github.com/abinavChandar/demo_env_l4, vllm.log at a741241) "FlashInfer is not available.
+# Falling back to the PyTorch-native implementation of top-p & top-k sampling. ..."; 0.19.0's
+# DEBUG line when it is off (topk_topp_sampler.py 0.19.0:57-60).
+FLASHINFER_LINE = (
+    "(EngineCore_DP0 pid=1) INFO 09-01 10:00:00 [topk_topp_sampler.py:50] "
+    "Using FlashInfer for top-p & top-k sampling."
+)
+NATIVE_LINES = (
+    "(EngineCore_DP0 pid=1) WARNING 10-14 03:48:52 [topk_topp_sampler.py:66] FlashInfer is not "
+    "available. Falling back to the PyTorch-native implementation of top-p & top-k sampling. "
+    "For the best performance, please install FlashInfer.",
+    "(EngineCore pid=1) DEBUG 04-18 20:23:30 [topk_topp_sampler.py:57] FlashInfer top-p/top-k "
+    "sampling is available but disabled by default. Set VLLM_USE_FLASHINFER_SAMPLER=1 to opt in "
+    "after verifying accuracy for your workloads.",
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "sampler"), [(FLASHINFER_LINE, "flashinfer"), *((n, "native") for n in NATIVE_LINES)]
+)
+def test_the_sampler_line_is_read(line: str, sampler: str) -> None:
+    log = parse_log(f"INFO x [core.py:1] started\n{line}\n")
+    assert (log.sampler, log.lines["sampler"]) == (sampler, 2)
+
+
+def test_diagnose_replans_with_the_sampler_the_log_names(tmp_path: Path) -> None:
+    # The 0.11.0 H100 log with FlashInfer's sampler line: through 0.11.0 vLLM runs FlashInfer's
+    # sampler when it imports (vllm_rules), so the plan's activation peak is the one for
+    # --sampler flashinfer, not the release's default sort; without the line it stays the sort.
+    text = V1_H100.read_text(encoding="utf-8")
+    with_line = tmp_path / "flashinfer.log"
+    with_line.write_text(f"{FLASHINFER_LINE}\n{text}", encoding="utf-8")
+    settings = {"max_model_len": 16_000, "gpu_memory_utilization": 0.9, "vllm_version": "0.11.0"}
+    spec = planner.load_model_spec("llama-3.1-8b")
+    flash = plan_for(spec, gpu("h100"), sampler="flashinfer", **settings).vllm
+    sort = plan_for(spec, gpu("h100"), **settings).vllm
+    assert flash.activation_peak_bytes < sort.activation_peak_bytes
+
+    dg = diagnose_file(with_line, model="llama-3.1-8b", gpu=gpu("h100"))
+    assert (dg.settings["sampler"], dg.sources["sampler"]) == ("flashinfer", "log line 1")
+    terms = {t.name: t for t in dg.terms}
+    assert terms["activation peak"].plan == flash.activation_peak_bytes
+    assert terms["available KV"].plan == flash.available_kv_bytes
+
+    plain = diagnose_file(V1_H100, model="llama-3.1-8b", gpu=gpu("h100"))
+    assert "sampler" not in plain.settings
+    assert {t.name: t for t in plain.terms}["activation peak"].plan == sort.activation_peak_bytes

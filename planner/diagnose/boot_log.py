@@ -327,6 +327,25 @@ def _banner(log: BootLog, m: re.Match[str], line: int) -> None:
         log.lines["version"] = line
 
 
+def _sampler(choice: str) -> Handler:
+    """The top-k/top-p sampler ``TopKTopPSampler.__init__`` chose, as ``--sampler`` names it
+    (``v1/sample/ops/topk_topp_sampler.py``): "Using FlashInfer for top-p & top-k sampling."
+    (info, 0.10.1.1-0.33: :51 in 0.18.1/0.19.0) is ``flashinfer``; vLLM's own is ``native``:
+    through 0.11.0 the warnings "FlashInfer is not available. Falling back to the
+    PyTorch-native implementation of top-p & top-k sampling. ..." and "FlashInfer is
+    available, but it is not enabled. Falling back to the PyTorch-native implementation of
+    top-p & top-k sampling. ..." (0.11.0:62-71) or "FlashInfer version >= 0.2.3 required.
+    Falling back to default sampling implementation." (0.11.0:43-45); from 0.11.1 only the
+    DEBUG line "FlashInfer top-p/top-k sampling is available but disabled by default. ..."
+    (0.18.1/0.19.0:57-60). ROCm's aiter sampler is neither and is not read."""
+
+    def handler(log: BootLog, m: re.Match[str], line: int) -> None:
+        log.sampler = choice
+        log.lines["sampler"] = line
+
+    return handler
+
+
 # Start-up milestones, in the order vLLM V1 reaches them (gpu_worker: load_model,
 # determine_available_memory, initialize_from_config, compile_or_warm_up_model), each by a line
 # it prints once the step is done or under way; "serving" last.
@@ -457,6 +476,26 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         _many(("startup_free_bytes", _g(1)), ("total_gpu_bytes", _g(2))),
     ),
     ("version", re.compile(r"vLLM API server version ([\w.+-]+)"), _banner),
+    (
+        "top-p & top-k sampling",
+        re.compile(r"Using FlashInfer for top-p & top-k sampling"),
+        _sampler("flashinfer"),
+    ),
+    (
+        "top-p & top-k sampling",
+        re.compile(r"Falling back to the PyTorch-native implementation of top-p & top-k"),
+        _sampler("native"),
+    ),
+    (
+        "FlashInfer version >= 0.2.3 required",
+        re.compile(r"FlashInfer version >= 0\.2\.3 required\. Falling back to default sampling"),
+        _sampler("native"),
+    ),
+    (
+        "top-p/top-k sampling is available but disabled",
+        re.compile(r"FlashInfer top-p/top-k sampling is available but disabled by default"),
+        _sampler("native"),
+    ),
     *[(literal, re.compile(re.escape(literal)), _milestone(stage)) for literal, stage in STAGES],
     ("Error: ", _ERROR, _error),
     (

@@ -162,6 +162,9 @@ class BootLog:
     error: str | None = None  # the first error line vLLM printed (its own words)
     # PP ranks' weights ("(Worker_PP1 pid=...) Model loading took 31.2 GiB"), by PP rank
     pp_weights: dict[int, int] = field(default_factory=dict)
+    # the top-k/top-p sampler vLLM chose at start-up ("flashinfer" or "native"), from
+    # topk_topp_sampler.py's lines (boot_log._sampler); None: not logged
+    sampler: str | None = None
 
     @property
     def crash_stage(self) -> str | None:

@@ -139,6 +139,10 @@ def layer_settings(
                     notes.append(f"ignored {key} {value!r} ({where}): not a valid value")
                 continue
             stated[key], sources[key] = value, where
+    if log.sampler is not None and "sampler" not in flags:
+        # the sampler the log says vLLM chose (boot_log._sampler) over the release's default
+        serve = serve.but(sampler=log.sampler)
+        stated["sampler"], sources["sampler"] = log.sampler, f"log line {log.lines['sampler']}"
     if "gpu_memory_utilization" not in stated:
         stated["gpu_memory_utilization"] = serve.gmu
         sources["gpu_memory_utilization"] = (

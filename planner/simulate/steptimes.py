@@ -24,7 +24,9 @@ extrapolated from the last two rows (never falling: a negative slope counts as f
 table is that time for every step); below the first row it takes the first row's time.
 
 An optional ``context`` column (JSON: key) is the context length of each scheduled sequence
-when the step was timed (tokens of KV it reads; 0 for a prefill from scratch). With it the
+when the step was timed: the tokens of KV each reads, the step's own tokens included (the
+simulator passes a step's KV tokens after it is scheduled, so a 512-token prefill from scratch
+is looked up at context 512, a decode step at 2,048 cached tokens at 2,049). With it the
 table is one table by tokens per context value (each ``(context, tokens)`` pair at most once),
 and a step whose sequences hold ``kv / seqs`` context tokens on average is interpolated
 between the two nearest contexts the same way (below the first: the first; past the last:

@@ -9,22 +9,27 @@ no small-kernel time, no API-server latency), and prints predicted / published p
 fitted and held-out cases apart, then for each figure the share of held-out cases within the
 error the output states (``EXPECTED_ERROR``).
 
-Measured (this branch, i24):
+Measured (this branch): 23 cases, 5 fitted and 18 held out (17 publish output tok/s and TTFT,
+18 TPOT); held out, predicted / published, before -> after Hopper's compute efficiency (0.60 ->
+0.35, fitted on gpustack-h100-qwen3-14b-random-4000-200):
 
-    held-out, bare roofline -> step-time model (predicted / published)
-    output tok/s  1.64 1.69 1.74 1.90 3.52      -> 0.98 1.01 1.02 1.06 1.60       4/5 within 20 %
-    TPOT          0.64 0.63 0.62 0.58 1.81 0.78 -> 1.03 1.02 1.01 0.97 3.07 1.01  5/6 within 20 %
-    TTFT          0.11 0.17 0.28 0.14 0.06      -> 0.84 0.72 0.93 0.84 0.23       4/5 within 35 %
+    figure        within +-20 / +-20 / +-35 %     median ratio   median |error|
+    output tok/s  11/17 -> 14/17                  1.06 -> 1.01   6 % -> 5 %
+    TPOT          12/18 -> 16/18                  1.01 -> 1.02   8 % -> 6 %
+    TTFT          11/17 -> 12/17 (14/17 at 50 %)  0.70 -> 0.84   30 % -> 16 %
 
-(the bare roofline: 0 of 5, 0 of 6 and 0 of 5 within). Fitted cases: output tok/s 1.09, 1.08,
-1.02; TPOT 1.04, 0.90, 0.94; TTFT 0.94, 1.15, 0.97.
+(the bare roofline: 1.55-5.77, 0.36-1.81 and 0.06-0.62 of the published figures). Fitted
+cases after: output tok/s 0.94-1.09, TPOT 0.90-1.09, TTFT 0.94-1.15 but 0.49 for Qwen3-8B on
+the chat endpoint at concurrency 1 (its ``not_fitted``).
 
-The one case off on every figure is 500 prompts sent at once to an H100 serving Qwen3-0.6B:
-the API server, not the GPU, paces admission there (published mean TTFT 2.9 s).
+The misses are API-server-bound: hundreds of short requests sent at once (Qwen3-0.6B, 500 x
+512 tokens on an H100, published mean TTFT 2.9 s; Qwen3-14B, 1,000 x 128 tokens, 4 out), where
+the API server, not the GPU, paces admission, and the chat endpoint's TTFT at low load.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
@@ -43,6 +48,8 @@ BARE = {
     "stream_latency_s": 0.0,
 }
 FIGURES = ("output_throughput", "tpot", "ttft")
+# issue 24: output tok/s and TPOT within +-20 %, TTFT within +-35 %, on >= 80 % of held-out cases
+GOAL = {"output_throughput": 0.20, "tpot": 0.20, "ttft": 0.35}
 
 
 def main() -> None:
@@ -61,11 +68,15 @@ def main() -> None:
                 else:
                     cells.append(f"{'-':>22}")
             print(f"{case['id']:<42} " + "  ".join(cells))
-    print("\nheld-out within the stated error:")
+    print("\nheld-out: within the stated error (EXPECTED_ERROR), within issue 24's goal, median")
     for f in FIGURES:
-        values, bound = held[f], EXPECTED_ERROR[f]
+        values, bound, goal = held[f], EXPECTED_ERROR[f], GOAL[f]
         within = sum(abs(v - 1) <= bound for v in values)
-        print(f"  {f:<18} +-{bound:.0%}: {within}/{len(values)} cases")
+        at_goal = sum(abs(v - 1) <= goal for v in values)
+        print(
+            f"  {f:<18} +-{bound:.0%}: {within}/{len(values)} cases   +-{goal:.0%}: "
+            f"{at_goal}/{len(values)}   median {statistics.median(values):.2f}"
+        )
 
 
 if __name__ == "__main__":

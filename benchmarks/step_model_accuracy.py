@@ -9,22 +9,23 @@ no small-kernel time, no API-server latency), and prints predicted / published p
 fitted and held-out cases apart, then for each figure the share of held-out cases within the
 error the output states (``EXPECTED_ERROR``).
 
-Measured (this branch): 23 cases, 5 fitted and 18 held out (17 publish output tok/s and TTFT,
-18 TPOT); held out, predicted / published, before -> after Hopper's compute efficiency (0.60 ->
-0.35, fitted on gpustack-h100-qwen3-14b-random-4000-200):
+Measured (this branch): 26 cases, 5 fitted and 21 held out (20 publish output tok/s and
+TTFT, 21 TPOT); held out, predicted / published, before -> after Hopper's compute efficiency
+(0.60 -> 0.35, fitted on gpustack-h100-qwen3-14b-random-4000-200):
 
-    figure        within +-20 / +-20 / +-35 %     median ratio   median |error|
-    output tok/s  11/17 -> 14/17                  1.06 -> 1.01   6 % -> 5 %
-    TPOT          12/18 -> 16/18                  1.01 -> 1.02   8 % -> 6 %
-    TTFT          11/17 -> 12/17 (14/17 at 50 %)  0.70 -> 0.84   30 % -> 16 %
+    figure        within issue 24's goal (+-20 / +-20 / +-35 %)   median ratio   median |error|
+    output tok/s  12/20 -> 17/20                                  1.10 -> 1.01   10 % -> 5 %
+    TPOT          12/21 -> 16/21 (18/21 within the stated 25 %)   1.01 -> 1.01    9 % -> 8 %
+    TTFT          14/20 -> 15/20 (17/20 within the stated 50 %)   0.74 -> 0.85   26 % -> 15 %
 
-(the bare roofline: 1.55-5.77, 0.36-1.81 and 0.06-0.62 of the published figures). Fitted
+(the bare roofline: 1.55-5.77, 0.36-1.81 and 0.06-0.66 of the published figures). Fitted
 cases after: output tok/s 0.94-1.09, TPOT 0.90-1.09, TTFT 0.94-1.15 but 0.49 for Qwen3-8B on
 the chat endpoint at concurrency 1 (its ``not_fitted``).
 
-The misses are API-server-bound: hundreds of short requests sent at once (Qwen3-0.6B, 500 x
-512 tokens on an H100, published mean TTFT 2.9 s; Qwen3-14B, 1,000 x 128 tokens, 4 out), where
-the API server, not the GPU, paces admission, and the chat endpoint's TTFT at low load.
+The misses: hundreds of short requests sent at once (Qwen3-0.6B, 500 x 512 tokens on an H100,
+published mean TTFT 2.9 s; Qwen3-14B, 1,000 x 128 tokens, 4 out), where the API server, not
+the GPU, paces admission; the chat endpoint's TTFT at low load; TPOT at TP 8 (Qwen3-235B-A22B
+on 8 H100s, 0.74-0.80).
 """
 
 from __future__ import annotations

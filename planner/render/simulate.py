@@ -128,9 +128,10 @@ def simulate(report: SimReport, *, as_json: bool = False) -> None:
             e = report.expected_error
             print_wrapped(
                 out,
-                f"Expected error against real vLLM runs: output tok/s and TPOT "
-                f"±{e.get('output_throughput', 0):.0%}, TTFT ±{e.get('ttft', 0):.0%} "
-                "(held-out public benchmarks; fit yours with --calibrate RESULT.json).",
+                f"Expected error against real vLLM runs: output tok/s "
+                f"±{e.get('output_throughput', 0):.0%}, TPOT ±{e.get('tpot', 0):.0%}, TTFT "
+                f"±{e.get('ttft', 0):.0%} (held-out public benchmarks; fit yours with "
+                "--calibrate RESULT.json).",
             )
     else:
         print_wrapped(

@@ -676,6 +676,13 @@ def estimate_at_length(dep: Deployment) -> Callable[[int], KVEstimate]:
     return at
 
 
+def _rules(dep: Deployment) -> VllmRules:
+    """``dep``'s release rules on its GPU: on ROCm the native sampler, never FlashInfer's
+    (:meth:`planner.vllm_rules.VllmRules.on_rocm`)."""
+    rules = dep.settings.rules
+    return rules.on_rocm() if is_rocm(dep.gpu) else rules
+
+
 def graph_bytes(dep: Deployment, est: KVEstimate) -> int:
     """The CUDA-graph bytes the budget subtracts: the user's ``--cuda-graph-memory`` (0 with
     ``--enforce-eager``), else :func:`cuda_graph_estimate_bytes` where the version subtracts
@@ -700,7 +707,12 @@ def mm_profile(dep: Deployment, est: KVEstimate, weights: Weights) -> MMProfile 
 
     s = dep.settings
     lm = activation_peak_bytes(
-        dep.spec, est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs, s.runner, s.rules, s.tp
+        dep.spec,
+        est.vllm.max_num_batched_tokens,
+        est.vllm.max_num_seqs,
+        s.runner,
+        _rules(dep),
+        s.tp,
     )
     sized = weights.tower_bytes or tower.bytes
     return profile(
@@ -740,7 +752,7 @@ def vllm_budget(
     s = dep.settings
     mm = mm_profile(dep, est, weights)
     encoder = mm.activation_bytes if mm is not None else 0
-    rules = s.rules
+    rules = _rules(dep)
     rocm = is_rocm(dep.gpu)
     tokens, seqs = est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs
     activation = activation_peak_bytes(dep.spec, tokens, seqs, s.runner, rules, s.tp)
@@ -796,7 +808,7 @@ def _activation_parts(dep: Deployment, tokens: int, seqs: int) -> tuple[int, int
     or does not support the GPU), FlashInfer where the native one is (installed, through
     0.11.0, or opted into with ``VLLM_USE_FLASHINFER_SAMPLER=1``); none when ``--sampler``
     says which runs (:attr:`planner.vllm_rules.VllmRules.sampler_stated`)."""
-    s, rules = dep.settings, dep.settings.rules
+    s, rules = dep.settings, _rules(dep)
     rows = min(tokens, seqs)
     generating = s.runner == "generate"
     sampler = sampler_bytes(dep.spec, rows, rules) if generating else 0
@@ -819,7 +831,7 @@ def after_sizing(dep: Deployment, est: KVEstimate, activation: int) -> AfterSizi
     ``min(max_num_seqs, max_num_batched_tokens)`` rows (plus, where the release does not
     reuse the activation reservation, the forward its compile-range warm-up runs first)."""
     assert est.vllm is not None and dep.gpu is not None
-    s, rules = dep.settings, dep.settings.rules
+    s, rules = dep.settings, _rules(dep)
     tokens, seqs = est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs
     rows = min(seqs, tokens)
     graphs = 0

@@ -106,6 +106,15 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
   warm-up over ``min(max_num_seqs, max_num_batched_tokens)`` rows, after the capture "on
   purpose to prevent memory buffers from being cleared by empty_cache" (:670-686): its
   buffers stay reserved; which of these keeps the activation headroom is the open question.
+- ``rocm_sampler`` (:meth:`VllmRules.on_rocm`): on ROCm the sampler is always the release's
+  native one. ``TopKTopPSampler.__init__`` takes FlashInfer's ``forward_cuda`` only under
+  ``current_platform.is_cuda()``, which is False on ROCm (``v1/sample/ops/topk_topp_sampler.py``
+  0.11.0:38, 0.19.0:37, 0.24.0:86, 0.33.0:242); the ROCm branch is AITER's ``forward_hip``
+  only with ``VLLM_ROCM_USE_AITER=1`` (off by default, ``envs.py`` 0.33.0:1267-1268), and in
+  0.19 that falls back to ``forward_native`` anyway (``DISABLE_AITER_SAMPLER = True``,
+  0.19.0:179); otherwise ``forward_native``: the sort through 0.17, the Triton kernel from 0.18.
+  FlashInfer's 1.5 copies (the default from 0.24) never apply to an AMD GPU, and
+  ``--sampler flashinfer`` cannot make them.
 - ``rocm_graph_estimate``: ROCm gets the CUDA-graph estimate subtracted: skipped on ROCm in
   0.18-0.24 ("Skip on ROCm/HIP", ``gpu_worker.py`` 0.19.0:377), included by 0.27.1 (PR
   #44825, ``gpu_worker.py`` 0.27.1:507); 0.25-0.26 not checked. Where it is skipped the
@@ -222,6 +231,11 @@ class VllmRules:
             raise UsageError(f"--sampler must be one of {', '.join(SAMPLER_CHOICES)}")
         sampler: Sampler = "flashinfer" if choice == "flashinfer" else self.native_sampler
         return replace(self, sampler=sampler, sampler_stated=True)
+
+    def on_rocm(self) -> VllmRules:
+        """These rules on an AMD GPU: vLLM's ROCm build never runs FlashInfer's sampler, so the
+        release's native one runs and no other (module docstring, ``rocm_sampler``)."""
+        return replace(self, sampler=self.native_sampler, sampler_stated=True)
 
     @property
     def sampler_copies_milli(self) -> int:

@@ -693,7 +693,7 @@ def graph_bytes(dep: Deployment, est: KVEstimate) -> int:
     if not s.rules.subtracts_cuda_graphs:
         return 0
     if is_rocm(dep.gpu) and not s.rules.rocm_graph_estimate:
-        return 0  # 0.20-0.26 skip the estimate on ROCm: graphs come after sizing
+        return 0  # 0.20-0.25 skip the estimate on ROCm: graphs come after sizing
     k = s.speculative.num_speculative_tokens if s.speculative and s.speculative.has_drafter else 0
     return cuda_graph_estimate_bytes(est, 1 + k)
 

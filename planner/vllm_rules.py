@@ -115,10 +115,14 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
   0.19.0:179); otherwise ``forward_native``: the sort through 0.17, the Triton kernel from 0.18.
   FlashInfer's 1.5 copies (the default from 0.24) never apply to an AMD GPU, and
   ``--sampler flashinfer`` cannot make them.
-- ``rocm_graph_estimate``: ROCm gets the CUDA-graph estimate subtracted: skipped on ROCm in
-  0.18-0.24 ("Skip on ROCm/HIP", ``gpu_worker.py`` 0.19.0:377), included by 0.27.1 (PR
-  #44825, ``gpu_worker.py`` 0.27.1:507); 0.25-0.26 not checked. Where it is skipped the
-  graphs are captured after sizing, as before 0.20 everywhere.
+- ``rocm_graph_estimate``: ROCm gets the CUDA-graph (HIP-graph) estimate subtracted from
+  0.26.0: skipped on ROCm in 0.18-0.25 ("Skip on ROCm/HIP", ``gpu_worker.py`` 0.19.0:377;
+  0.24.0:445; 0.25.0:475-483, ``if current_platform.is_cuda() and ...``), included from
+  0.26.0 ("ROCm is included: #44825 moved the profiler to torch.accelerator.get_memory_info",
+  ``is_cuda_alike()``, ``gpu_worker.py`` 0.26.0:495-502, 0.27.1:507, 0.33.0:703-715). The
+  graphs themselves are the same on ROCm: ``get_static_graph_wrapper_cls`` is
+  ``CUDAGraphWrapper`` (``platforms/rocm.py`` 0.33.0:1305-1306), capturing HIP graphs. Where
+  the estimate is skipped the graphs are captured after sizing, as before 0.20 everywhere.
 - ``non_torch_single_bytes`` / ``non_torch_comm_bytes``: memory outside torch's allocator
   that appears during the profile (``memory_profiling``'s ``non_torch_increase``,
   ``utils/mem_utils.py``) on a rank that talks to no other, and what a tensor-parallel group
@@ -298,7 +302,7 @@ RULES: tuple[VllmRules, ...] = (
     _row((0, 20, 0), 0.92, graphs=True, sched=2, sampler="triton", non_torch=_NT19_PCIE),
     _row((0, 24, 0), 0.92, graphs=True, sched=3, sampler="flashinfer", non_torch=_NT19),
     _row(
-        (0, 27, 0),
+        (0, 26, 0),
         0.92,
         graphs=True,
         sched=3,

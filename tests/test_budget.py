@@ -391,8 +391,9 @@ def test_interconnect_setting_and_the_catalog_field() -> None:
     assert by_catalog.vllm.non_torch_bytes == pcie.vllm.non_torch_bytes
 
 
-def test_rocm_skips_the_graph_estimate_until_027() -> None:
-    # gpu_worker.py 0.19.0:377 "Skip on ROCm/HIP"; included by 0.27.1 (PR #44825)
+def test_rocm_skips_the_graph_estimate_until_026() -> None:
+    # gpu_worker.py 0.19.0:377 "Skip on ROCm/HIP", 0.25.0:478 "current_platform.is_cuda()";
+    # included from 0.26.0 ("ROCm is included: #44825", is_cuda_alike(), 0.26.0:495-502)
     from dataclasses import replace
 
     # (the catalog's "gfx942" is no CUDA capability; Gpu.has_native_fp8 cannot read it yet)
@@ -401,4 +402,7 @@ def test_rocm_skips_the_graph_estimate_until_027() -> None:
     new = plan_for("llama-3.1-8b", mi300x, max_model_len=16_000, vllm_version="0.33.0")
     assert old.vllm.cuda_graph_bytes == 0 and old.vllm.graphs_after_sizing_bytes > 0
     assert new.vllm.cuda_graph_bytes > 0 and new.vllm.graphs_after_sizing_bytes == 0
+    for version, subtracted in (("0.25.0", False), ("0.26.0", True)):
+        p = plan_for("llama-3.1-8b", mi300x, max_model_len=16_000, vllm_version=version)
+        assert (p.vllm.cuda_graph_bytes > 0) is subtracted
     assert new.vllm.non_torch_bytes == round(1.84 * GIB)

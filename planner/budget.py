@@ -84,13 +84,21 @@ def all2all_buffer_bytes(backend: str, expert_parallel: bool) -> int:
 # (``custom_all_reduce.py`` 0.19.0:59, :187); it runs for TP >= 2 over NVLink, and over PCIe
 # only for 2 GPUs (it turns itself off when more are not fully connected).
 CUSTOM_ALL_REDUCE_BYTES = 24 * MIB
-# ROCm (HIP runtime, RCCL, hipBLASLt workspaces) on one GPU: the point is the middle of issue
-# 23's 1.56 and 2.12 GiB on a 48 GB Radeon (not a cited log). The range is what cited logs
-# show: kyuz0's Radeon AI PRO R9700 runs (tests/data/vllm_startups.json, calibration) leave
-# 0.61 GiB beside the weights, the pool and kvplan's activation in one toolbox and 3.21-3.73
-# in another with the same vLLM build and log: ROCm's non-torch memory is the least
-# predictable term; TP 2 over PCIe adds nothing measurable there.
-ROCM_NON_TORCH_BYTES = round(1.84 * GIB)
+# ROCm (HIP runtime, hipBLASLt, RCCL) on one GPU. Nothing in vLLM's ROCm path adds to it by
+# default: no FlashInfer workspace (its sampler and backends are CUDA-only), AITER off
+# (envs.py 0.33.0:1267), custom all-reduce only on gfx94x/gfx95x and only in a TP group
+# (platforms/rocm.py 0.33.0:1270-1273); the measurement itself is CUDA's (memory_profiling's
+# non-torch growth from the post-init snapshot, utils/mem_utils.py 0.33.0:298-306). So the
+# figure is read from cited logs: the two calibration start-ups of one model and one vLLM
+# build on kyuz0's Radeon AI PRO R9700 (tests/data/vllm_startups.json, Llama-3.1-8B-Instruct,
+# 0.11.2.dev690, gmu 0.98 of 31.98 GiB, 15.0586 GiB of weights, 0.34 GiB of kvplan's
+# activation) leave 31.3404 - 15.0586 - 0.34 - 15.33 = 0.61 GiB (run folder amd-r9700-uv+pl)
+# and - 12.73 = 3.21 GiB (amd-r9700) of non-torch: the point is their middle, 1.91, off by
+# 1.3 GiB either way. What sets the mode is not in vLLM: the same build, model and flags give
+# both; the 12-09 folder is 2.0-2.6 GiB lower for four of its six models (not gemma-3 or
+# Qwen3-Next). Issue 23's 2.12 GiB on a 48 GB Radeon (no public log) lies inside. The range
+# is those logs': 0.61 to 3.73 (the same folder's Qwen3-14B-FP8, calibration).
+ROCM_NON_TORCH_BYTES = round(1.91 * GIB)
 ROCM_NON_TORCH_RANGE = (round(0.5 * GIB), round(3.75 * GIB))
 # kvplan's reading of a GPU whose interconnect the catalog does not know: NVLink's figure,
 # the larger one, so an unknown node never gets more KV memory than it may have.

@@ -373,8 +373,12 @@ def test_non_torch_by_release_layout_and_interconnect() -> None:
     assert non_torch_bytes(4, rules=v19, interconnect="pcie", custom_all_reduce=False) == (
         non_torch_bytes(4, rules=v19, interconnect="pcie")
     )
-    # ROCm: 1.56 and 2.12 GiB logged on a 48 GB Radeon; the plan takes 1.84
-    assert non_torch_bytes(1, rules=v19, rocm=True) == round(1.84 * GIB)
+    # ROCm: the middle of the two calibration R9700 Llama-3.1-8B start-ups (one vLLM build):
+    # 0.98 x 31.98 - 15.0586 weights - 0.34 activation - 15.33 / 12.73 GiB logged pools
+    warm = 0.98 * 31.98 - 15.0586 - 0.34 - 15.33
+    cold = 0.98 * 31.98 - 15.0586 - 0.34 - 12.73
+    assert (round(warm, 2), round(cold, 2)) == (0.61, 3.21)
+    assert non_torch_bytes(1, rules=v19, rocm=True) == round(round((warm + cold) / 2, 2) * GIB)
 
 
 def test_interconnect_setting_and_the_catalog_field() -> None:
@@ -405,4 +409,4 @@ def test_rocm_skips_the_graph_estimate_until_026() -> None:
     for version, subtracted in (("0.25.0", False), ("0.26.0", True)):
         p = plan_for("llama-3.1-8b", mi300x, max_model_len=16_000, vllm_version=version)
         assert (p.vllm.cuda_graph_bytes > 0) is subtracted
-    assert new.vllm.non_torch_bytes == round(1.84 * GIB)
+    assert new.vllm.non_torch_bytes == round(1.91 * GIB)

@@ -173,6 +173,17 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
     buffers, which would leave nothing on the GPU; kvplan has no per-GPU P2P fact to key
     that on, and the only cited size (about 0) is that held-out row, so the rule is left.
 
+  * on ROCm the single-GPU figure is not the release's but :data:`planner.budget.
+    ROCM_NON_TORCH_BYTES`, 1.91 GiB: the middle of the two calibration start-ups of
+    Llama-3.1-8B on a Radeon AI PRO R9700 with one vLLM build (0.61 and 3.21 GiB beside the
+    logged pools, kyuz0's amd-r9700-uv+pl and amd-r9700 runs). vLLM's ROCm path adds nothing
+    there by mechanism: the measurement is the same ``memory_profiling`` (``utils/
+    mem_utils.py`` 0.33.0:298-306), FlashInfer (workspaces, sampler) is CUDA-only, AITER is
+    off by default (``envs.py`` 0.33.0:1267-1268), and vLLM's custom all-reduce runs only on
+    gfx94x/gfx95x (``RocmPlatform.use_custom_allreduce``, ``platforms/rocm.py``
+    0.33.0:1270-1273), never on a Radeon; what is left is the HIP runtime's, hipBLASLt's and
+    RCCL's, and the same build logs either figure (run to run, not release to release).
+
   Most of the multi-GPU figure is NCCL's (its buffers, NVLS on NVSwitch systems); vLLM's own
   custom all-reduce keeps 8 MiB buffers (``distributed/device_communicators/
   custom_all_reduce.py`` 0.19.0:59, :187) and is a small part of it.

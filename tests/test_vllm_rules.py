@@ -331,3 +331,12 @@ def test_rocm_runs_the_native_sampler() -> None:
     b200 = plan_for("llama-3.1-8b", "b200", max_model_len=16_000)
     forward = 16_384 * 2 * (3 * 14_336 + 4 * 4096)
     assert b200.vllm.activation_peak_bytes == forward + 27_100_000
+
+
+def test_the_mi300x_falls_in_the_large_gpu_tier_from_0_28() -> None:
+    # vllm-project/vllm#53961 (rocm): "#51726's >=160GiB tier captures MI300X (191.98 GiB),
+    # doubling max_num_batched_tokens": OPENAI_API_SERVER 16384 (from 8192) for
+    # device_memory >= 160 GiB; before it the 70 GiB branch ("For GPUs like H100 and MI300x")
+    for version, tokens in (("0.27.0", 8192), ("0.28.0", 16_384), (None, 16_384)):
+        p = plan_for("llama-3.1-8b", "mi300x", max_model_len=8192, vllm_version=version)
+        assert (p.vllm.max_num_batched_tokens, p.vllm.max_num_seqs) == (tokens, 1024)

@@ -108,11 +108,23 @@ _ROCM_WORDS = ("amd", "radeon", "instinct", "mi210", "mi250", "mi300", "mi325", 
 
 
 def is_rocm(gpu: Gpu | None) -> bool:
-    """An AMD GPU (vLLM runs it on ROCm): by its interconnect (xGMI) or its name."""
+    """An AMD GPU (vLLM runs it on ROCm): by its catalog vendor, else its interconnect (xGMI)
+    or its name (the catalog's ``rx-7900-xtx`` names no AMD word: the vendor says it)."""
     if gpu is None:
         return False
+    if gpu.vendor == "amd":
+        return True
     name = gpu.name.lower()
     return gpu.interconnect == "xgmi" or any(w in name for w in _ROCM_WORDS)
+
+
+def custom_all_reduce_runs(gpu: Gpu | None) -> bool:
+    """Whether vLLM's custom all-reduce can run on ``gpu``: on ROCm only on gfx94x/gfx95x
+    (MI300/MI350: ``RocmPlatform.use_custom_allreduce``, ``platforms/rocm.py``
+    0.33.0:1270-1273), so a Radeon's or an MI200's TP group has none of its buffers."""
+    if gpu is None or not is_rocm(gpu):
+        return True
+    return (gpu.gfx_target or "").startswith(("gfx94", "gfx95"))
 
 
 def non_torch_bytes(
@@ -771,7 +783,7 @@ def vllm_budget(
         s.pp,
         rules=rules,
         interconnect=link,
-        custom_all_reduce=not s.disable_custom_all_reduce,
+        custom_all_reduce=not s.disable_custom_all_reduce and custom_all_reduce_runs(dep.gpu),
         rocm=rocm,
     ) + all2all_buffer_bytes(s.all2all_backend, s.enable_expert_parallel and s.gpus > 1)
     act_range, nt_range = term_ranges(

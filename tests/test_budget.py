@@ -410,3 +410,44 @@ def test_rocm_skips_the_graph_estimate_until_026() -> None:
         p = plan_for("llama-3.1-8b", mi300x, max_model_len=16_000, vllm_version=version)
         assert (p.vllm.cuda_graph_bytes > 0) is subtracted
     assert new.vllm.non_torch_bytes == round(1.91 * GIB)
+
+
+def test_rocm_custom_all_reduce_only_on_mi300_and_mi350() -> None:
+    # platforms/rocm.py 0.33.0:1270-1273: use_custom_allreduce is "gfx94" or "gfx95" in the
+    # arch: a Radeon's TP group keeps none of its three 8 MiB buffers (custom_all_reduce.py
+    # 0.19.0:59, :187), as --disable-custom-all-reduce takes them off on CUDA
+    from planner.budget import custom_all_reduce_runs
+
+    assert [custom_all_reduce_runs(get_gpu(g)) for g in ("mi300x", "mi355x", "h100")] == [
+        True,
+        True,
+        True,
+    ]
+    assert not any(custom_all_reduce_runs(get_gpu(g)) for g in ("mi250x", "rx-7900-xtx"))
+    r9700 = plan_for("llama-3.1-8b", "radeon-ai-pro-r9700", tp=2, max_model_len=8192)
+    off = plan_for(
+        "llama-3.1-8b",
+        "radeon-ai-pro-r9700",
+        tp=2,
+        max_model_len=8192,
+        disable_custom_all_reduce=True,
+    )
+    assert r9700.vllm.non_torch_bytes == off.vllm.non_torch_bytes
+    mi300x = plan_for("llama-3.1-8b", "mi300x", tp=2, max_model_len=8192)
+    mi300x_off = plan_for(
+        "llama-3.1-8b", "mi300x", tp=2, max_model_len=8192, disable_custom_all_reduce=True
+    )
+    assert mi300x.vllm.non_torch_bytes - mi300x_off.vllm.non_torch_bytes == 24 << 20
+
+
+def test_every_amd_catalog_gpu_is_rocm() -> None:
+    # the catalog's vendor decides (rx-7900-xtx/-gre name no AMD word): each gets ROCm's
+    # non-torch figure and rules, as vLLM's ROCm build runs it
+    from planner.budget import ROCM_NON_TORCH_BYTES, is_rocm
+    from planner.gpus import GPUS
+
+    amd = [g for g in GPUS if g.vendor == "amd"]
+    assert {"rx-7900-xtx", "rx-7900-gre"} <= {g.name for g in amd}
+    assert all(is_rocm(g) for g in amd)
+    xtx = plan_for("qwen2.5-0.5b", "rx-7900-xtx", max_model_len=4096)
+    assert xtx.vllm.non_torch_bytes == ROCM_NON_TORCH_BYTES

@@ -112,7 +112,7 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
   0.11.0:38, 0.19.0:37, 0.24.0:86, 0.33.0:242); the ROCm branch is AITER's ``forward_hip``
   only with ``VLLM_ROCM_USE_AITER=1`` (off by default, ``envs.py`` 0.33.0:1267-1268), and in
   0.19 that falls back to ``forward_native`` anyway (``DISABLE_AITER_SAMPLER = True``,
-  0.19.0:179); otherwise ``forward_native``: the sort through 0.17, the Triton kernel from 0.18.
+  0.19.0:180); otherwise ``forward_native``: the sort through 0.17, the Triton kernel from 0.18.
   FlashInfer's 1.5 copies (the default from 0.24) never apply to an AMD GPU, and
   ``--sampler flashinfer`` cannot make them.
 - ``rocm_graph_estimate``: ROCm gets the CUDA-graph (HIP-graph) estimate subtracted from

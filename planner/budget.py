@@ -84,13 +84,21 @@ def all2all_buffer_bytes(backend: str, expert_parallel: bool) -> int:
 # (``custom_all_reduce.py`` 0.19.0:59, :187); it runs for TP >= 2 over NVLink, and over PCIe
 # only for 2 GPUs (it turns itself off when more are not fully connected).
 CUSTOM_ALL_REDUCE_BYTES = 24 * MIB
-# ROCm (HIP runtime, RCCL, hipBLASLt workspaces) on one GPU: the point is the middle of issue
-# 23's 1.56 and 2.12 GiB on a 48 GB Radeon (not a cited log). The range is what cited logs
-# show: kyuz0's Radeon AI PRO R9700 runs (tests/data/vllm_startups.json, calibration) leave
-# 0.61 GiB beside the weights, the pool and kvplan's activation in one toolbox and 3.21-3.73
-# in another with the same vLLM build and log: ROCm's non-torch memory is the least
-# predictable term; TP 2 over PCIe adds nothing measurable there.
-ROCM_NON_TORCH_BYTES = round(1.84 * GIB)
+# ROCm (HIP runtime, hipBLASLt, RCCL) on one GPU. Nothing in vLLM's ROCm path adds to it by
+# default: no FlashInfer workspace (its sampler and backends are CUDA-only), AITER off
+# (envs.py 0.33.0:1267), custom all-reduce only on gfx94x/gfx95x and only in a TP group
+# (platforms/rocm.py 0.33.0:1270-1273); the measurement itself is CUDA's (memory_profiling's
+# non-torch growth from the post-init snapshot, utils/mem_utils.py 0.33.0:298-306). So the
+# figure is read from cited logs: the two calibration start-ups of one model and one vLLM
+# build on kyuz0's Radeon AI PRO R9700 (tests/data/vllm_startups.json, Llama-3.1-8B-Instruct,
+# 0.11.2.dev690, gmu 0.98 of 31.98 GiB, 15.0586 GiB of weights, 0.34 GiB of kvplan's
+# activation) leave 31.3404 - 15.0586 - 0.34 - 15.33 = 0.61 GiB (run folder amd-r9700-uv+pl)
+# and - 12.73 = 3.21 GiB (amd-r9700) of non-torch: the point is their middle, 1.91, off by
+# 1.3 GiB either way. What sets the mode is not in vLLM: the same build, model and flags give
+# both; the 12-09 folder is 2.0-2.6 GiB lower for four of its six models (not gemma-3 or
+# Qwen3-Next). Issue 23's 2.12 GiB on a 48 GB Radeon (no public log) lies inside. The range
+# is those logs': 0.61 to 3.73 (the same folder's Qwen3-14B-FP8, calibration).
+ROCM_NON_TORCH_BYTES = round(1.91 * GIB)
 ROCM_NON_TORCH_RANGE = (round(0.5 * GIB), round(3.75 * GIB))
 # kvplan's reading of a GPU whose interconnect the catalog does not know: NVLink's figure,
 # the larger one, so an unknown node never gets more KV memory than it may have.
@@ -100,11 +108,23 @@ _ROCM_WORDS = ("amd", "radeon", "instinct", "mi210", "mi250", "mi300", "mi325", 
 
 
 def is_rocm(gpu: Gpu | None) -> bool:
-    """An AMD GPU (vLLM runs it on ROCm): by its interconnect (xGMI) or its name."""
+    """An AMD GPU (vLLM runs it on ROCm): by its catalog vendor, else its interconnect (xGMI)
+    or its name (the catalog's ``rx-7900-xtx`` names no AMD word: the vendor says it)."""
     if gpu is None:
         return False
+    if gpu.vendor == "amd":
+        return True
     name = gpu.name.lower()
     return gpu.interconnect == "xgmi" or any(w in name for w in _ROCM_WORDS)
+
+
+def custom_all_reduce_runs(gpu: Gpu | None) -> bool:
+    """Whether vLLM's custom all-reduce can run on ``gpu``: on ROCm only on gfx94x/gfx95x
+    (MI300/MI350: ``RocmPlatform.use_custom_allreduce``, ``platforms/rocm.py``
+    0.33.0:1270-1273), so a Radeon's or an MI200's TP group has none of its buffers."""
+    if gpu is None or not is_rocm(gpu):
+        return True
+    return (gpu.gfx_target or "").startswith(("gfx94", "gfx95"))
 
 
 def non_torch_bytes(
@@ -676,6 +696,13 @@ def estimate_at_length(dep: Deployment) -> Callable[[int], KVEstimate]:
     return at
 
 
+def _rules(dep: Deployment) -> VllmRules:
+    """``dep``'s release rules on its GPU: on ROCm the native sampler, never FlashInfer's
+    (:meth:`planner.vllm_rules.VllmRules.on_rocm`)."""
+    rules = dep.settings.rules
+    return rules.on_rocm() if is_rocm(dep.gpu) else rules
+
+
 def graph_bytes(dep: Deployment, est: KVEstimate) -> int:
     """The CUDA-graph bytes the budget subtracts: the user's ``--cuda-graph-memory`` (0 with
     ``--enforce-eager``), else :func:`cuda_graph_estimate_bytes` where the version subtracts
@@ -686,7 +713,7 @@ def graph_bytes(dep: Deployment, est: KVEstimate) -> int:
     if not s.rules.subtracts_cuda_graphs:
         return 0
     if is_rocm(dep.gpu) and not s.rules.rocm_graph_estimate:
-        return 0  # 0.20-0.26 skip the estimate on ROCm: graphs come after sizing
+        return 0  # 0.20-0.25 skip the estimate on ROCm: graphs come after sizing
     k = s.speculative.num_speculative_tokens if s.speculative and s.speculative.has_drafter else 0
     return cuda_graph_estimate_bytes(est, 1 + k)
 
@@ -700,7 +727,12 @@ def mm_profile(dep: Deployment, est: KVEstimate, weights: Weights) -> MMProfile 
 
     s = dep.settings
     lm = activation_peak_bytes(
-        dep.spec, est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs, s.runner, s.rules, s.tp
+        dep.spec,
+        est.vllm.max_num_batched_tokens,
+        est.vllm.max_num_seqs,
+        s.runner,
+        _rules(dep),
+        s.tp,
     )
     sized = weights.tower_bytes or tower.bytes
     return profile(
@@ -740,7 +772,7 @@ def vllm_budget(
     s = dep.settings
     mm = mm_profile(dep, est, weights)
     encoder = mm.activation_bytes if mm is not None else 0
-    rules = s.rules
+    rules = _rules(dep)
     rocm = is_rocm(dep.gpu)
     tokens, seqs = est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs
     activation = activation_peak_bytes(dep.spec, tokens, seqs, s.runner, rules, s.tp)
@@ -751,7 +783,7 @@ def vllm_budget(
         s.pp,
         rules=rules,
         interconnect=link,
-        custom_all_reduce=not s.disable_custom_all_reduce,
+        custom_all_reduce=not s.disable_custom_all_reduce and custom_all_reduce_runs(dep.gpu),
         rocm=rocm,
     ) + all2all_buffer_bytes(s.all2all_backend, s.enable_expert_parallel and s.gpus > 1)
     act_range, nt_range = term_ranges(
@@ -796,7 +828,7 @@ def _activation_parts(dep: Deployment, tokens: int, seqs: int) -> tuple[int, int
     or does not support the GPU), FlashInfer where the native one is (installed, through
     0.11.0, or opted into with ``VLLM_USE_FLASHINFER_SAMPLER=1``); none when ``--sampler``
     says which runs (:attr:`planner.vllm_rules.VllmRules.sampler_stated`)."""
-    s, rules = dep.settings, dep.settings.rules
+    s, rules = dep.settings, _rules(dep)
     rows = min(tokens, seqs)
     generating = s.runner == "generate"
     sampler = sampler_bytes(dep.spec, rows, rules) if generating else 0
@@ -819,7 +851,7 @@ def after_sizing(dep: Deployment, est: KVEstimate, activation: int) -> AfterSizi
     ``min(max_num_seqs, max_num_batched_tokens)`` rows (plus, where the release does not
     reuse the activation reservation, the forward its compile-range warm-up runs first)."""
     assert est.vllm is not None and dep.gpu is not None
-    s, rules = dep.settings, dep.settings.rules
+    s, rules = dep.settings, _rules(dep)
     tokens, seqs = est.vllm.max_num_batched_tokens, est.vllm.max_num_seqs
     rows = min(seqs, tokens)
     graphs = 0

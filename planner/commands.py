@@ -25,13 +25,14 @@ from planner.containers import rocm_docker_command
 from planner.deployment import eplb_flags
 from planner.gpu_support import engine_refusal
 from planner.model.specs import Engine
-from planner.vllm_rules import NEWEST_VERSION
+from planner.vllm_rules import NEWEST, NEWEST_VERSION
 
 if TYPE_CHECKING:
     from planner.deployment import ServeSettings
     from planner.engine_budgets import EngineCapacity
     from planner.gpus import Gpu
     from planner.plan_types import Recommended
+    from planner.vllm_rules import VllmRules
 
 TRTLLM_FILE = "kvplan-trtllm.yaml"
 
@@ -266,25 +267,43 @@ def engine_commands(
     docker = rocm_docker_command(commands["vllm"], gpu, version)
     if docker is not None:  # an AMD GPU: the vllm command in vLLM's ROCm image
         commands["docker"] = docker
-    return EngineCommands(commands=commands, files=files, notes=notes + rocm_notes(gpu))
+    return EngineCommands(
+        commands=commands,
+        files=files,
+        notes=notes + rocm_notes(gpu, settings.rules if settings else None),
+    )
 
 
-def rocm_notes(gpu: Gpu | None) -> list[str]:
-    """What an AMD GPU changes about the launch commands, from vLLM's ROCm platform
-    (``vllm/platforms/rocm.py`` @001eda31): the flags stay; the attention backend is
-    ``ROCM_ATTN`` (``TRITON_MLA`` for MLA) unless ``VLLM_ROCM_USE_AITER=1`` (``envs.py``, off by
-    default) puts AITER's kernels first (``_get_backend_priorities``); graphs are captured with
-    the same ``CUDAGraphWrapper`` (``get_static_graph_wrapper_cls``), but since vllm#36720
-    (2026-03) vLLM skips the graph-memory profile on ROCm before sizing the KV pool, so the
+def rocm_notes(gpu: Gpu | None, rules: VllmRules | None = None) -> list[str]:
+    """What an AMD GPU changes about the launch commands for ``rules``' release (the newest
+    when None), from vLLM's ROCm sources (0.33.0): the flags stay. Attention: ``ROCM_ATTN``
+    heads ``_get_backend_priorities`` (``platforms/rocm.py`` 0.33.0:553-569), AITER's MHA
+    backends follow it (``VLLM_ROCM_USE_AITER=1``, off by default, ``envs.py`` 0.33.0:1267;
+    pick one with ``--attention-backend``), on RDNA4 with AITER its unified attention goes
+    first (:562-563); MLA models get ``TRITON_MLA``, ``ROCM_AITER_MLA`` first with AITER
+    (:541-551). The sampler is vLLM's native one (FlashInfer's is CUDA-only:
+    :meth:`planner.vllm_rules.VllmRules.on_rocm`). HIP graphs are captured with the same
+    ``CUDAGraphWrapper`` (:1305-1306); their memory is profiled and subtracted before the KV
+    pool is sized from 0.26 (``rocm_graph_estimate``), skipped on ROCm in 0.20-0.25, so the
     graphs come out of what the pool leaves. TensorRT-LLM has no ROCm build. Empty for any
     other GPU."""
     if gpu is None or gpu.vendor != "amd":
         return []
+    r = rules or NEWEST
+    if not r.subtracts_cuda_graphs:
+        graphs = "captured after the KV pool is sized, as on CUDA in this release"
+    elif r.rocm_graph_estimate:
+        graphs = "profiled and subtracted before the KV pool is sized, as on CUDA (from 0.26)"
+    else:
+        graphs = (
+            "not profiled before the KV pool is sized on ROCm in 0.20-0.25: they come out "
+            "of what the pool leaves"
+        )
     return [
         f"{gpu.name} ({gpu.gfx_target}) runs vLLM's ROCm build with the same flags: attention "
-        "is ROCM_ATTN (TRITON_MLA for MLA models) unless VLLM_ROCM_USE_AITER=1 puts AITER's "
-        "kernels first; HIP graphs are captured as CUDA graphs are, but their memory is not "
-        "profiled before the KV pool is sized on ROCm (vllm#36720)",
+        "is ROCM_ATTN (TRITON_MLA for MLA models; VLLM_ROCM_USE_AITER=1 adds AITER's kernels "
+        "behind it, ahead of it for MLA and on RDNA4); the sampler is vLLM's native one "
+        f"(FlashInfer's is CUDA-only); HIP graphs are captured as CUDA graphs are, {graphs}",
         f"TensorRT-LLM runs on NVIDIA GPUs only: no trtllm command or figures for {gpu.name}",
     ]
 

@@ -72,3 +72,19 @@ def rocm_docker_command(vllm_command: str, gpu: Gpu | None, vllm_version: str) -
     docker = ["docker", "run", "--rm", *ROCM_DOCKER_FLAGS, "-p", f"{PORT}:{PORT}"]
     docker += ["--env", "HF_TOKEN", image(gpu, vllm_version)]
     return shlex.join([*docker, *words[2:]])
+
+
+def rocm_node_docker_command(vllm_command: str, gpu: Gpu | None, vllm_version: str) -> str | None:
+    """One node's ``vllm serve`` of a multi-node plan in vLLM's ROCm image: the devices and
+    settings of :func:`rocm_docker_command`, with the host's network instead of one published
+    port (``--network=host``), as vLLM's own multi-node container script runs its nodes
+    ("--network host: Allows Ray nodes to communicate directly via host networking",
+    ``examples/online_serving/run_cluster.sh`` @0c37e239): the head's data-parallel RPC port
+    and RCCL's connections between the nodes are reached at the node's own address. None
+    where :func:`rocm_docker_command` is."""
+    words = shlex.split(vllm_command)
+    if not is_amd(gpu) or words[:2] != ["vllm", "serve"]:
+        return None
+    docker = ["docker", "run", "--rm", *ROCM_DOCKER_FLAGS, "--network=host"]
+    docker += ["--env", "HF_TOKEN", image(gpu, vllm_version)]
+    return shlex.join([*docker, *words[2:]])

@@ -233,6 +233,8 @@ class Plan:
     cluster: Cluster | None = None  # every DP rank's pool together (planner.cluster)
     layouts: list[LayoutRow] = field(default_factory=list)  # --gpus: every TP x DP split
     node_commands: list[str] = field(default_factory=list)  # --nodes: one vllm serve per node
+    # on an AMD GPU: each node's command in vLLM's ROCm image (planner.containers)
+    node_docker_commands: list[str] = field(default_factory=list)
     speculative: SpeculativeFigures | None = None  # what --speculative-config costs
     expert_parallel: bool = False
     lora: LoraBuffers | None = None  # --enable-lora: the stacked buffers (inside weights)

@@ -106,10 +106,23 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
   warm-up over ``min(max_num_seqs, max_num_batched_tokens)`` rows, after the capture "on
   purpose to prevent memory buffers from being cleared by empty_cache" (:670-686): its
   buffers stay reserved; which of these keeps the activation headroom is the open question.
-- ``rocm_graph_estimate``: ROCm gets the CUDA-graph estimate subtracted: skipped on ROCm in
-  0.18-0.24 ("Skip on ROCm/HIP", ``gpu_worker.py`` 0.19.0:377), included by 0.27.1 (PR
-  #44825, ``gpu_worker.py`` 0.27.1:507); 0.25-0.26 not checked. Where it is skipped the
-  graphs are captured after sizing, as before 0.20 everywhere.
+- ``rocm_sampler`` (:meth:`VllmRules.on_rocm`): on ROCm the sampler is always the release's
+  native one. ``TopKTopPSampler.__init__`` takes FlashInfer's ``forward_cuda`` only under
+  ``current_platform.is_cuda()``, which is False on ROCm (``v1/sample/ops/topk_topp_sampler.py``
+  0.11.0:38, 0.19.0:37, 0.24.0:86, 0.33.0:242); the ROCm branch is AITER's ``forward_hip``
+  only with ``VLLM_ROCM_USE_AITER=1`` (off by default, ``envs.py`` 0.33.0:1267-1268), and in
+  0.19 that falls back to ``forward_native`` anyway (``DISABLE_AITER_SAMPLER = True``,
+  0.19.0:180); otherwise ``forward_native``: the sort through 0.17, the Triton kernel from 0.18.
+  FlashInfer's 1.5 copies (the default from 0.24) never apply to an AMD GPU, and
+  ``--sampler flashinfer`` cannot make them.
+- ``rocm_graph_estimate``: ROCm gets the CUDA-graph (HIP-graph) estimate subtracted from
+  0.26.0: skipped on ROCm in 0.18-0.25 ("Skip on ROCm/HIP", ``gpu_worker.py`` 0.19.0:377;
+  0.24.0:445; 0.25.0:475-483, ``if current_platform.is_cuda() and ...``), included from
+  0.26.0 ("ROCm is included: #44825 moved the profiler to torch.accelerator.get_memory_info",
+  ``is_cuda_alike()``, ``gpu_worker.py`` 0.26.0:495-502, 0.27.1:507, 0.33.0:703-715). The
+  graphs themselves are the same on ROCm: ``get_static_graph_wrapper_cls`` is
+  ``CUDAGraphWrapper`` (``platforms/rocm.py`` 0.33.0:1305-1306), capturing HIP graphs. Where
+  the estimate is skipped the graphs are captured after sizing, as before 0.20 everywhere.
 - ``non_torch_single_bytes`` / ``non_torch_comm_bytes``: memory outside torch's allocator
   that appears during the profile (``memory_profiling``'s ``non_torch_increase``,
   ``utils/mem_utils.py``) on a rank that talks to no other, and what a tensor-parallel group
@@ -159,6 +172,17 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
     no PCIe P2P, and NCCL then moves data through host shared memory rather than device
     buffers, which would leave nothing on the GPU; kvplan has no per-GPU P2P fact to key
     that on, and the only cited size (about 0) is that held-out row, so the rule is left.
+
+  * on ROCm the single-GPU figure is not the release's but :data:`planner.budget.
+    ROCM_NON_TORCH_BYTES`, 1.91 GiB: the middle of the two calibration start-ups of
+    Llama-3.1-8B on a Radeon AI PRO R9700 with one vLLM build (0.61 and 3.21 GiB beside the
+    logged pools, kyuz0's amd-r9700-uv+pl and amd-r9700 runs). vLLM's ROCm path adds nothing
+    there by mechanism: the measurement is the same ``memory_profiling`` (``utils/
+    mem_utils.py`` 0.33.0:298-306), FlashInfer (workspaces, sampler) is CUDA-only, AITER is
+    off by default (``envs.py`` 0.33.0:1267-1268), and vLLM's custom all-reduce runs only on
+    gfx94x/gfx95x (``RocmPlatform.use_custom_allreduce``, ``platforms/rocm.py``
+    0.33.0:1270-1273), never on a Radeon; what is left is the HIP runtime's, hipBLASLt's and
+    RCCL's, and the same build logs either figure (run to run, not release to release).
 
   Most of the multi-GPU figure is NCCL's (its buffers, NVLS on NVSwitch systems); vLLM's own
   custom all-reduce keeps 8 MiB buffers (``distributed/device_communicators/
@@ -223,6 +247,11 @@ class VllmRules:
         sampler: Sampler = "flashinfer" if choice == "flashinfer" else self.native_sampler
         return replace(self, sampler=sampler, sampler_stated=True)
 
+    def on_rocm(self) -> VllmRules:
+        """These rules on an AMD GPU: vLLM's ROCm build never runs FlashInfer's sampler, so the
+        release's native one runs and no other (module docstring, ``rocm_sampler``)."""
+        return replace(self, sampler=self.native_sampler, sampler_stated=True)
+
     @property
     def sampler_copies_milli(self) -> int:
         """fp32 logits copies alive at the sampler warm-up's peak, in thousandths."""
@@ -284,7 +313,7 @@ RULES: tuple[VllmRules, ...] = (
     _row((0, 20, 0), 0.92, graphs=True, sched=2, sampler="triton", non_torch=_NT19_PCIE),
     _row((0, 24, 0), 0.92, graphs=True, sched=3, sampler="flashinfer", non_torch=_NT19),
     _row(
-        (0, 27, 0),
+        (0, 26, 0),
         0.92,
         graphs=True,
         sched=3,

@@ -373,8 +373,12 @@ def test_non_torch_by_release_layout_and_interconnect() -> None:
     assert non_torch_bytes(4, rules=v19, interconnect="pcie", custom_all_reduce=False) == (
         non_torch_bytes(4, rules=v19, interconnect="pcie")
     )
-    # ROCm: 1.56 and 2.12 GiB logged on a 48 GB Radeon; the plan takes 1.84
-    assert non_torch_bytes(1, rules=v19, rocm=True) == round(1.84 * GIB)
+    # ROCm: the middle of the two calibration R9700 Llama-3.1-8B start-ups (one vLLM build):
+    # 0.98 x 31.98 - 15.0586 weights - 0.34 activation - 15.33 / 12.73 GiB logged pools
+    warm = 0.98 * 31.98 - 15.0586 - 0.34 - 15.33
+    cold = 0.98 * 31.98 - 15.0586 - 0.34 - 12.73
+    assert (round(warm, 2), round(cold, 2)) == (0.61, 3.21)
+    assert non_torch_bytes(1, rules=v19, rocm=True) == round(round((warm + cold) / 2, 2) * GIB)
 
 
 def test_interconnect_setting_and_the_catalog_field() -> None:
@@ -391,8 +395,9 @@ def test_interconnect_setting_and_the_catalog_field() -> None:
     assert by_catalog.vllm.non_torch_bytes == pcie.vllm.non_torch_bytes
 
 
-def test_rocm_skips_the_graph_estimate_until_027() -> None:
-    # gpu_worker.py 0.19.0:377 "Skip on ROCm/HIP"; included by 0.27.1 (PR #44825)
+def test_rocm_skips_the_graph_estimate_until_026() -> None:
+    # gpu_worker.py 0.19.0:377 "Skip on ROCm/HIP", 0.25.0:478 "current_platform.is_cuda()";
+    # included from 0.26.0 ("ROCm is included: #44825", is_cuda_alike(), 0.26.0:495-502)
     from dataclasses import replace
 
     # (the catalog's "gfx942" is no CUDA capability; Gpu.has_native_fp8 cannot read it yet)
@@ -401,4 +406,48 @@ def test_rocm_skips_the_graph_estimate_until_027() -> None:
     new = plan_for("llama-3.1-8b", mi300x, max_model_len=16_000, vllm_version="0.33.0")
     assert old.vllm.cuda_graph_bytes == 0 and old.vllm.graphs_after_sizing_bytes > 0
     assert new.vllm.cuda_graph_bytes > 0 and new.vllm.graphs_after_sizing_bytes == 0
-    assert new.vllm.non_torch_bytes == round(1.84 * GIB)
+    for version, subtracted in (("0.25.0", False), ("0.26.0", True)):
+        p = plan_for("llama-3.1-8b", mi300x, max_model_len=16_000, vllm_version=version)
+        assert (p.vllm.cuda_graph_bytes > 0) is subtracted
+    assert new.vllm.non_torch_bytes == round(1.91 * GIB)
+
+
+def test_rocm_custom_all_reduce_only_on_mi300_and_mi350() -> None:
+    # platforms/rocm.py 0.33.0:1270-1273: use_custom_allreduce is "gfx94" or "gfx95" in the
+    # arch: a Radeon's TP group keeps none of its three 8 MiB buffers (custom_all_reduce.py
+    # 0.19.0:59, :187), as --disable-custom-all-reduce takes them off on CUDA
+    from planner.budget import custom_all_reduce_runs
+
+    assert [custom_all_reduce_runs(get_gpu(g)) for g in ("mi300x", "mi355x", "h100")] == [
+        True,
+        True,
+        True,
+    ]
+    assert not any(custom_all_reduce_runs(get_gpu(g)) for g in ("mi250x", "rx-7900-xtx"))
+    r9700 = plan_for("llama-3.1-8b", "radeon-ai-pro-r9700", tp=2, max_model_len=8192)
+    off = plan_for(
+        "llama-3.1-8b",
+        "radeon-ai-pro-r9700",
+        tp=2,
+        max_model_len=8192,
+        disable_custom_all_reduce=True,
+    )
+    assert r9700.vllm.non_torch_bytes == off.vllm.non_torch_bytes
+    mi300x = plan_for("llama-3.1-8b", "mi300x", tp=2, max_model_len=8192)
+    mi300x_off = plan_for(
+        "llama-3.1-8b", "mi300x", tp=2, max_model_len=8192, disable_custom_all_reduce=True
+    )
+    assert mi300x.vllm.non_torch_bytes - mi300x_off.vllm.non_torch_bytes == 24 << 20
+
+
+def test_every_amd_catalog_gpu_is_rocm() -> None:
+    # the catalog's vendor decides (rx-7900-xtx/-gre name no AMD word): each gets ROCm's
+    # non-torch figure and rules, as vLLM's ROCm build runs it
+    from planner.budget import ROCM_NON_TORCH_BYTES, is_rocm
+    from planner.gpus import GPUS
+
+    amd = [g for g in GPUS if g.vendor == "amd"]
+    assert {"rx-7900-xtx", "rx-7900-gre"} <= {g.name for g in amd}
+    assert all(is_rocm(g) for g in amd)
+    xtx = plan_for("qwen2.5-0.5b", "rx-7900-xtx", max_model_len=4096)
+    assert xtx.vllm.non_torch_bytes == ROCM_NON_TORCH_BYTES

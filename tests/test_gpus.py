@@ -495,6 +495,29 @@ def test_an_amd_plan_says_what_rocm_changes_and_an_nvidia_one_does_not() -> None
 
 
 @pytest.mark.parametrize(
+    ("version", "graphs"),
+    [
+        # gpu_worker.py 0.25.0:475-483 "Skip on ROCm/HIP" (is_cuda()); 0.26.0:495-502 "ROCm is
+        # included: #44825" (is_cuda_alike()); before 0.20 no release subtracts graphs at all
+        ("0.19.0", "captured after the KV pool is sized"),
+        ("0.25.0", "not profiled before the KV pool is sized on ROCm in 0.20-0.25"),
+        ("0.26.0", "profiled and subtracted before the KV pool is sized"),
+        (None, "profiled and subtracted before the KV pool is sized"),
+    ],
+)
+def test_the_rocm_note_follows_the_releases_graph_rule(version: str | None, graphs: str) -> None:
+    argv = ["estimate", "qwen2.5-7b-instruct", "--gpu", "mi300x", "--max-model-len", "8192"]
+    if version:
+        argv += ["--vllm-version", version]
+    result = runner.invoke(app, [*argv, "--json"])
+    assert result.exit_code == 0, result.stderr
+    (note,) = [n for n in json.loads(result.stdout)["plan_notes"] if "ROCm build" in n]
+    assert graphs in note
+    # topk_topp_sampler.py 0.33.0:242: FlashInfer's sampler only under is_cuda()
+    assert "the sampler is vLLM's native one" in note
+
+
+@pytest.mark.parametrize(
     ("name", "share"),
     [
         # clock.py: 0.90 of datasheet bandwidth on HBM parts, 0.85 on GDDR ones

@@ -133,3 +133,43 @@ def test_a_multi_node_amd_plan_requests_amd_gpus_on_every_pod() -> None:
     for container in found:
         assert container["resources"]["limits"] == {"amd.com/gpu": 8}
         assert container["image"].startswith("vllm/vllm-openai-rocm:v")
+
+
+def test_a_multi_node_amd_plan_runs_every_node_in_the_rocm_image() -> None:
+    # vLLM's multi-node container script runs each node with "--network host: Allows Ray nodes
+    # to communicate directly via host networking" (examples/online_serving/run_cluster.sh,
+    # tests/data/rocm_launch.md): the head's data-parallel RPC port and RCCL's connections are
+    # reached at the node's own address, so no single port is published
+    data = plan(
+        "qwen2.5-0.5b", "--gpu", "mi300x", "--dp", "2", "--nodes", "2", "--gpus-per-node", "1"
+    )
+    nodes, dockers = data["node_commands"], data["node_docker_commands"]
+    assert len(nodes) == len(dockers) == 2
+    image = f"vllm/vllm-openai-rocm:v{data['vllm_version']}"
+    for node, docker_line in zip(nodes, dockers, strict=True):
+        docker = shlex.split(docker_line)
+        at = docker.index(image)
+        before = docker[:at]
+        for word in [*ROCM_WORDS, "--network=host"]:
+            assert word in before, word
+        assert "-p" not in before
+        # the node's own vllm serve words follow the image, whole (--headless on node 1)
+        assert docker[at + 1 :] == shlex.split(node)[2:]
+    assert "--headless" in shlex.split(dockers[1])
+
+
+def test_an_nvidia_multi_node_plan_has_no_rocm_lines() -> None:
+    data = plan(
+        "qwen2.5-0.5b", "--gpu", "h100", "--dp", "2", "--nodes", "2", "--gpus-per-node", "1"
+    )
+    assert len(data["node_commands"]) == 2 and "node_docker_commands" not in data
+
+
+def test_the_rocm_command_sets_no_removed_rocm_variable() -> None:
+    # VLLM_USE_TRITON_FLASH_ATTN is gone from vLLM's envs.py (0.11.0:484 had it, 0.19.0 and
+    # 0.33.0 do not; a 0.19.1 ROCm log warns "Unknown vLLM environment variable detected:
+    # VLLM_USE_TRITON_FLASH_ATTN"); VLLM_ROCM_USE_AITER is opt-in (envs.py 0.33.0:1267-1268,
+    # default "False"): kvplan's budget assumes it off, so the commands do not set it
+    data = plan("qwen2.5-0.5b", "--gpu", "mi300x", "--max-model-len", "4096")
+    for line in (data["commands"]["vllm"], data["commands"]["docker"]):
+        assert "VLLM_USE_TRITON_FLASH_ATTN" not in line and "VLLM_ROCM_USE_AITER" not in line

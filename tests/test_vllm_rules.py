@@ -306,3 +306,37 @@ def test_flashinfer_installed_in_0_10_shrinks_the_activation() -> None:
     # the log's 24.83 GiB (gmu 0.5) is inside the stated range of the FlashInfer plan
     low, high = estimate_ranges(flashinfer.vllm, 1)["available_kv_bytes"]
     assert low <= 24.83 * GIB <= high
+
+
+def test_rocm_runs_the_native_sampler() -> None:
+    # TopKTopPSampler takes FlashInfer's forward_cuda only if current_platform.is_cuda(),
+    # False on ROCm (v1/sample/ops/topk_topp_sampler.py 0.11.0:38, 0.19.0:37, 0.33.0:242);
+    # without VLLM_ROCM_USE_AITER=1 (envs.py 0.33.0:1267) it is forward_native
+    assert [rules_for(v).on_rocm().sampler for v in ("0.11.0", "0.19.0", "0.33.0")] == [
+        "sort",
+        "triton",
+        "triton",
+    ]
+    # --sampler flashinfer cannot make ROCm run it, and no other sampler may run instead
+    stated = rules_for("0.33.0").with_sampler("flashinfer").on_rocm()
+    assert stated.sampler == "triton" and stated.sampler_stated
+    # Llama-3.1-8B on an MI300X (191.98 GiB: the >= 160 GiB tier, 16,384 / 1,024): the Triton
+    # top-k/top-p's 3.70 fp32-logits copies over 1,024 rows plus the held hidden states are
+    # the peak (1.97 GiB), over the forward's 16,384 x 2 x (3 x 14,336 + 4 x 4,096) B = 1.88
+    plan = plan_for("llama-3.1-8b", "mi300x", max_model_len=16_000)
+    held = 16_384 * 4096 * 2553 // 1000
+    assert plan.vllm.activation_peak_bytes == 1024 * 128_256 * 4 * 3700 // 1000 + held + 27_100_000
+    # the same deployment on an NVIDIA GPU of that size keeps FlashInfer's 1.5 copies: the
+    # forward is the peak there
+    b200 = plan_for("llama-3.1-8b", "b200", max_model_len=16_000)
+    forward = 16_384 * 2 * (3 * 14_336 + 4 * 4096)
+    assert b200.vllm.activation_peak_bytes == forward + 27_100_000
+
+
+def test_the_mi300x_falls_in_the_large_gpu_tier_from_0_28() -> None:
+    # vllm-project/vllm#53961 (rocm): "#51726's >=160GiB tier captures MI300X (191.98 GiB),
+    # doubling max_num_batched_tokens": OPENAI_API_SERVER 16384 (from 8192) for
+    # device_memory >= 160 GiB; before it the 70 GiB branch ("For GPUs like H100 and MI300x")
+    for version, tokens in (("0.27.0", 8192), ("0.28.0", 16_384), (None, 16_384)):
+        p = plan_for("llama-3.1-8b", "mi300x", max_model_len=8192, vllm_version=version)
+        assert (p.vllm.max_num_batched_tokens, p.vllm.max_num_seqs) == (tokens, 1024)

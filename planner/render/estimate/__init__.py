@@ -408,6 +408,16 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             out.print(f"  node {node}{' (head)' if node == 0 else ''}:", markup=False)
             for line in wrap_command(command):
                 out.print(f"  {line}", markup=False, soft_wrap=True)
+        if p.node_docker_commands:  # an AMD GPU: each node's command in vLLM's ROCm image
+            out.print(
+                "  or in vLLM's ROCm image on each node, with the devices ROCm needs and the "
+                "host's network:",
+                markup=False,
+            )
+            for node, command in enumerate(p.node_docker_commands):
+                out.print(f"  node {node}{' (head)' if node == 0 else ''}:", markup=False)
+                for line in wrap_command(command):
+                    out.print(f"  {line}", markup=False, soft_wrap=True)
     else:
         for line in wrap_command(p.commands["vllm"]):
             out.print(f"  {line}", markup=False, soft_wrap=True)

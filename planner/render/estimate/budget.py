@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from planner.budget import estimate_ranges
+from planner.activation import ACT_CONST_BYTES
+from planner.budget import estimate_ranges, is_rocm
 from planner.render._output import (
     BAR_CHARS,
     console,
@@ -141,6 +142,10 @@ def budget_lines(p: Plan) -> None:
         low, high = ranges[key]
         return f"{format_gib(low)}–{format_gib(high)}"
 
+    rocm = is_rocm(p.gpu)
+    # ROCm: HIP runtime, hipBLASLt and RCCL; vLLM subtracts its graphs there from 0.26
+    # (planner.vllm_rules, rocm_graph_estimate)
+    libs, since = ("HIP, hipBLASLt, RCCL", "0.26 on ROCm") if rocm else ("cuBLAS, NCCL", "0.20")
     rows = [
         ("weights", cap.weights_bytes, f"{p.weights.source}: {p.weights.detail}"),
         (
@@ -148,13 +153,13 @@ def budget_lines(p: Plan) -> None:
             cap.activation_peak_bytes,
             f"est. {span('activation_peak_bytes')}: " + activation_why(cap, p.vllm_version),
         ),
-        ("non-torch", cap.non_torch_bytes, f"est. {span('non_torch_bytes')}: cuBLAS, NCCL"),
+        ("non-torch", cap.non_torch_bytes, f"est. {span('non_torch_bytes')}: {libs}"),
         (
             "CUDA graphs",
             cap.cuda_graph_bytes,
             f"est. {span('cuda_graph_bytes')} (--enforce-eager: 0)"
             if cap.cuda_graph_bytes
-            else f"none subtracted (eager mode, or vLLM {p.vllm_version} < 0.20)",
+            else f"none subtracted (eager mode, or vLLM {p.vllm_version} < {since})",
         ),
     ]
     mm = p.mm
@@ -205,9 +210,12 @@ def activation_why(cap: Any, version: str) -> str:
     budget or the sampler warm-up over its rows (``version``'s sampler: see --json)."""
     del version
     rows = min(cap.max_num_seqs, cap.max_num_batched_tokens)
-    if (
-        cap.activation_sampler_bytes
-        and cap.activation_sampler_bytes >= cap.activation_forward_bytes
+    # the sampler's peak holds the hidden states too: it is the peak when the language
+    # model's share of the activation is over the forward's (planner.activation)
+    lm = cap.activation_peak_bytes - cap.encoder_activation_bytes
+    if cap.activation_sampler_bytes and (
+        cap.activation_sampler_bytes >= cap.activation_forward_bytes
+        or lm > cap.activation_forward_bytes + ACT_CONST_BYTES
     ):
         return f"sampler over {rows:,} rows"
     return f"forward over {cap.max_num_batched_tokens:,} tokens"

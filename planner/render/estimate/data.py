@@ -95,6 +95,8 @@ def report_dict(rep: Report) -> dict[str, Any]:
         mm={**asdict(p.mm), "levers": [asdict(lv) for lv in p.mm_levers]} if p.mm else None,
         layouts=[asdict(r) for r in p.layouts] if p.layouts else None,
         node_commands=p.node_commands or None,
+        # an AMD GPU over several nodes: each node's command in vLLM's ROCm image
+        **({"node_docker_commands": p.node_docker_commands} if p.node_docker_commands else {}),
         estimated_max_model_len=cap.estimated_max_model_len,
         fits=p.outcome != "wont_start",
         outcome=p.outcome,

@@ -49,7 +49,7 @@ from planner.gpus import Gpu, get_gpu  # noqa: E402
 from planner.kv_layout import estimate  # noqa: E402
 from planner.model.load import load_model  # noqa: E402
 from planner.model.specs import KVDtype  # noqa: E402
-from planner.weights import per_rank  # noqa: E402
+from planner.weights import for_deployment  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "vllm_startups.json"
 GIB = 1 << 30
@@ -194,7 +194,7 @@ def predict(
         settings = _settings(rec, gpu, batch_from_version)
         dep = Deployment(model=model, gpu=gpu, settings=settings)
         est = estimate(dep.spec, settings, gpu, batch_sizes=())
-        weights = per_rank(model, tp=settings.tp, pp=settings.pp)
+        weights = for_deployment(dep)  # as every command: placement, the GPU's MoE kernel
         if source == "logged":
             weights = dataclasses.replace(weights, bytes_per_rank=int(logged_w * GIB))
         cap = vllm_budget(dep, est, weights)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from planner.kv_layout import KVEstimate
 from planner.layer_shapes import num_experts_of
 from planner.model.specs import ModelSpec
+from planner.units import MIB
 from planner.vllm_rules import NEWEST as NEWEST_RULES
 from planner.vllm_rules import VllmRules
 
@@ -110,35 +111,116 @@ def activation_peak_bytes(
     return max(forward, sampler + held) + ACT_CONST_BYTES
 
 
-# CUDA graphs (``profile_cudagraph_memory``, subtracted from the budget from vLLM 0.20): the
-# capture grows with the number of captured batch sizes (1, 2, 4, then every 8 up to 256,
-# every 16 up to min(2 x max_num_seqs, 512)) and the layers each graph spans. 0.32 MiB per
-# layer per size fits the captures public logs report (tests/data/vllm_startups.json: 28
-# layers x 51 sizes 0.48-0.50 GiB, 24 x 51 0.37-0.39, 80 x 51 1.22) within 0.25 GiB.
-GRAPH_LAYER_SIZE_BYTES = 335_544
+# CUDA graphs, by mechanism. What ``GPUModelRunner.capture_model`` captures per release
+# (sources under ``vllm/``, ``pip download --no-deps vllm==X``):
+#
+# - the sizes (``VllmConfig._set_cudagraph_sizes``): 1, 2, 4, then multiples of 8 up to
+#   ``min(2 x max_num_seqs, 512)`` through 0.11.0 (``config/__init__.py`` 0.10.1.1:3766-3777,
+#   0.11.0:589-611: 67 sizes at 256 sequences); from 0.11.1 multiples of 8 below 256 and of 16
+#   from 256 (``config/vllm.py`` 0.11.1:876-890, 0.19.0:1424-1440: 51 sizes); both dropping
+#   sizes above max_num_batched_tokens;
+# - the modes (``cudagraph_mode``): PIECEWISE only through 0.10 (``config/__init__.py``
+#   0.10.2:3389-3395); FULL_AND_PIECEWISE by default from 0.11.0 (0.11.0:361-373, 0.11.1
+#   ``config/vllm.py``:465-470), PIECEWISE for pooling models: a PIECEWISE graph for every size
+#   and a FULL graph for every "uniform decode" size between the decode query length and
+#   ``max_num_seqs x`` it (``gpu_model_runner.py`` 0.11.0:3442-3466, 0.11.1:4203-4222;
+#   ``v1/cudagraph_dispatcher.py`` 0.19.0:188-229): 67 + 35 graphs at 256 sequences in
+#   0.11.0, 51 + 35 from 0.11.1;
+# - their memory: graphs share one pool (``graph_capture``), and what each more graph costs is
+#   its kernel nodes, which grow with the layers it spans: vLLM's own estimate is the first
+#   capture plus (graphs - 1) x the second's, summed over the modes (``gpu_model_runner.py``
+#   0.19.0:5899-5957).
+#
+# Per layer per graph: 0.20 MiB, what the single-GPU captures and estimates public logs
+# report come to (tests/data/vllm_startups.json): vLLM's own estimate 0.48 GiB for 28 layers
+# x (51 + 35) graphs in 0.26.0 (0.20 MiB), 0.37 for 24 x 86 in 0.27.1 (0.18), 0.51 for
+# 32 x 86 in 0.19.1 (0.19, captured 0.46); captured 0.38 GiB for 32 x (35 + 19) in 0.11.0 on
+# an L4 (0.23), 0.21-0.23 for 32 x (19 + 11) on an RTX 3090/4090 in 0.12.0 (0.22-0.25).
+# Where the graphs' all-reduces are NCCL's (custom all-reduce off: more than two PCIe GPUs,
+# or ``--disable-custom-all-reduce``) each layer graph holds 0.19 MiB more: 4 x RTX 4090
+# TP 4, 0.11.0, 48 layers x (67 + 35) graphs captured 1.88 GiB = 0.39 MiB (vllm#27782);
+# 4 x L40S TP 4, 0.19.0, 80 x (51 + 35) captured 2.62 GiB = 0.39 (gnosia93/eks-agentic-ai).
+# Measured, not read: NCCL's per-capture resources are not in vLLM's sources. Graphs
+# captured on A100 40GBs in 0.11-0.12 (2.85 GiB for 32 x 102) are 3-4 x the rest and are
+# not explained here.
+GRAPH_LAYER_BYTES = round(0.20 * MIB)
+GRAPH_LAYER_NCCL_BYTES = round(0.19 * MIB)
+
+# (first release, FULL decode graphs by default, multiples of 16 from 256): see above
+_GRAPH_RULES: tuple[tuple[tuple[int, ...], bool, bool], ...] = (
+    ((0, 8, 5), False, False),
+    ((0, 11, 0), True, False),
+    ((0, 11, 1), True, True),
+)
 
 
-def cuda_graph_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
-    """The batch sizes vLLM 0.33 captures by default (``VllmConfig._set_cudagraph_sizes``):
-    1, 2, 4, multiples of 8 below 256, multiples of 16 from 256, up to
-    ``min(2 x max_num_seqs, 512, max_num_batched_tokens)``. 256 sequences -> 51 sizes."""
+def _graph_rules(release: tuple[int, ...] | None) -> tuple[bool, bool]:
+    """(FULL decode graphs, 16-steps from 256) of ``release`` (None: the newest)."""
+    chosen = _GRAPH_RULES[-1]
+    if release is not None:
+        chosen = _GRAPH_RULES[0]
+        for row in _GRAPH_RULES:
+            if row[0] <= release:
+                chosen = row
+    return chosen[1], chosen[2]
+
+
+def cuda_graph_sizes(
+    max_num_seqs: int, max_num_batched_tokens: int, release: tuple[int, ...] | None = None
+) -> list[int]:
+    """The batch sizes ``release`` (None: the newest) captures by default
+    (``VllmConfig._set_cudagraph_sizes``): 1, 2, 4, then multiples of 8 (through 0.11.0) or
+    multiples of 8 below 256 and of 16 from 256 (0.11.1 on), up to
+    ``min(2 x max_num_seqs, 512, max_num_batched_tokens)``. 256 sequences -> 67 sizes in
+    0.11.0, 51 from 0.11.1."""
     top = min(2 * max_num_seqs, 512, max_num_batched_tokens)
+    step16 = _graph_rules(release)[1]
     sizes = [n for n in (1, 2, 4) if n <= top]
+    if not step16:
+        return sizes + list(range(8, top + 1, 8))
     sizes += list(range(8, min(top + 1, 256), 8))
     sizes += list(range(256, top + 1, 16))
     return sizes
 
 
-def cuda_graph_estimate_bytes(est: KVEstimate, decode_query_len: int = 1) -> int:
-    """What vLLM's CUDA-graph profiling will subtract, estimated: 0.32 MiB per layer of the
-    rank's pipeline stage per captured size (see the constant). Llama-3.1-8B (32 layers) at
-    256 sequences: 32 x 51 x 335,544 B = 0.51 GiB; at 8 sequences (5 sizes) 0.05 GiB."""
+def cuda_graph_count(
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    decode_query_len: int = 1,
+    release: tuple[int, ...] | None = None,
+    runner: str = "generate",
+) -> int:
+    """The graphs ``release`` captures: a PIECEWISE one per size, and from 0.11.0 (not for a
+    pooling model) a FULL one per uniform-decode size, ``decode_query_len`` to
+    ``max_num_seqs x decode_query_len`` tokens (see the constants). 256 sequences, 2,048
+    tokens: 67 + 35 = 102 in 0.11.0, 51 + 35 = 86 from 0.11.1, 67 in 0.10."""
+    seqs, q = max_num_seqs, decode_query_len
+    sizes = set(cuda_graph_sizes(seqs * q, max_num_batched_tokens, release))
+    if q > 1:
+        # speculative decoding: decode batches are 1 + k tokens per sequence; vLLM 0.33
+        # appends those sizes (request counts x query length) to the token grid
+        sizes |= {n * q for n in cuda_graph_sizes(seqs, 512, release)}
+    full = _graph_rules(release)[0] and runner != "pooling"
+    decode = [n for n in sizes if q <= n <= seqs * q] if full else []
+    return len(sizes) + len(decode)
+
+
+def cuda_graph_estimate_bytes(
+    est: KVEstimate,
+    decode_query_len: int = 1,
+    *,
+    release: tuple[int, ...] | None = None,
+    runner: str = "generate",
+    nccl_all_reduce: bool = False,
+) -> int:
+    """The CUDA graphs ``release`` (None: the newest) captures, estimated: 0.20 MiB per layer of
+    the rank's pipeline stage per graph (:func:`cuda_graph_count`), 0.39 where the graphs'
+    all-reduces are NCCL's (see the constants). Llama-3.1-8B (32 layers) at 256 sequences:
+    32 x 86 x 0.20 MiB = 0.54 GiB from 0.11.1; Qwen3-30B-A3B (48 layers) at TP 4 over PCIe,
+    0.11.0: 48 x 102 x 0.39 MiB = 1.86 GiB (vllm#27782 logs 1.88)."""
     assert est.vllm is not None
     layers = est.pp_layers[1] - est.pp_layers[0]
     seqs, tokens = est.vllm.max_num_seqs, est.vllm.max_num_batched_tokens
-    sizes = set(cuda_graph_sizes(seqs * decode_query_len, tokens))
-    if decode_query_len > 1:
-        # speculative decoding: decode batches are 1 + k tokens per sequence; vLLM 0.33
-        # appends those sizes (request counts x query length) to the token grid
-        sizes |= {n * decode_query_len for n in cuda_graph_sizes(seqs, 512)}
-    return layers * len(sizes) * GRAPH_LAYER_SIZE_BYTES
+    graphs = cuda_graph_count(seqs, tokens, decode_query_len, release, runner)
+    per = GRAPH_LAYER_BYTES + (GRAPH_LAYER_NCCL_BYTES if nccl_all_reduce else 0)
+    return layers * graphs * per

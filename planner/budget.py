@@ -46,7 +46,7 @@ from planner.layer_shapes import num_experts_of
 from planner.multimodal import profile
 from planner.units import GIB, MIB, format_gib
 from planner.vllm_rules import NEWEST as NEWEST_RULES
-from planner.vllm_rules import Sampler, VllmRules
+from planner.vllm_rules import Sampler, VllmRules, parse_version
 from planner.weights import Weights
 
 if TYPE_CHECKING:
@@ -285,7 +285,7 @@ GRAPH_SPREAD_BYTES = round(0.3 * GIB)
 # copies -- plus 0.1 GiB either way and 8 % of the sampler above (gemma-3-27b, 0.19.0: 3.99
 # logged against 3.83); non-torch from 0.19: 1.4-2.4 GiB per rank that talks over NVLink or
 # xGMI (issue 23's H100 figures, 2.06-2.21: not cited), 0-2.4 over PCIe (4 x L40S in 0.19.0
-# leaves +0.14, 4 x L40S in 0.24.0 fits the +1.45; 4 x RTX 3090 in 0.19.0 log 1.12-1.21
+# leaves +0.14, as 4 x L40S in 0.24.0 do; 4 x RTX 3090 in 0.19.0 log 1.12-1.21
 # GiB of activation, with a vision encoder's profile, and non-torch together, and the same
 # box in 0.18.1 0.12), 0.02-0.56
 # alone. Before 0.19 a PCIe group logs as little as nothing (that box in 0.18.1): 0-1.6.
@@ -714,8 +714,27 @@ def graph_bytes(dep: Deployment, est: KVEstimate) -> int:
         return 0
     if is_rocm(dep.gpu) and not s.rules.rocm_graph_estimate:
         return 0  # 0.20-0.25 skip the estimate on ROCm: graphs come after sizing
+    return _graph_estimate(dep, est)
+
+
+def _graph_estimate(dep: Deployment, est: KVEstimate) -> int:
+    """:func:`cuda_graph_estimate_bytes` for ``dep``: its release's sizes and modes, its
+    speculative tokens, and whether the graphs' all-reduces are NCCL's (a TP group without
+    vLLM's custom all-reduce: more than two PCIe GPUs, a GPU it does not run on (ROCm outside
+    gfx94x/gfx95x, :func:`custom_all_reduce_runs`), or ``--disable-custom-all-reduce``;
+    ``custom_all_reduce.py`` 0.19.0:153-158)."""
+    s = dep.settings
     k = s.speculative.num_speculative_tokens if s.speculative and s.speculative.has_drafter else 0
-    return cuda_graph_estimate_bytes(est, 1 + k)
+    link = s.interconnect or (dep.gpu.interconnect if dep.gpu else None) or DEFAULT_INTERCONNECT
+    nccl = s.tp > 1 and (
+        s.disable_custom_all_reduce
+        or not custom_all_reduce_runs(dep.gpu)
+        or (link == "pcie" and s.tp > 2)
+    )
+    release = parse_version(s.vllm_version) if s.vllm_version else None
+    return cuda_graph_estimate_bytes(
+        est, 1 + k, release=release, runner=s.runner, nccl_all_reduce=nccl
+    )
 
 
 def mm_profile(dep: Deployment, est: KVEstimate, weights: Weights) -> MMProfile | None:
@@ -860,12 +879,7 @@ def after_sizing(dep: Deployment, est: KVEstimate, activation: int) -> AfterSizi
             rules.rocm_graph_estimate or not is_rocm(dep.gpu)
         )
         if not subtracted:
-            k = (
-                s.speculative.num_speculative_tokens
-                if s.speculative and s.speculative.has_drafter
-                else 0
-            )
-            graphs = cuda_graph_estimate_bytes(est, 1 + k)
+            graphs = _graph_estimate(dep, est)
     generating = s.runner == "generate" and est.pp_layers[1] >= dep.spec.num_layers
     per_row = sampler_bytes(dep.spec, 1, rules) if generating else 0
     warmup = sampler_bytes(dep.spec, rows, rules) + ACT_CONST_BYTES if generating else 0

@@ -107,10 +107,10 @@ def report(dep: Deployment, options: PlanOptions | None = None, *, detect: bool 
     if dep.gpu is not None or s.kv_cache_memory_bytes is not None:
         the_plan = _with_choice(_planned(dep, options), choice)
         return Report(estimate=the_plan.estimate, plan=the_plan, gpu_table=[])
-    weights = for_deployment(dep)
     rows = []
     for name in COMMON_GPUS:
         on_gpu = dep.on(get_gpu(name))
+        weights = for_deployment(on_gpu)  # the GPU picks the MoE kernel (Marlin below SM 9.0)
         e = estimate(spec, s, on_gpu.gpu, batch_sizes=())
         cap = vllm_budget(on_gpu, e, weights)
         g = on_gpu.gpu

@@ -137,20 +137,21 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
     (24 GB card, 0.10.2) to 0.13 (H100, 0.11.0); in a PCIe group 0.0 to 0.4: a 4 x RTX 3090
     box in 0.18.1 logs 0.12 GiB for activation *and* non-torch together at TP 4 (leadawon/
     LAMBO), which kvplan over-counts (held out, -9 %).
-  * from 0.19.0: 0.25 alone, +1.88 over NVLink; over PCIe +0.14 in 0.19-0.23 and +1.45
-    from 0.24. The NVLink figure is not from a cited log: issue 23's H100 figures (TP 1
-    0.24-0.27; TP 2 and TP 4 on NVLink 2.06-2.21 per GPU; TP 4 on a PCIe RTX PRO 6000 1.70);
-    no public 0.19+ start-up on NVLink at TP >= 2 was found (searched: vllm-project/vllm
+  * from 0.19.0: 0.25 alone, +1.88 over NVLink, +0.14 over PCIe. The NVLink figure is not
+    from a cited log: issue 23's H100 figures (TP 1 0.24-0.27; TP 2 and TP 4 on NVLink
+    2.06-2.21 per GPU; TP 4 on a PCIe RTX PRO 6000 1.70); no public 0.19+ start-up on
+    NVLink at TP >= 2 was found (searched: vllm-project/vllm
     issues, the code and pages corpora for 0.19's "[gpu_worker.py:436] Available KV cache
     memory" and "[gpu_model_runner.py:4820] Model loading took" lines). The PCIe +0.14 is
     the one cited 0.19 PCIe group: gnosia93/eks-agentic-ai's 4 x L40S Qwen2.5-72B-Instruct
     TP 4 (calibration record: 0.9 x 44.53 - 33.98 weights - 5.11 available = 0.99 GiB, less
     0.60 of activation = 0.39 non-torch, 0.25 of it the single-GPU part; custom all-reduce
     off, >2 PCIe-only GPUs, ``custom_all_reduce.py`` 0.19.0:153-158; no symmetric-memory
-    all-reduce on SM 8.9, ``all_reduce_utils.py`` 0.19.0:52-64). The +1.45 from 0.24 is the
-    4 x L40S 0.24.0 record (aws-samples, calibration, Qwen3-Coder-30B-A3B): the two L40S
-    groups differ by 1.3 GiB, which the release split carries; whether the cause is the
-    release or the MoE model (an activation kvplan under-counts) is not established. The
+    all-reduce on SM 8.9, ``all_reduce_utils.py`` 0.19.0:52-64). The 4 x L40S 0.24.0 record
+    (aws-samples, calibration, Qwen3-Coder-30B-A3B TP 4) agrees (-0.5 %) once the CUDA-graph
+    estimate 0.24 subtracts counts its FULL decode graphs and NCCL's per-capture memory
+    (:mod:`planner.activation`: 48 layers x 86 graphs x 0.39 MiB = 1.57 GiB, not 0.77): the
+    +1.45 from 0.24 kvplan carried before was those 0.8 GiB of graphs. The
     cited logs bound the rest: alone 0.02-0.56 (0.06 on a
     16 GB card in 0.26, 0.30-0.56 under WSL2 in 0.27.1); the same 4 x RTX 3090 box as above logs
     1.12-1.21 GiB of activation (Qwen3.5-27B, its vision encoder profiled) and non-torch
@@ -265,8 +266,9 @@ class VllmRules:
 # Oldest first: the first release where each rule holds (module docstring). kvplan models the
 # V1 engine only, which 0.8 made the default.
 _NT11 = round(0.13 * GIB), (round(0.42 * GIB), round(0.28 * GIB))
-_NT19 = round(0.25 * GIB), (round(1.88 * GIB), round(1.45 * GIB))
-# 0.19-0.23 over PCIe: gnosia93's 4 x L40S 0.19.0 start-up (calibration record; docstring)
+_NT19 = round(0.25 * GIB), (round(1.88 * GIB), round(0.14 * GIB))
+# over PCIe: gnosia93's 4 x L40S 0.19.0 start-up (calibration record; docstring), and
+# aws-samples' 0.24.0 one agrees
 _NT19_PCIE = round(0.25 * GIB), (round(1.88 * GIB), round(0.14 * GIB))
 
 

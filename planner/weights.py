@@ -589,6 +589,55 @@ def with_lora_and_offload(dep: Deployment, target: Weights) -> Weights:
     )
 
 
+def marlin_mxfp4_extra_bytes(spec: ModelSpec, placement: Placement, source: str) -> int:
+    """What vLLM's Marlin MXFP4 MoE backend adds to one rank's routed experts (gpt-oss) over
+    what kvplan stores for them (``source`` "config": the expert intermediate padded to a
+    multiple of 256, the Triton/Hopper layout; "safetensors": the checkpoint's, unpadded).
+
+    Marlin needs n % 256 == 0 and k % 128 == 0, so it pads each rank's expert intermediate to
+    a multiple of 128 and the hidden size to a multiple of 256 (``quantization/mxfp4.py``
+    0.10.1.1:156-167, 0.11.0:189-200; ``fused_moe/oracle/mxfp4.py`` 0.19.0:380-385), and it is
+    the backend wherever triton_kernels is not: on every GPU below compute capability 9.0
+    (``mxfp4.py`` 0.10.1.1:127-130, 0.11.0:95-99, 0.12.0:153-162; ``oracle/mxfp4.py``
+    0.19.0:204-207). gpt-oss-120b at TP 4 (hidden 2,880 -> 3,072, 720 -> 768 per rank):
+    36 layers x 128 experts x 3 x 768 x (3,072 - 2,880) x 0.53125 B = 1.00 GiB per rank."""
+    c = spec.config
+    quant = c.get("quantization_config")
+    if not (isinstance(quant, dict) and str(quant.get("quant_method")) == "mxfp4"):
+        return 0
+    name, hidden = spec.name, spec.hidden_size
+    experts = num_experts_of(c, name)
+    moe_i = config_int(c, "moe_intermediate_size", name) or config_int(c, "intermediate_size", name)
+    if not experts or not moe_i:
+        return 0
+    bpp = 0.5 + 1 / 32  # two e2m1 values a byte, an e8m0 scale per 32 (Marlin keeps both)
+    if placement.ep:
+        local_experts = -(-(experts + placement.redundant_experts) // (placement.dp * placement.tp))
+        i_rank, stored_i = moe_i, moe_i
+    else:
+        local_experts, i_rank = experts, -(-moe_i // placement.tp)
+        stored_i = -(-moe_i // placement.tp)
+    if source == "config":
+        stored_i = -(-(-(-moe_i // 256) * 256) // (1 if placement.ep else placement.tp))
+    marlin = -(-i_rank // 128) * 128 * (-(-hidden // 256) * 256)
+    layers = -(-spec.num_layers // placement.pp)
+    extra = layers * local_experts * 3 * (marlin - stored_i * hidden) * bpp
+    return max(0, round(extra))
+
+
+def _marlin_mxfp4(dep: Deployment) -> bool:
+    """vLLM runs gpt-oss's MXFP4 experts on Marlin on this GPU: CUDA below compute
+    capability 9.0 (:func:`marlin_mxfp4_extra_bytes`)."""
+    gpu = dep.gpu
+    if gpu is None or gpu.vendor == "amd" or not gpu.compute_capability:
+        return False
+    major, _, minor = gpu.compute_capability.partition(".")
+    try:
+        return (int(major), int(minor or 0)) < (9, 0)
+    except ValueError:
+        return False
+
+
 def for_deployment(dep: Deployment) -> Weights:
     """The weights on the most-loaded GPU of ``dep``: the target as its settings place it,
     less what ``--cpu-offload-gb`` moves to the host (up to X GiB of each GPU's own weights),
@@ -596,7 +645,18 @@ def for_deployment(dep: Deployment) -> Weights:
     a draft checkpoint (eagle, eagle3, draft_model, dflash) on the last pipeline stage, sharded
     by the drafter's TP (:mod:`planner.speculative`)."""
     s = dep.settings
-    target = with_lora_and_offload(dep, per_rank(dep.model, placement=placement_of(s, dep.spec)))
+    where = placement_of(s, dep.spec)
+    target = per_rank(dep.model, placement=where)
+    if _marlin_mxfp4(dep):
+        extra = marlin_mxfp4_extra_bytes(dep.spec, where, target.source)
+        if extra:
+            target = replace(
+                target,
+                bytes_per_rank=target.bytes_per_rank + extra,
+                stage_bytes=tuple(b + extra for b in target.stage_bytes),
+                detail=f"{target.detail}; + {extra:,} B per GPU of Marlin MXFP4 padding",
+            )
+    target = with_lora_and_offload(dep, target)
     if s.speculative is None or dep.draft is None:
         return target
     draft_tp = s.speculative.draft_tp(s.tp)

@@ -259,11 +259,12 @@ def guide_pool_blocks(max_num_seqs: int) -> int:
                vocab x 4 B x 1.5 + 2,048 x 3,584 x 2.553 B held; + 27.1 MB. rows =
                min(2,048, max_num_seqs): the forward (0.27 GiB) is the larger up to 256
     non-torch  0.25 GiB = 268,435,456 B
-    graphs     28 layers x captured sizes x 335,544 B; sizes 1, 2, 4, every 8 below 256,
-               every 16 from 256, up to min(2 x max_num_seqs, 512): 51 at 256, 19 at 64
+    graphs     28 layers x graphs x 209,715 B (0.20 MiB); a PIECEWISE graph per size (1, 2,
+               4, every 8 below 256, every 16 from 256, up to min(2 x max_num_seqs, 512)) and
+               a FULL one per size up to max_num_seqs: 51 + 35 at 256, 19 + 11 at 64
     blocks     what is left // 917,504 B (28 layers x 16 tokens x 4 KV heads x 128 x 2 x 2 B)
 
-    256 (vLLM's default) -> 7,515 blocks; 64 -> 7,843; 32 -> 7,925; 16 -> 7,966; 8 -> 7,986.
+    256 (vLLM's default) -> 7,487 blocks; 64 -> 7,845; 32 -> 7,922; 16 -> 7,961; 8 -> 7,980.
     """
     requested = -(-24 * (1 << 30) * 9 // 10)
     rows = min(2048, max_num_seqs)
@@ -272,9 +273,9 @@ def guide_pool_blocks(max_num_seqs: int) -> int:
     held = 2048 * 3584 * 2553 // 1000
     activation = max(forward, sampler + held) + 27_100_000
     top = min(2 * max_num_seqs, 512, 2048)
-    sizes = len([n for n in (1, 2, 4) if n <= top])
-    sizes += len(range(8, min(top + 1, 256), 8)) + len(range(256, top + 1, 16))
-    graphs = 28 * sizes * 335_544
+    grid = [n for n in (1, 2, 4) if n <= top]
+    grid += [*range(8, min(top + 1, 256), 8), *range(256, top + 1, 16)]
+    graphs = 28 * (len(grid) + len([n for n in grid if n <= max_num_seqs])) * 209_715
     left = requested - 15_230_974_976 - activation - 268_435_456 - graphs
     return left // 917_504
 

@@ -44,11 +44,11 @@ PASSING = """\
 """
 # long-context: Qwen2.5-7B on an RTX 4090 (23.64 GiB) at gmu 0.92, vLLM 0.33 (the newest
 # kvplan knows): requested ceil(25,382,879,232 x 0.92) - weights 15,230,974,976 - activation
-# - non-torch 0.25 GiB - graphs leaves 6.92 GiB, 8,099 blocks of 896 KiB. The activation peak is
+# - non-torch 0.25 GiB - graphs leaves 6.92 GiB, 8,096 blocks of 896 KiB. The activation peak is
 # the forward over the 2,048-token budget, 2,048 x 2 B x (3 x 18,944 + 4 x 3,584) + 27.1 MB = 0.30
 # GiB (over the sampler's 32 x 152,064 x 4 B x 1.5 + 2,048 x 3,584 x 2.553 B); CUDA graphs 28
-# layers x 11 captured sizes (1, 2, 4, 8 ... 64) x 0.32 MiB = 0.10 GiB. 32,768 tokens = 2,048
-# blocks a request: 8,099 / 2,048 = 3.95x < min_concurrency 5.
+# layers x (11 PIECEWISE sizes 1, 2, 4, 8 ... 64 + 7 FULL up to 32) x 0.20 MiB = 0.10 GiB.
+# 32,768 tokens = 2,048 blocks a request: 8,096 / 2,048 = 3.95x < min_concurrency 5.
 FAILING = """\
   - name: long-context
     model: qwen2.5-7b

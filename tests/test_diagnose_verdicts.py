@@ -117,8 +117,9 @@ def test_another_process_on_the_gpu(tmp_path: Path) -> None:
     # 79.19 - 60.87 = 18.32 GiB held by someone else; 60.87 / 79.19 = 0.768 -> 0.76
     assert round(shared.data["held_bytes"] / 2**30, 2) == 18.32
     assert shared.data["fitting_gpu_memory_utilization"] == 0.76
-    # planned with that free memory, 0.76 starts (tests/test_shared_gpu.py has its pool)
-    assert shared.fix[0].startswith("gpu_memory_utilization 0.76 (starts in the free memory")
+    # planned with that free memory, 0.76 passes the check but the graphs and the sampler
+    # warm-up after the pool do not fit; 0.75 starts (tests/test_shared_gpu.py has its pool)
+    assert shared.fix[0].startswith("gpu_memory_utilization 0.75 (starts in the free memory")
     assert shared.lines == [11]
     assert dg.outcome == "wont_start"
 

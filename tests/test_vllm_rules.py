@@ -10,7 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from planner import load_model_spec
-from planner.activation import activation_peak_bytes, cuda_graph_estimate_bytes, cuda_graph_sizes
+from planner.activation import (
+    activation_peak_bytes,
+    cuda_graph_count,
+    cuda_graph_estimate_bytes,
+    cuda_graph_sizes,
+)
 from planner.budget import estimate_ranges
 from planner.cli import app
 from planner.errors import UsageError
@@ -166,17 +171,46 @@ def test_pooling_runner_leaves_more_kv() -> None:
 
 
 def test_cuda_graph_sizes_follow_vllms_default_capture_list() -> None:
-    # 1, 2, 4, then multiples of 8 below 256, then every 16 up to min(2 x seqs, 512)
+    # from 0.11.1: 1, 2, 4, then multiples of 8 below 256, then every 16 up to
+    # min(2 x seqs, 512) (config/vllm.py 0.11.1:876-890, 0.19.0:1424-1440)
     assert cuda_graph_sizes(256, 8192) == [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)]
     assert len(cuda_graph_sizes(256, 8192)) == 3 + 31 + 17 == 51
     assert cuda_graph_sizes(4, 8192) == [1, 2, 4, 8]  # up to 2 x 4
     assert cuda_graph_sizes(1024, 128) == [1, 2, 4, *range(8, 129, 8)]  # capped by the tokens
+    # through 0.11.0: multiples of 8 all the way (config/__init__.py 0.11.0:594-611)
+    old = cuda_graph_sizes(256, 8192, (0, 11, 0))
+    assert old == [1, 2, 4, *range(8, 513, 8)] and len(old) == 3 + 64 == 67
+    assert cuda_graph_sizes(256, 8192, (0, 11, 1)) == cuda_graph_sizes(256, 8192)
+
+
+def test_cuda_graphs_count_both_modes_from_0110() -> None:
+    # FULL_AND_PIECEWISE from 0.11.0 (config/__init__.py 0.11.0:361-366): a PIECEWISE graph
+    # per size and a FULL one per decode size <= max_num_seqs (gpu_model_runner.py
+    # 0.11.0:3453-3466); PIECEWISE only in 0.10 (config/__init__.py 0.10.2:3389-3393).
+    # vllm#27782 logs 67 PIECEWISE + 35 FULL at 256 sequences in 0.11.0.
+    assert cuda_graph_count(256, 2048, release=(0, 11, 0)) == 67 + (3 + 32) == 102
+    assert cuda_graph_count(256, 2048, release=(0, 19, 0)) == 51 + 35 == 86
+    assert cuda_graph_count(256, 2048, release=(0, 10, 2)) == 67
+    assert cuda_graph_count(256, 2048, release=(0, 19, 0), runner="pooling") == 51
+    # 1,024 sequences: every captured size is a decode size too
+    assert cuda_graph_count(1024, 8192, release=(0, 19, 0)) == 2 * 51
     dep = deployment("llama-3.1-8b", max_model_len=16_000, max_num_seqs=256)
     from planner.kv_layout import estimate
 
     est = estimate(dep.spec, dep.settings, None, batch_sizes=())
-    # 32 layers x 51 sizes x 0.32 MiB
-    assert cuda_graph_estimate_bytes(est) == 32 * 51 * 335_544
+    # 32 layers x 86 graphs x 0.20 MiB; 0.39 MiB where the all-reduces are NCCL's
+    assert cuda_graph_estimate_bytes(est) == 32 * 86 * round(0.20 * 2**20)
+    nccl = cuda_graph_estimate_bytes(est, nccl_all_reduce=True)
+    assert nccl == 32 * 86 * (round(0.20 * 2**20) + round(0.19 * 2**20))
+
+
+def test_the_27782_graph_capture_is_modelled_by_its_graph_count() -> None:
+    # vllm#27782 (4 x RTX 4090, TP 4, custom all-reduce off: > 2 PCIe GPUs), 0.11.0,
+    # Qwen3-30B-A3B, 48 layers: "Graph capturing finished in 28 secs, took 1.88 GiB"
+    plan = plan_for("qwen3-30b-a3b", "rtx-4090", tp=4, interconnect="pcie", vllm_version="0.11.0")
+    graphs = 48 * (67 + 35) * (round(0.20 * 2**20) + round(0.19 * 2**20))
+    assert plan.vllm.graphs_after_sizing_bytes == graphs
+    assert abs(graphs / 2**30 - 1.88) < 0.03
 
 
 def test_every_estimated_term_has_its_measured_spread() -> None:

@@ -75,7 +75,7 @@ from typing import Any
 
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
-from planner.simulate.roofline import StepTimer
+from planner.simulate.roofline import StepTimer, timers_of
 from planner.simulate.workload import RequestList, Workload
 
 USAGE_BINS = 1000
@@ -591,6 +591,7 @@ class SimEngine:
         self.T = config.max_num_batched_tokens  # a step's tokens: 1 per decoder, rest prefill
         self.max_seqs = config.max_num_seqs
         self.roof = config.roofline
+        self.step_s, self.decode_s = timers_of(config.roofline)  # the same floats, faster
         self.full_isl = config.reserve_full_isl
         self.prepend = config.prepend_uncached_free and self.caching
         self.asyn = config.async_scheduling
@@ -1190,7 +1191,9 @@ class SimEngine:
         n = self.dec_n
         kv = self.dec_sum + n
         dt = -1.0  # not computed yet
-        if not self.waiting and self.next_arrival < math.inf:
+        # (one step, the release of a finished request's blocks as often as not, always runs:
+        # _steps_until would say 1 too, the next arrival being after now)
+        if k > 1 and not self.waiting and self.next_arrival < math.inf:
             until, dt = self._steps_until(self.next_arrival - self.now, n, k)
             if until < k:
                 k = until
@@ -1229,7 +1232,7 @@ class SimEngine:
                 else:
                     self._evict(need)
         if dt < 0:
-            dt = self.roof.decode_s(n, kv, k)
+            dt = self.decode_s(n, kv, k)
         if dt > 0:  # _itl(dt / k, n * k), inlined
             per = dt / k
             tokens = n * k
@@ -1290,17 +1293,17 @@ class SimEngine:
         Step times only grow within a stretch, so with g(k) the k-th step's time the answer
         lies in [seconds / g(hi - 1), hi], hi = ceil(seconds / g(0)): a narrow bracket to
         bisect, since contexts grow slowly relative to their length."""
-        roof = self.roof
+        step_s, decode_s = self.step_s, self.decode_s
         kv = self.dec_sum + n
-        first = roof.step_s(n, kv, kv)
+        first = step_s(n, kv, kv)
         hi = math.ceil(seconds / first) if first > 0 else limit
         if hi >= limit:
-            at_limit = roof.decode_s(n, kv, limit)
+            at_limit = decode_s(n, kv, limit)
             if at_limit < seconds or limit == 1:
                 return limit, at_limit
             return self._bisect(seconds, n, kv, 1, limit, at_limit)
         hi = max(1, hi)
-        last = roof.step_s(n, kv + n * (hi - 1), kv + n * (hi - 1))
+        last = step_s(n, kv + n * (hi - 1), kv + n * (hi - 1))
         lo = max(1, min(hi, int(seconds / last)))
         return self._bisect(seconds, n, kv, lo, hi, -1.0)
 
@@ -1309,7 +1312,7 @@ class SimEngine:
     ) -> tuple[int, float]:
         """Smallest k in [lo, hi] whose k decode steps take at least ``seconds`` (hi must),
         and their time if it was computed (``at_hi``: hi's, -1.0 if not known)."""
-        decode_s = self.roof.decode_s
+        decode_s = self.decode_s
         while lo < hi:
             mid = (lo + hi) // 2
             t = decode_s(n, kv, mid)
@@ -1519,7 +1522,7 @@ class SimEngine:
         if not running and not done and not self.zombies:
             if waiting and not preempted:  # cannot fit even into an empty pool
                 raise AssertionError("a request larger than the pool reached the scheduler")
-        dt = self.roof.step_s(tokens, kv, pairs, len(running)) if tokens else 0.0
+        dt = self.step_s(tokens, kv, pairs, len(running)) if tokens else 0.0
         if n and dt > 0:
             self._itl(dt, n)
         self.now = now = self.now + dt

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import UsageError, WorkloadError
+from planner.simulate.fast import numpy_module
 from planner.simulate.workload import (
     MAX_ARRIVAL_S,
     MAX_REQUESTS,
@@ -72,11 +73,7 @@ def _numpy(rng: random.Random, n: int) -> Any:
     """numpy, where ``n`` draws from ``rng`` (a plain ``random.Random``) are worth it."""
     if n < BULK_DRAWS or type(rng) is not random.Random:
         return None
-    try:
-        import numpy
-    except ImportError:  # not a dependency: the draws are the same without it, only slower
-        return None
-    return numpy
+    return numpy_module()  # not a dependency: the draws are the same without it, only slower
 
 
 def _log_all(np: Any, values: Any) -> Any:

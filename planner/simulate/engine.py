@@ -842,7 +842,8 @@ class SimEngine:
         if self.caching:
             q = self.queue
             if self.prepend:  # its partly filled last block (and lookahead ones) have no hash
-                front = total - self.blocks(tokens // self.B * self.B)
+                full = tokens // self.B
+                front = total - (self.fg * full if self.plain else self.blocks(full * self.B))
                 if front:
                     total -= front
                     if q and q[0][1] is None:
@@ -1084,8 +1085,27 @@ class SimEngine:
             assert e >> 42 == last
             if kind == 2:
                 del zombies[seq]
-                if r.chain is None and zombie_finish:  # _release's common case
-                    self._release_plain(r.computed)
+                if r.chain is None and zombie_finish:  # _release_plain, inlined
+                    tokens = r.computed
+                    total = fg * -(-tokens // B) if plain else self.slot_blocks(tokens)
+                    self.free += total
+                    self.freed += total
+                    if caching:
+                        if prepend:  # blocks(tokens // B * B) is fg * (tokens // B) when plain
+                            front = total - (
+                                fg * (tokens // B) if plain else self.blocks(tokens // B * B)
+                            )
+                            if front:
+                                total -= front
+                                if fq and fq[0][1] is None:
+                                    fq[0][0] += front
+                                else:
+                                    fq.appendleft([front, None])
+                        if total:
+                            if fq and fq[-1][1] is None:
+                                fq[-1][0] += total
+                            else:
+                                fq.append([total, None])
                 else:
                     self._release(r, r.computed, preempted=False)
             elif kind == 0:  # _drop_decoder and its _frag_range, inlined: 1 call a request
@@ -1114,7 +1134,9 @@ class SimEngine:
                     self.freed += total
                     if caching:
                         if prepend:
-                            front = total - self.blocks(length // B * B)
+                            front = total - (
+                                fg * (length // B) if plain else self.blocks(length // B * B)
+                            )
                             if front:
                                 total -= front
                                 if fq and fq[0][1] is None:
@@ -1596,8 +1618,10 @@ class SimEngine:
         assert live == touch, (live, touch)
 
     # ------------------------------------------------------------------ main loop
-    def _arrivals(self) -> Iterator[SimRequest]:
-        """The workload's requests as they arrive, rejected ones counted and left out."""
+    def _arrivals(self, late: bool = False) -> Iterator[SimRequest]:
+        """The workload's requests as they arrive, rejected ones counted and left out; with
+        ``late``, each sent late as :meth:`_sent_late` sends them (open loop only), done here
+        where the requests are made a batch at a time (one generator fewer a request)."""
         reqs, limit, B = self.requests, self.cfg.max_model_len, self.B
         chains, caching = self.chains, self.caching
         if isinstance(reqs, RequestList):
@@ -1607,11 +1631,12 @@ class SimEngine:
             if groups is None or not caching:
                 # nothing to share: a batch at a time, made in C (map) where none is too long
                 n = len(prompts)
+                base, per, e2e = self.late, self.late_per_stream, self.e2e
                 for lo in range(0, n, ARRIVAL_BATCH):
                     hi = min(n, lo + ARRIVAL_BATCH)
                     p, o = prompts[lo:hi], outputs[lo:hi]
                     if max(map(operator.add, p, o)) <= limit:
-                        yield from list(
+                        batch = list(
                             map(
                                 SimRequest,
                                 range(lo, hi),
@@ -1621,13 +1646,28 @@ class SimEngine:
                                 itertools.repeat(None),
                             )
                         )
+                        if not late:
+                            yield from batch
+                            continue
+                        for r in batch:  # _sent_late's loop (open: no cap on those in flight)
+                            lt = base + per * (self.sent - len(e2e)) if per else base
+                            self.sent += 1
+                            r.late = lt
+                            r.arrival += lt
+                            yield r
                         continue
                     for i in range(lo, hi):
                         prompt, output = prompts[i], outputs[i]
                         if prompt + output > limit:
                             self.rejected += 1
-                        else:
-                            yield SimRequest(i, arrivals[i], prompt, output, None)
+                            continue
+                        r = SimRequest(i, arrivals[i], prompt, output, None)
+                        if late:
+                            lt = base + per * (self.sent - len(e2e)) if per else base
+                            self.sent += 1
+                            r.late = lt
+                            r.arrival += lt
+                        yield r
                 return
             for i in range(len(prompts)):
                 prompt, output = prompts[i], outputs[i]
@@ -1683,9 +1723,19 @@ class SimEngine:
             yield r
 
     def run(self) -> None:
-        self.incoming = self._arrivals()
-        if self.late or self.late_per_stream:
-            self.incoming = self._sent_late(self.incoming)
+        late = bool(self.late or self.late_per_stream)
+        reqs = self.requests
+        if (
+            late
+            and not self.closed
+            and isinstance(reqs, RequestList)
+            and (reqs.prefix is None or not self.caching)
+        ):
+            self.incoming = self._arrivals(late=True)  # _sent_late's work done there
+        else:
+            self.incoming = self._arrivals()
+            if late:
+                self.incoming = self._sent_late(self.incoming)
         if self.closed:
             self.incoming = self._closed_loop(self.incoming)
         self.nxt = nxt = next(self.incoming, None)

@@ -1649,25 +1649,25 @@ class SimEngine:
                         if not late:
                             yield from batch
                             continue
-                        for r in batch:  # _sent_late's loop (open: no cap on those in flight)
+                        for one in batch:  # _sent_late's loop (open: no cap on those in flight)
                             lt = base + per * (self.sent - len(e2e)) if per else base
                             self.sent += 1
-                            r.late = lt
-                            r.arrival += lt
-                            yield r
+                            one.late = lt
+                            one.arrival += lt
+                            yield one
                         continue
                     for i in range(lo, hi):
                         prompt, output = prompts[i], outputs[i]
                         if prompt + output > limit:
                             self.rejected += 1
                             continue
-                        r = SimRequest(i, arrivals[i], prompt, output, None)
+                        one = SimRequest(i, arrivals[i], prompt, output, None)
                         if late:
                             lt = base + per * (self.sent - len(e2e)) if per else base
                             self.sent += 1
-                            r.late = lt
-                            r.arrival += lt
-                        yield r
+                            one.late = lt
+                            one.arrival += lt
+                        yield one
                 return
             for i in range(len(prompts)):
                 prompt, output = prompts[i], outputs[i]

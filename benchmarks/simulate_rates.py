@@ -44,6 +44,40 @@ Scheduler and AsyncScheduler at 21a7625 + this note: all 12 traces equal (peak b
 preemptions, steps, mean running, every finish step).
 With --trace (JSONL, already read into columns before this branch) at 40/s: 109 -> 110 MiB,
 15.6 s CPU before on a quiet machine, 18.3 s after under 4x contention (not comparable).
+
+Then the speed branch (issue 24 item 6 again), same command, this 2-core machine shared with
+other sessions' jobs (load 1-3: wall time is CPU time plus waiting), before = main at
+b353f4b, after = speed at 002fa85, best of 3 (before: of 4-5 runs), CPU s / wall s / peak
+RSS MiB; the JSON hash is the same before and after at every rate:
+
+    rate    CPU s          wall s         peak RSS MiB   steps         sha256
+    1/s     68.8 -> 52.9   69.1 -> 53.5   177 -> 196     108,848,488   b61964bff9be
+    20/s    51.2 -> 43.6   51.5 -> 43.9   155 -> 176       3,996,454   88fa1593d1c6
+    100/s   24.3 -> 20.6   24.4 -> 20.9   148 -> 174         199,111   b0a1dc81bafa
+
+(this machine is ~1.5x slower than the one above: 1/s took 43.6 s CPU there at i24b.) Where
+the time went before, 1M requests (cProfile and phase timings): the engine's events (~85 %;
+at 1/s 2.4 stretches, 1.25 single steps and 2 event passes a request, each stretch 1.2
+step_s and 1.3 decode_s calls to find the steps before the next arrival), the lognormal
+lengths (2 x 1M draws, ~4 s), the latency percentiles (3 x 1M sorted in runs, ~0.8 s a
+column), imports (~0.6 s, most of it typer 0.29 building a pydantic TypeAdapter per option),
+JSON 0.2 s. What changed, results byte-identical: the step-time model's ``step_s`` /
+``decode_s`` are closures over its terms (``StepModel.timers``: the same float operations in
+the same order, ~3x cheaper a call); a one-step stretch (most often the release of a
+finished request's blocks under async scheduling) skips the search for the next arrival,
+which always says one step; the release is inlined in the event pass; the API server's
+latency is set where requests are made (a generator fewer); with numpy installed (optional,
+``pip install kvplan[fast]``) the lognormal lengths are drawn from numpy's MT19937 started
+from the Random's state (the same numbers, ~2.5x faster) and the latency columns sorted in
+place by numpy (~0.1 s a column). Peak RSS grows ~20 MiB: numpy itself.
+
+The 5 s target is still not met, and CPython cannot meet it here: 1M requests at 100/s spend
+~17 s in the engine's per-request events (an admission, a prefill's completion, a finish, a
+release, the arrival: ~150 Python lines a request at ~0.1 us a line on this machine), and at
+1/s every arrival and finish also cuts a decode stretch whose duration is a closed-form float
+sum that must be cut at the same step for the floats to stay the same. Within 5 s needs the
+event loop compiled (mypyc, Cython or C over the same arithmetic); interpreter start and
+imports alone are ~1.2 s CPU here (`--num-requests 100`).
 """
 
 from __future__ import annotations

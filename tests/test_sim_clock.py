@@ -89,6 +89,33 @@ def test_decode_stretch_is_the_sum_of_its_steps() -> None:
         assert m.decode_s(n, kv, steps) == pytest.approx(one_by_one, rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    "terms",
+    [
+        {},
+        {"memory_efficiency": 0.9, "compute_efficiency": 0.6, "layer_floor_s": 0.0014},
+        {"overhead_s": 0.0002, "seq_overhead_s": 2e-5, "comm_fixed_s": 1e-4},
+        {"comm_s_per_token": 1e-7, "compute_efficiency": 0.01, "layer_floor_s": 0.0013},
+    ],
+)
+def test_timers_are_the_methods_to_the_last_bit(terms: dict[str, float]) -> None:
+    # the engine calls StepModel.timers()'s closures: the same floats as the methods, exactly,
+    # memory- and compute-bound and across the crossing of the two lines
+    import random
+
+    m = model(**terms)
+    step_s, decode_s = m.timers()
+    rng = random.Random(5)
+    for _ in range(3000):
+        n, kv, steps = rng.randint(0, 600), rng.randint(0, 10**7), rng.randint(-1, 5000)
+        tokens, pairs, seqs = rng.randint(0, 9000), rng.randint(0, 10**8), rng.randint(0, 300)
+        assert decode_s(n, kv, steps) == m.decode_s(n, kv, steps)
+        assert step_s(tokens, kv, pairs, seqs) == m.step_s(tokens, kv, pairs, seqs)
+        assert step_s(n, kv, kv) == m.step_s(n, kv, kv)
+    moe = model(expert_bytes=10**9, experts=128, experts_per_token=8)
+    assert moe.timers() == (moe.step_s, moe.decode_s)
+
+
 def test_sum_of_the_max_of_lines_by_hand() -> None:
     # max(10 - k, k) over k = 0..9: 10, 9, 8, 7, 6, 5, 6, 7, 8, 9 = 75
     assert sum_max_lines(((10.0, -1.0), (0.0, 1.0)), 10) == pytest.approx(75)

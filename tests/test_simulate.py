@@ -3,6 +3,7 @@ conservation, prefix sharing, the roofline, and model-level sizing."""
 
 from __future__ import annotations
 
+import random
 from array import array
 from dataclasses import asdict
 from typing import Any
@@ -301,9 +302,28 @@ def test_percentiles_of_a_long_array_select_in_sorted_runs(
     monkeypatch: pytest.MonkeyPatch, values: list[int], expected: tuple[int, ...]
 ) -> None:
     monkeypatch.setattr(engine, "SORT_RUN", 3)  # so that these few values span several runs
+    monkeypatch.setattr(engine, "numpy_module", lambda: None)  # the runs, not numpy's sort
     got = Percentiles.of_array(array("d", values))
     assert (got.p50, got.p90, got.p99, got.max) == expected
     assert Percentiles.of(values) == got
+
+
+@pytest.mark.parametrize("n", [70_000, 300_000])
+def test_percentiles_sorted_by_numpy_are_the_runs(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
+    # with numpy installed a long column is sorted by it in place: the same values picked,
+    # plain floats, and vllm bench serve's linear percentiles the same too
+    pytest.importorskip("numpy")
+    rng = random.Random(n)
+    values = [rng.lognormvariate(-3, 1) for _ in range(n)] + [0.0, 0.0]
+    rng.shuffle(values)
+    fast = Percentiles.of_array(array("d", values)), engine._mean_median_p99(array("d", values))
+    monkeypatch.setattr(engine, "numpy_module", lambda: None)
+    slow = Percentiles.of_array(array("d", values)), engine._mean_median_p99(array("d", values))
+    assert fast == slow
+    assert {type(x) for x in (*fast[1], fast[0].p50, fast[0].max)} == {float}
+    column = array("d", values)
+    Percentiles.of_array(column)
+    column.append(1.0)  # numpy let go of its buffer
 
 
 # --------------------------------------------------------------------------- roofline

@@ -269,6 +269,27 @@ def test_lognormal_sample_draws_as_normalvariate_does(sigma: float) -> None:
     assert min(drawn) >= 5 and max(drawn) <= 3000
 
 
+@pytest.mark.parametrize("sigma", [0.0, 0.8, 1.0, 3.0])
+def test_bulk_lognormal_draws_are_the_loops(monkeypatch: pytest.MonkeyPatch, sigma: float) -> None:
+    # from spec.BULK_DRAWS draws LogNormal.sample runs on numpy's MT19937 started from the
+    # Random's state: the same numbers, and the Random left where the loop leaves it
+    pytest.importorskip("numpy")
+    from planner.simulate import spec
+
+    dist = LogNormal(low=3, high=2000, mean=300, sigma=sigma)
+    monkeypatch.setattr(spec, "BULK_DRAWS", 1 << 60)
+    loop_rng = random.Random("kvplan:3:prompt_tokens")
+    loop = dist.sample(loop_rng, 30000)
+    monkeypatch.setattr(spec, "BULK_DRAWS", 1)
+    bulk_rng = random.Random("kvplan:3:prompt_tokens")
+    assert dist.sample(bulk_rng, 30000) == loop
+    assert bulk_rng.getstate() == loop_rng.getstate()
+    monkeypatch.setattr(spec, "BULK_CHUNK", 999)  # chunks going on from the last one's draws
+    chunked_rng = random.Random("kvplan:3:prompt_tokens")
+    assert dist.sample(chunked_rng, 30000) == loop
+    assert chunked_rng.getstate() == loop_rng.getstate()
+
+
 def test_empirical_picks_bins_by_weight() -> None:
     dist = parse_distribution({"dist": "empirical", "histogram": [[1, 1, 1], [2, 2, 0]]}, "x")
     assert isinstance(dist, Empirical)

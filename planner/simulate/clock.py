@@ -101,7 +101,7 @@ from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate
 from planner.layer_shapes import is_moe_layer
 from planner.model.specs import ModelSpec
-from planner.simulate.roofline import ModelParams, Roofline, roofline_for
+from planner.simulate.roofline import DecodeFn, ModelParams, Roofline, StepFn, roofline_for
 
 LAYER_FLOOR_S = 50e-6
 EAGER_LAYER_FLOOR_S = 150e-6
@@ -241,6 +241,61 @@ class StepModel(Roofline):
             att * n / fl,
             steps,
         )
+
+    def timers(self) -> tuple[StepFn, DecodeFn]:
+        """:meth:`step_s` and :meth:`decode_s` as closures over the terms, for the engine's
+        hot loop (millions of calls): the same float operations in the same order, so the
+        same results to the last bit (tests/test_sim_clock.py checks them against the
+        methods), without the attribute lookups, the products of constant terms and the call
+        to :func:`sum_max_two_lines` each time. A MoE model's expert share depends on the
+        tokens: it gets the methods."""
+        if self.experts:
+            return self.step_s, self.decode_s
+        bw = self.bandwidth_bytes_per_s * self.memory_efficiency
+        fl = self.flops_per_s * self.compute_efficiency
+        eb = self.expert_bytes
+        weights = self.weight_bytes - eb + eb * 0.0
+        kvb, fpt, att = self.kv_bytes_per_token, self.flops_per_token, self.attention_flops
+        over, per_seq, floor = self.overhead_s, self.seq_overhead_s, self.layer_floor_s
+        comm, comm_tok = self.comm_fixed_s, self.comm_s_per_token
+
+        def step_s(tokens: int, kv_tokens: int, pairs: int, seqs: int = 0) -> float:
+            if not tokens:
+                return over
+            memory = (weights + kvb * kv_tokens) / bw
+            compute = (fpt * tokens + att * pairs) / fl
+            cpu = over + per_seq * (seqs or tokens) + comm + comm_tok * tokens
+            return cpu + (memory if memory >= compute else compute) + floor
+
+        def decode_s(n: int, kv_tokens: int, steps: int) -> float:
+            if steps <= 0 or n <= 0:
+                return steps * over if steps > 0 else 0.0
+            fixed = (over + per_seq * n + comm + comm_tok * n) + floor
+            # sum_max_two_lines(a0, b0, a1, b1, steps), inlined
+            a0 = (weights + kvb * kv_tokens) / bw
+            b0 = kvb * n / bw
+            a1 = (fpt * n + att * kv_tokens) / fl
+            b1 = att * n / fl
+            cut = 0
+            if b0 != b1:
+                x = (a1 - a0) / (b0 - b1)
+                if 0 < x < steps:
+                    cut = math.ceil(x)
+            if cut == 0 or cut == steps:
+                mid = (steps - 1) / 2
+                if a1 + b1 * mid > a0 + b0 * mid:
+                    a0, b0 = a1, b1
+                return steps * fixed + (0.0 + (steps * a0 + b0 * (steps * (steps - 1)) / 2))
+            mid = (cut - 1) / 2
+            a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
+            total = 0.0 + (cut * a + b * (cut * (cut - 1)) / 2)
+            mid = (cut + steps - 1) / 2
+            a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
+            return steps * fixed + (
+                total + ((steps - cut) * a + b * (steps * (steps - 1) - cut * (cut - 1)) / 2)
+            )
+
+        return step_s, decode_s
 
     def terms(self) -> dict[str, float]:
         """The terms by name, for the report."""

@@ -75,7 +75,8 @@ from typing import Any
 
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
-from planner.simulate.roofline import StepTimer
+from planner.simulate.fast import numpy_module
+from planner.simulate.roofline import StepTimer, timers_of
 from planner.simulate.workload import RequestList, Workload
 
 USAGE_BINS = 1000
@@ -219,6 +220,14 @@ class Percentiles:
         n = len(values)
         if n <= SORT_RUN:
             return cls.of(values)
+        np = numpy_module()
+        if np is not None:  # sorted in place in one go: the same floats, so the same ranks
+            view = np.frombuffer(values, dtype=np.float64)
+            view.sort()
+            ranks = [min(n - 1, max(0, math.ceil(q * n) - 1)) for q in (0.5, 0.9, 0.99)]
+            p50, p90, p99, top = (float(view[k]) for k in (*ranks, n - 1))
+            del view  # the array's buffer is released: it can grow again
+            return cls(p50, p90, p99, top)
         runs = [(lo, min(n, lo + SORT_RUN)) for lo in range(0, n, SORT_RUN)]
         for lo, hi in runs:
             values[lo:hi] = array("d", sorted(values[lo:hi]))
@@ -254,7 +263,8 @@ def _linear_percentile(v: Sequence[float], q: float) -> float:
     k = (len(v) - 1) * q
     lo = int(k)
     hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+    a, b = float(v[lo]), float(v[hi])  # (a numpy array's elements are numpy floats)
+    return a + (b - a) * (k - lo)
 
 
 def _mean_median_p99(values: array[float]) -> tuple[float, float, float]:
@@ -266,7 +276,8 @@ def _mean_median_p99(values: array[float]) -> tuple[float, float, float]:
         return 0.0, 0.0, 0.0
     mean = math.fsum(values) / n
     if n <= EXACT_PERCENTILES:
-        v = sorted(values)
+        np = numpy_module() if n > SORT_RUN else None
+        v: Sequence[float] = sorted(values) if np is None else np.sort(values)
         return mean, _linear_percentile(v, 0.5), _linear_percentile(v, 0.99)
     p = Percentiles.of_array(values)
     return mean, p.p50, p.p99
@@ -591,6 +602,7 @@ class SimEngine:
         self.T = config.max_num_batched_tokens  # a step's tokens: 1 per decoder, rest prefill
         self.max_seqs = config.max_num_seqs
         self.roof = config.roofline
+        self.step_s, self.decode_s = timers_of(config.roofline)  # the same floats, faster
         self.full_isl = config.reserve_full_isl
         self.prepend = config.prepend_uncached_free and self.caching
         self.asyn = config.async_scheduling
@@ -830,7 +842,8 @@ class SimEngine:
         if self.caching:
             q = self.queue
             if self.prepend:  # its partly filled last block (and lookahead ones) have no hash
-                front = total - self.blocks(tokens // self.B * self.B)
+                full = tokens // self.B
+                front = total - (self.fg * full if self.plain else self.blocks(full * self.B))
                 if front:
                     total -= front
                     if q and q[0][1] is None:
@@ -1072,8 +1085,27 @@ class SimEngine:
             assert e >> 42 == last
             if kind == 2:
                 del zombies[seq]
-                if r.chain is None and zombie_finish:  # _release's common case
-                    self._release_plain(r.computed)
+                if r.chain is None and zombie_finish:  # _release_plain, inlined
+                    tokens = r.computed
+                    total = fg * -(-tokens // B) if plain else self.slot_blocks(tokens)
+                    self.free += total
+                    self.freed += total
+                    if caching:
+                        if prepend:  # blocks(tokens // B * B) is fg * (tokens // B) when plain
+                            front = total - (
+                                fg * (tokens // B) if plain else self.blocks(tokens // B * B)
+                            )
+                            if front:
+                                total -= front
+                                if fq and fq[0][1] is None:
+                                    fq[0][0] += front
+                                else:
+                                    fq.appendleft([front, None])
+                        if total:
+                            if fq and fq[-1][1] is None:
+                                fq[-1][0] += total
+                            else:
+                                fq.append([total, None])
                 else:
                     self._release(r, r.computed, preempted=False)
             elif kind == 0:  # _drop_decoder and its _frag_range, inlined: 1 call a request
@@ -1102,7 +1134,9 @@ class SimEngine:
                     self.freed += total
                     if caching:
                         if prepend:
-                            front = total - self.blocks(length // B * B)
+                            front = total - (
+                                fg * (length // B) if plain else self.blocks(length // B * B)
+                            )
                             if front:
                                 total -= front
                                 if fq and fq[0][1] is None:
@@ -1190,7 +1224,9 @@ class SimEngine:
         n = self.dec_n
         kv = self.dec_sum + n
         dt = -1.0  # not computed yet
-        if not self.waiting and self.next_arrival < math.inf:
+        # (one step, the release of a finished request's blocks as often as not, always runs:
+        # _steps_until would say 1 too, the next arrival being after now)
+        if k > 1 and not self.waiting and self.next_arrival < math.inf:
             until, dt = self._steps_until(self.next_arrival - self.now, n, k)
             if until < k:
                 k = until
@@ -1229,7 +1265,7 @@ class SimEngine:
                 else:
                     self._evict(need)
         if dt < 0:
-            dt = self.roof.decode_s(n, kv, k)
+            dt = self.decode_s(n, kv, k)
         if dt > 0:  # _itl(dt / k, n * k), inlined
             per = dt / k
             tokens = n * k
@@ -1290,17 +1326,17 @@ class SimEngine:
         Step times only grow within a stretch, so with g(k) the k-th step's time the answer
         lies in [seconds / g(hi - 1), hi], hi = ceil(seconds / g(0)): a narrow bracket to
         bisect, since contexts grow slowly relative to their length."""
-        roof = self.roof
+        step_s, decode_s = self.step_s, self.decode_s
         kv = self.dec_sum + n
-        first = roof.step_s(n, kv, kv)
+        first = step_s(n, kv, kv)
         hi = math.ceil(seconds / first) if first > 0 else limit
         if hi >= limit:
-            at_limit = roof.decode_s(n, kv, limit)
+            at_limit = decode_s(n, kv, limit)
             if at_limit < seconds or limit == 1:
                 return limit, at_limit
             return self._bisect(seconds, n, kv, 1, limit, at_limit)
         hi = max(1, hi)
-        last = roof.step_s(n, kv + n * (hi - 1), kv + n * (hi - 1))
+        last = step_s(n, kv + n * (hi - 1), kv + n * (hi - 1))
         lo = max(1, min(hi, int(seconds / last)))
         return self._bisect(seconds, n, kv, lo, hi, -1.0)
 
@@ -1309,7 +1345,7 @@ class SimEngine:
     ) -> tuple[int, float]:
         """Smallest k in [lo, hi] whose k decode steps take at least ``seconds`` (hi must),
         and their time if it was computed (``at_hi``: hi's, -1.0 if not known)."""
-        decode_s = self.roof.decode_s
+        decode_s = self.decode_s
         while lo < hi:
             mid = (lo + hi) // 2
             t = decode_s(n, kv, mid)
@@ -1519,7 +1555,7 @@ class SimEngine:
         if not running and not done and not self.zombies:
             if waiting and not preempted:  # cannot fit even into an empty pool
                 raise AssertionError("a request larger than the pool reached the scheduler")
-        dt = self.roof.step_s(tokens, kv, pairs, len(running)) if tokens else 0.0
+        dt = self.step_s(tokens, kv, pairs, len(running)) if tokens else 0.0
         if n and dt > 0:
             self._itl(dt, n)
         self.now = now = self.now + dt
@@ -1582,8 +1618,10 @@ class SimEngine:
         assert live == touch, (live, touch)
 
     # ------------------------------------------------------------------ main loop
-    def _arrivals(self) -> Iterator[SimRequest]:
-        """The workload's requests as they arrive, rejected ones counted and left out."""
+    def _arrivals(self, late: bool = False) -> Iterator[SimRequest]:
+        """The workload's requests as they arrive, rejected ones counted and left out; with
+        ``late``, each sent late as :meth:`_sent_late` sends them (open loop only), done here
+        where the requests are made a batch at a time (one generator fewer a request)."""
         reqs, limit, B = self.requests, self.cfg.max_model_len, self.B
         chains, caching = self.chains, self.caching
         if isinstance(reqs, RequestList):
@@ -1593,11 +1631,12 @@ class SimEngine:
             if groups is None or not caching:
                 # nothing to share: a batch at a time, made in C (map) where none is too long
                 n = len(prompts)
+                base, per, e2e = self.late, self.late_per_stream, self.e2e
                 for lo in range(0, n, ARRIVAL_BATCH):
                     hi = min(n, lo + ARRIVAL_BATCH)
                     p, o = prompts[lo:hi], outputs[lo:hi]
                     if max(map(operator.add, p, o)) <= limit:
-                        yield from list(
+                        batch = list(
                             map(
                                 SimRequest,
                                 range(lo, hi),
@@ -1607,13 +1646,28 @@ class SimEngine:
                                 itertools.repeat(None),
                             )
                         )
+                        if not late:
+                            yield from batch
+                            continue
+                        for one in batch:  # _sent_late's loop (open: no cap on those in flight)
+                            lt = base + per * (self.sent - len(e2e)) if per else base
+                            self.sent += 1
+                            one.late = lt
+                            one.arrival += lt
+                            yield one
                         continue
                     for i in range(lo, hi):
                         prompt, output = prompts[i], outputs[i]
                         if prompt + output > limit:
                             self.rejected += 1
-                        else:
-                            yield SimRequest(i, arrivals[i], prompt, output, None)
+                            continue
+                        one = SimRequest(i, arrivals[i], prompt, output, None)
+                        if late:
+                            lt = base + per * (self.sent - len(e2e)) if per else base
+                            self.sent += 1
+                            one.late = lt
+                            one.arrival += lt
+                        yield one
                 return
             for i in range(len(prompts)):
                 prompt, output = prompts[i], outputs[i]
@@ -1669,9 +1723,19 @@ class SimEngine:
             yield r
 
     def run(self) -> None:
-        self.incoming = self._arrivals()
-        if self.late or self.late_per_stream:
-            self.incoming = self._sent_late(self.incoming)
+        late = bool(self.late or self.late_per_stream)
+        reqs = self.requests
+        if (
+            late
+            and not self.closed
+            and isinstance(reqs, RequestList)
+            and (reqs.prefix is None or not self.caching)
+        ):
+            self.incoming = self._arrivals(late=True)  # _sent_late's work done there
+        else:
+            self.incoming = self._arrivals()
+            if late:
+                self.incoming = self._sent_late(self.incoming)
         if self.closed:
             self.incoming = self._closed_loop(self.incoming)
         self.nxt = nxt = next(self.incoming, None)

@@ -13,6 +13,7 @@ one rank's :class:`Roofline`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +31,22 @@ class StepTimer(Protocol):
     def step_s(self, tokens: int, kv_tokens: int, pairs: int, seqs: int = 0) -> float: ...
 
     def decode_s(self, n: int, kv_tokens: int, steps: int) -> float: ...
+
+
+# a StepTimer's step_s and decode_s as plain functions (timers_of)
+StepFn = Callable[..., float]
+DecodeFn = Callable[[int, int, int], float]
+
+
+def timers_of(timer: StepTimer) -> tuple[StepFn, DecodeFn]:
+    """``timer``'s ``step_s`` and ``decode_s``: its own fast closures where it has them
+    (:meth:`planner.simulate.clock.StepModel.timers`, the same results to the last bit), else
+    its bound methods."""
+    timers = getattr(timer, "timers", None)
+    if timers is not None:
+        fns: tuple[StepFn, DecodeFn] = timers()
+        return fns
+    return timer.step_s, timer.decode_s
 
 
 @dataclass(frozen=True)

@@ -1085,29 +1085,10 @@ class SimEngine:
             assert e >> 42 == last
             if kind == 2:
                 del zombies[seq]
-                if r.chain is None and zombie_finish:  # _release_plain, inlined
-                    tokens = r.computed
-                    total = fg * -(-tokens // B) if plain else self.slot_blocks(tokens)
-                    self.free += total
-                    self.freed += total
-                    if caching:
-                        if prepend:  # blocks(tokens // B * B) is fg * (tokens // B) when plain
-                            front = total - (
-                                fg * (tokens // B) if plain else self.blocks(tokens // B * B)
-                            )
-                            if front:
-                                total -= front
-                                if fq and fq[0][1] is None:
-                                    fq[0][0] += front
-                                else:
-                                    fq.appendleft([front, None])
-                        if total:
-                            if fq and fq[-1][1] is None:
-                                fq[-1][0] += total
-                            else:
-                                fq.append([total, None])
-                else:
+                if r.chain is not None or not zombie_finish:
                     self._release(r, r.computed, preempted=False)
+                    continue
+                tokens = r.computed  # released below, as _release_plain does
             elif kind == 0:  # _drop_decoder and its _frag_range, inlined: 1 call a request
                 res, w = r.res, r.weight
                 self.cw[res] -= w
@@ -1129,25 +1110,7 @@ class SimEngine:
                     )
                 if r.chain is None and plain_finish:  # _finish and _release_plain, inlined
                     del running[seq]
-                    total = fg * -(-length // B) if plain else self.slot_blocks(length)
-                    self.free += total
-                    self.freed += total
-                    if caching:
-                        if prepend:
-                            front = total - (
-                                fg * (length // B) if plain else self.blocks(length // B * B)
-                            )
-                            if front:
-                                total -= front
-                                if fq and fq[0][1] is None:
-                                    fq[0][0] += front
-                                else:
-                                    fq.appendleft([front, None])
-                        if total:
-                            if fq and fq[-1][1] is None:
-                                fq[-1][0] += total
-                            else:
-                                fq.append([total, None])
+                    tokens = length  # released below
                     finish_steps[r.index] = step - 1
                     output, first, arrival, late = r.output, r.first_token, r.arrival, r.late
                     self.prompt_done += r.prompt
@@ -1169,8 +1132,10 @@ class SimEngine:
                     e2e.append(now - arrival + late)
                     if output > 1:
                         tpot.append((now - first) / (output - 1))
+                    continue
                 else:
                     self._finish(r, length)
+                    continue
             else:
                 # token blocks after this step's growth
                 n = (last - r.base + self.k) // self.B + 1
@@ -1179,6 +1144,25 @@ class SimEngine:
                 self.cw_total += w - r.weight
                 r.weight = w
                 self._push_cap(r, n, r.base + r.prompt + r.output - 2)
+                continue
+            # _release_plain(tokens), inlined: a released zombie's or a plain finish's blocks
+            total = fg * -(-tokens // B) if plain else self.slot_blocks(tokens)
+            self.free += total
+            self.freed += total
+            if caching:
+                if prepend:  # blocks(tokens // B * B) is fg * (tokens // B) when plain
+                    front = total - (fg * (tokens // B) if plain else self.blocks(tokens // B * B))
+                    if front:
+                        total -= front
+                        if fq and fq[0][1] is None:
+                            fq[0][0] += front
+                        else:
+                            fq.appendleft([front, None])
+                if total:
+                    if fq and fq[-1][1] is None:
+                        fq[-1][0] += total
+                    else:
+                        fq.append([total, None])
 
     def _blocks_needed(self, s: int, k: int) -> int:
         """Blocks the decoders allocate over steps s .. s + k - 1."""

@@ -266,10 +266,9 @@ class VllmRules:
 # Oldest first: the first release where each rule holds (module docstring). kvplan models the
 # V1 engine only, which 0.8 made the default.
 _NT11 = round(0.13 * GIB), (round(0.42 * GIB), round(0.28 * GIB))
-_NT19 = round(0.25 * GIB), (round(1.88 * GIB), round(0.14 * GIB))
 # over PCIe: gnosia93's 4 x L40S 0.19.0 start-up (calibration record; docstring), and
 # aws-samples' 0.24.0 one agrees
-_NT19_PCIE = round(0.25 * GIB), (round(1.88 * GIB), round(0.14 * GIB))
+_NT19 = round(0.25 * GIB), (round(1.88 * GIB), round(0.14 * GIB))
 
 
 def _row(
@@ -311,8 +310,8 @@ RULES: tuple[VllmRules, ...] = (
     _row((0, 9, 0), 0.9),
     _row((0, 14, 0), 0.9, sched=1),
     _row((0, 18, 0), 0.9, sched=1, sampler="triton"),
-    _row((0, 19, 0), 0.9, sched=2, sampler="triton", reuse=False, non_torch=_NT19_PCIE),
-    _row((0, 20, 0), 0.92, graphs=True, sched=2, sampler="triton", non_torch=_NT19_PCIE),
+    _row((0, 19, 0), 0.9, sched=2, sampler="triton", reuse=False, non_torch=_NT19),
+    _row((0, 20, 0), 0.92, graphs=True, sched=2, sampler="triton", non_torch=_NT19),
     _row((0, 24, 0), 0.92, graphs=True, sched=3, sampler="flashinfer", non_torch=_NT19),
     _row(
         (0, 26, 0),

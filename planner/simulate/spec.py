@@ -9,7 +9,7 @@ import math
 import operator
 import random
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -77,9 +77,10 @@ def _numpy(rng: random.Random, n: int) -> Any:
     return numpy_module()  # not a dependency: the draws are the same without it, only slower
 
 
-def _log_all(np: Any, values: Any) -> Any:
-    """``math.log`` of every value, as a float64 array."""
-    return np.array(list(map(math.log, values.tolist())), dtype=np.float64)
+def _math_all(np: Any, fn: Callable[[float], float], values: Any) -> Any:
+    """``fn`` (``math.log``, ``math.exp``: libm's, to the last bit) of every value, as a
+    float64 array."""
+    return np.array(list(map(fn, values.tolist())), dtype=np.float64)
 
 
 ARRIVALS = ("poisson", "burst", "all-at-once")
@@ -191,7 +192,7 @@ def _lognormal_bulk(
         u = np.concatenate((carry, draws.take(max(0, 2 * pairs - len(carry)))))
         u1, u2 = u[0::2], 1.0 - u[1::2]
         z = NV_MAGICCONST * (u1 - 0.5) / u2
-        accepted = np.flatnonzero(z * z / 4.0 <= -_log_all(np, u2))
+        accepted = np.flatnonzero(z * z / 4.0 <= -_math_all(np, math.log, u2))
         if len(accepted) >= want:
             accepted = accepted[:want]
             last = 2 * (int(accepted[-1]) + 1)
@@ -200,7 +201,7 @@ def _lognormal_bulk(
         used += last
         carry = u[last:]
         x = np.minimum(mu + z[accepted] * sigma, 709.0)
-        x = np.array(list(map(math.exp, x.tolist())), dtype=np.float64)
+        x = _math_all(np, math.exp, x)
         x = np.where(np.isnan(x), low, np.rint(np.clip(x, low, high)))
         out += x.astype(np.int64).tolist()
     draws.done(used)

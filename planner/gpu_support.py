@@ -5,18 +5,13 @@ compute capability or gfx target); a GPU known only by its memory gets the benef
 
 from __future__ import annotations
 
-import re
-
 from planner.gpus import Gpu
 from planner.model.specs import Engine
 
 
 def _capability(gpu: Gpu | None) -> tuple[int, int] | None:
     """An NVIDIA GPU's compute capability (None for AMD or a GPU known only by memory)."""
-    if gpu is None or gpu.gfx_target or gpu.vendor == "amd":
-        return None
-    cc = re.fullmatch(r"(\d+)(?:\.(\d+))?", gpu.compute_capability or "")
-    return (int(cc[1]), int(cc[2] or 0)) if cc else None
+    return None if gpu is None else gpu.cuda_capability
 
 
 def fp8_kv_refusal(gpu: Gpu | None) -> str | None:

@@ -69,6 +69,15 @@ class Gpu:
         return "a100" in self.name.lower()
 
     @property
+    def cuda_capability(self) -> tuple[int, int] | None:
+        """An NVIDIA GPU's compute capability as (major, minor); None for AMD or a GPU known
+        only by its memory."""
+        if self.gfx_target or self.vendor == "amd":
+            return None
+        cc = re.fullmatch(r"(\d+)(?:\.(\d+))?", self.compute_capability or "")
+        return (int(cc[1]), int(cc[2] or 0)) if cc else None
+
+    @property
     def has_native_fp8(self) -> bool | None:
         """Whether vLLM computes in fp8 on this GPU, as its platforms decide (``supports_fp8``):
         NVIDIA from compute capability 8.9 (Ada, Hopper, Blackwell; ``platforms/cuda.py``), AMD
@@ -76,10 +85,8 @@ class Gpu:
         None when neither is known (a GPU known only by its memory)."""
         if self.gfx_target:
             return any(self.gfx_target.startswith(g) for g in ("gfx94", "gfx95", "gfx12"))
-        cc = re.fullmatch(r"(\d+)(?:\.(\d+))?", self.compute_capability or "")
-        if cc is None:
-            return None
-        return (int(cc[1]), int(cc[2] or 0)) >= (8, 9)
+        cc = self.cuda_capability
+        return None if cc is None else cc >= (8, 9)
 
     @property
     def fp8_format(self) -> str | None:

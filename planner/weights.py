@@ -616,7 +616,7 @@ def marlin_mxfp4_extra_bytes(spec: ModelSpec, placement: Placement, source: str)
         i_rank, stored_i = moe_i, moe_i
     else:
         local_experts, i_rank = experts, -(-moe_i // placement.tp)
-        stored_i = -(-moe_i // placement.tp)
+        stored_i = i_rank
     if source == "config":
         stored_i = -(-(-(-moe_i // 256) * 256) // (1 if placement.ep else placement.tp))
     marlin = -(-i_rank // 128) * 128 * (-(-hidden // 256) * 256)
@@ -628,14 +628,8 @@ def marlin_mxfp4_extra_bytes(spec: ModelSpec, placement: Placement, source: str)
 def _marlin_mxfp4(dep: Deployment) -> bool:
     """vLLM runs gpt-oss's MXFP4 experts on Marlin on this GPU: CUDA below compute
     capability 9.0 (:func:`marlin_mxfp4_extra_bytes`)."""
-    gpu = dep.gpu
-    if gpu is None or gpu.vendor == "amd" or not gpu.compute_capability:
-        return False
-    major, _, minor = gpu.compute_capability.partition(".")
-    try:
-        return (int(major), int(minor or 0)) < (9, 0)
-    except ValueError:
-        return False
+    cc = dep.gpu.cuda_capability if dep.gpu else None
+    return cc is not None and cc < (9, 0)
 
 
 def for_deployment(dep: Deployment) -> Weights:

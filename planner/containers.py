@@ -66,12 +66,7 @@ def rocm_docker_command(vllm_command: str, gpu: Gpu | None, vllm_version: str) -
     and settings ROCm needs, or None on a GPU that is not AMD's or a command that is not
     ``vllm serve``. The image's entrypoint is ``vllm serve``: the words after it follow the
     image. The Hugging Face token is passed by name (``--env HF_TOKEN``), never by value."""
-    words = shlex.split(vllm_command)
-    if not is_amd(gpu) or words[:2] != ["vllm", "serve"]:
-        return None
-    docker = ["docker", "run", "--rm", *ROCM_DOCKER_FLAGS, "-p", f"{PORT}:{PORT}"]
-    docker += ["--env", "HF_TOKEN", image(gpu, vllm_version)]
-    return shlex.join([*docker, *words[2:]])
+    return _in_rocm_image(vllm_command, gpu, vllm_version, ["-p", f"{PORT}:{PORT}"])
 
 
 def rocm_node_docker_command(vllm_command: str, gpu: Gpu | None, vllm_version: str) -> str | None:
@@ -82,9 +77,17 @@ def rocm_node_docker_command(vllm_command: str, gpu: Gpu | None, vllm_version: s
     ``examples/online_serving/run_cluster.sh`` @0c37e239): the head's data-parallel RPC port
     and RCCL's connections between the nodes are reached at the node's own address. None
     where :func:`rocm_docker_command` is."""
+    return _in_rocm_image(vllm_command, gpu, vllm_version, ["--network=host"])
+
+
+def _in_rocm_image(
+    vllm_command: str, gpu: Gpu | None, vllm_version: str, network: list[str]
+) -> str | None:
+    """``docker run`` of ``vllm_command``'s words after ``vllm serve`` in vLLM's ROCm image,
+    with ROCm's devices and settings and ``network``'s flags; None as the callers say."""
     words = shlex.split(vllm_command)
     if not is_amd(gpu) or words[:2] != ["vllm", "serve"]:
         return None
-    docker = ["docker", "run", "--rm", *ROCM_DOCKER_FLAGS, "--network=host"]
+    docker = ["docker", "run", "--rm", *ROCM_DOCKER_FLAGS, *network]
     docker += ["--env", "HF_TOKEN", image(gpu, vllm_version)]
     return shlex.join([*docker, *words[2:]])

@@ -320,6 +320,14 @@ def _engine_plan(rep: Report) -> None:
     out.print("[bold]vLLM on the same GPU, for comparison:[/]")
 
 
+def _print_nodes(out: Console, commands: list[str]) -> None:
+    """Each node's command under its number, the head's marked."""
+    for node, command in enumerate(commands):
+        out.print(f"  node {node}{' (head)' if node == 0 else ''}:", markup=False)
+        for line in wrap_command(command):
+            out.print(f"  {line}", markup=False, soft_wrap=True)
+
+
 def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
     out = console()
     cap, est, rec = p.vllm, p.estimate, p.recommended
@@ -404,20 +412,14 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
     elif p.outcome == "wont_start":
         out.print("[bold]Recommended:[/] none on this GPU; see the error below")
     if p.node_commands:
-        for node, command in enumerate(p.node_commands):
-            out.print(f"  node {node}{' (head)' if node == 0 else ''}:", markup=False)
-            for line in wrap_command(command):
-                out.print(f"  {line}", markup=False, soft_wrap=True)
+        _print_nodes(out, p.node_commands)
         if p.node_docker_commands:  # an AMD GPU: each node's command in vLLM's ROCm image
             out.print(
                 "  or in vLLM's ROCm image on each node, with the devices ROCm needs and the "
                 "host's network:",
                 markup=False,
             )
-            for node, command in enumerate(p.node_docker_commands):
-                out.print(f"  node {node}{' (head)' if node == 0 else ''}:", markup=False)
-                for line in wrap_command(command):
-                    out.print(f"  {line}", markup=False, soft_wrap=True)
+            _print_nodes(out, p.node_docker_commands)
     else:
         for line in wrap_command(p.commands["vllm"]):
             out.print(f"  {line}", markup=False, soft_wrap=True)

@@ -125,6 +125,8 @@ def _settings(rec: dict[str, Any], gpu: Gpu, batch_from_version: bool) -> ServeS
         kw["disable_custom_all_reduce"] = True
     if "sampler" in fields and rec.get("sampler"):
         kw["sampler"] = rec["sampler"]  # the sampler the log says ran
+    if "mxfp4_backend" in fields and rec.get("mxfp4_backend"):
+        kw["mxfp4_backend"] = rec["mxfp4_backend"]  # the MoE kernel the log's install runs
     return ServeSettings(**kw)
 
 

@@ -96,7 +96,11 @@ CUSTOM_ALL_REDUCE_BYTES = 24 * MIB
 # and - 12.73 = 3.21 GiB (amd-r9700) of non-torch: the point is their middle, 1.91, off by
 # 1.3 GiB either way. What sets the mode is not in vLLM: the same build, model and flags give
 # both; the 12-09 folder is 2.0-2.6 GiB lower for four of its six models (not gemma-3 or
-# Qwen3-Next). Issue 23's 2.12 GiB on a 48 GB Radeon (no public log) lies inside. The range
+# Qwen3-Next). The mode is the session's: the uv+pl folder (12-13) is the same build, only
+# undervolted and power-limited, and the 0.13.0rc2 ROCM_ATTN build (rocm_atten, 12-20) logs
+# the same pools as it to the token (Llama-3.1-8B 15.33 GiB, 125,616 tokens), so neither the
+# attention backend nor the release can pick the point (docs/vllm-budget.md). Issue 23's
+# 2.12 GiB on a 48 GB Radeon (no public log) lies inside. The range
 # is those logs': 0.61 to 3.73 (the same folder's Qwen3-14B-FP8, calibration).
 ROCM_NON_TORCH_BYTES = round(1.91 * GIB)
 ROCM_NON_TORCH_RANGE = (round(0.5 * GIB), round(3.75 * GIB))

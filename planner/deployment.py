@@ -260,6 +260,9 @@ class ServeSettings:
         disable_custom_all_reduce: vLLM's ``--disable-custom-all-reduce``.
         sampler: ``flashinfer`` or ``native``: the top-k/top-p sampler vLLM runs, over the
             release's default (:meth:`planner.vllm_rules.VllmRules.with_sampler`).
+        mxfp4_backend: ``marlin`` or ``triton``: the kernel vLLM runs gpt-oss's MXFP4 experts
+            on where the install decides it (Hopper and newer); below compute capability 9.0
+            it is Marlin whatever is stated (:func:`planner.weights.marlin_mxfp4_extra_bytes`).
         dp: data-parallel size: dp engines, each with its own KV pool and ``max_num_seqs``;
             routed experts shard over dp x tp GPUs (``FusedMoEParallelConfig``).
         enable_expert_parallel: whole experts per GPU (EP = dp x tp) instead of TP-sharded
@@ -308,6 +311,7 @@ class ServeSettings:
     interconnect: str | None = None
     disable_custom_all_reduce: bool = False
     sampler: str | None = None
+    mxfp4_backend: str | None = None
     vllm_version: str | None = None
     entrypoint: Entrypoint = "serve"
     runner: Runner = "generate"

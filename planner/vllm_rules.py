@@ -169,10 +169,12 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
     3090 0.18.1 row (-6.4 %, held out) logs 0.12 GiB for activation and non-torch together
     where kvplan has 0.13 + 0.28: its custom all-reduce is off either way at TP 4 over PCIe
     (``custom_all_reduce.py`` 0.18.1:152-158, so ``--disable-custom-all-reduce`` changes
-    nothing there), so the difference is NCCL's. GeForce 3090s without an NVLink bridge have
-    no PCIe P2P, and NCCL then moves data through host shared memory rather than device
-    buffers, which would leave nothing on the GPU; kvplan has no per-GPU P2P fact to key
-    that on, and the only cited size (about 0) is that held-out row, so the rule is left.
+    nothing there; the P2P test at :160-168 is never reached), so the difference is NCCL's.
+    GeForce 3090s without an NVLink bridge have no PCIe P2P, and NCCL then moves data
+    through host shared memory rather than device buffers, which would leave nothing on the
+    GPU; but the one other cited group without P2P, dennislee22's A100 pair in 0.10.1.1
+    (custom all-reduce turned off by that P2P test, as its log says), is what the +0.28
+    was set on, and the only cited size of about 0 is the held-out row itself, so no rule.
 
   * on ROCm the single-GPU figure is not the release's but :data:`planner.budget.
     ROCM_NON_TORCH_BYTES`, 1.91 GiB: the middle of the two calibration start-ups of
@@ -183,7 +185,11 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
     off by default (``envs.py`` 0.33.0:1267-1268), and vLLM's custom all-reduce runs only on
     gfx94x/gfx95x (``RocmPlatform.use_custom_allreduce``, ``platforms/rocm.py``
     0.33.0:1270-1273), never on a Radeon; what is left is the HIP runtime's, hipBLASLt's and
-    RCCL's, and the same build logs either figure (run to run, not release to release).
+    RCCL's, and the same build logs either figure (run to run, not release to release):
+    kyuz0's 12-09 session leaves 2.6-4.1 GiB beside weights and pool in ten of its eleven
+    logs, the same build on 12-12/12-13 and the 0.13.0rc2 ROCM_ATTN build on 12-20 0.75-2.16,
+    with the same pools to the token across the two builds (docs/vllm-budget.md): neither
+    the attention backend nor the release nor any logged setting tells the modes apart.
 
   Most of the multi-GPU figure is NCCL's (its buffers, NVLS on NVSwitch systems); vLLM's own
   custom all-reduce keeps 8 MiB buffers (``distributed/device_communicators/

@@ -627,9 +627,16 @@ def marlin_mxfp4_extra_bytes(spec: ModelSpec, placement: Placement, source: str)
 
 def _marlin_mxfp4(dep: Deployment) -> bool:
     """vLLM runs gpt-oss's MXFP4 experts on Marlin on this GPU: CUDA below compute
-    capability 9.0 (:func:`marlin_mxfp4_extra_bytes`)."""
+    capability 9.0 (:func:`marlin_mxfp4_extra_bytes`), or on a newer one where the user says
+    so (``--mxfp4-backend marlin``). There the install decides: without FlashInfer's MXFP4
+    path, vLLM takes Marlin when the ``triton_kernels`` package is missing (``mxfp4.py``
+    0.11.0:94-99, "Using Marlin backend"), and the 0.11.0 wheel neither ships it nor requires
+    it (its ``Requires-Dist``), so a ``pip install vllm==0.11.0`` on an H100 runs Marlin where
+    the ``vllm/vllm-openai`` image runs Triton (CALIBRATION.md's 64.38 GiB)."""
     cc = dep.gpu.cuda_capability if dep.gpu else None
-    return cc is not None and cc < (9, 0)
+    if cc is None:  # ROCm, or a GPU kvplan does not know: no Marlin there
+        return False
+    return cc < (9, 0) or dep.settings.mxfp4_backend == "marlin"
 
 
 def for_deployment(dep: Deployment) -> Weights:

@@ -672,3 +672,42 @@ def test_diagnose_replans_with_the_sampler_the_log_names(tmp_path: Path) -> None
     plain = diagnose_file(V1_H100, model="llama-3.1-8b", gpu=gpu("h100"))
     assert "sampler" not in plain.settings
     assert {t.name: t for t in plain.terms}["activation peak"].plan == sort.activation_peak_bytes
+
+
+# ------------------------------------------------------------------ the MXFP4 MoE kernel line
+# quantization/mxfp4.py's choice of kernel for gpt-oss's experts: "[mxfp4.py:165] Using Triton
+# backend" as vllm-project/vllm#33155 (0.14.1, one H100) prints it; "Using Marlin backend" is
+# the same logger.info_once at mxfp4.py 0.11.0:98 (0.18.1:166, or :105 with the
+# "[get_mxfp4_backend_with_lora] " prefix). ROCm's attention line names no MoE kernel.
+MXFP4_LINES = (
+    ("(EngineCore_DP0 pid=1) INFO 01-27 00:31:44 [mxfp4.py:165] Using Triton backend", "triton"),
+    ("(EngineCore_DP0 pid=1) INFO 10-31 15:07:20 [mxfp4.py:98] Using Marlin backend", "marlin"),
+    (
+        "(EngineCore_DP0 pid=1) INFO 04-01 10:00:00 [mxfp4.py:105] "
+        "[get_mxfp4_backend_with_lora] Using Marlin backend",
+        "marlin",
+    ),
+    (
+        "(EngineCore_DP0 pid=1) INFO 12-09 18:49:18 [rocm.py:320] "
+        "Using Triton Attention backend on V1 engine.",
+        None,
+    ),
+)
+
+
+@pytest.mark.parametrize(("line", "backend"), MXFP4_LINES)
+def test_the_mxfp4_backend_line_is_read(line: str, backend: str | None) -> None:
+    log = parse_log(f"INFO x [core.py:1] started\n{line}\n")
+    assert log.mxfp4_backend == backend
+    assert log.lines.get("mxfp4_backend") == (2 if backend else None)
+
+
+def test_diagnose_replans_with_the_mxfp4_backend_the_log_names(tmp_path: Path) -> None:
+    # The line is a stated setting with its source, as the sampler's is.
+    text = V1_H100.read_text(encoding="utf-8")
+    with_line = tmp_path / "marlin.log"
+    with_line.write_text(f"{MXFP4_LINES[1][0]}\n{text}", encoding="utf-8")
+    dg = diagnose_file(with_line, model="llama-3.1-8b", gpu=gpu("h100"))
+    assert (dg.settings["mxfp4_backend"], dg.sources["mxfp4_backend"]) == ("marlin", "log line 1")
+    plain = diagnose_file(V1_H100, model="llama-3.1-8b", gpu=gpu("h100"))
+    assert "mxfp4_backend" not in plain.settings

@@ -40,19 +40,16 @@ def test_every_record_cites_its_source() -> None:
 
 # Held-out logs the stated range misses, xfail(strict) with what is known of the cause, so that
 # fixing one shows.
-RANGE_MISSES = {
-    # gpt-oss-120b, one H100, 0.11.0, gmu 0.95, 1,024 batched tokens: 1.71 GiB logged, kvplan
-    # 3.28 (64.48 weights, 7.33 sort-sampler activation over 1,024 rows, 0.13 non-torch): vLLM
-    # used 1.57 GiB more. The likely term is the weights: a pip install in a conda env has no
-    # triton_kernels (0.11.0 does not ship it; 0.12.0 vendors it), so 0.11.0 runs gpt-oss's
-    # experts on Marlin even on Hopper (quantization/mxfp4.py 0.11.0:94-99), which pads the
-    # hidden size 2,880 -> 3,072 and the intermediate to 2,944 (:189-200): 36 x 128 x 3 x
-    # (2,944 x 3,072 - 3,072 x 2,880) x 0.53125 B = 1.34 GiB over the Triton layout kvplan
-    # plans on Hopper (CALIBRATION.md's 64.38 GiB; vllm#23278's Marlin H100 run logs "Model
-    # loading took 65.97 GiB", 1.59 more). With it kvplan gives 1.94 GiB. kvplan applies
-    # Marlin's padding below SM 9.0, where it is the only backend (planner.weights); on
-    # Hopper the install decides and no setting says which.
-    "vllm27508-h100-gptoss120b-gmu095-mnbt1024": "Marlin MXFP4 weights (no triton_kernels)",
+RANGE_MISSES: dict[str, str] = {
+    # none now. vllm#27508 (gpt-oss-120b, one H100, 0.11.0, gmu 0.95, 1,024 batched tokens:
+    # 1.71 GiB logged) was one while kvplan planned the Triton MXFP4 layout on every Hopper
+    # (64.48 GiB of weights, 3.28 available, range 2.75-9.64). Its install is a pip wheel of
+    # 0.11.0 in a conda env (the traceback's site-packages), which neither ships nor requires
+    # triton_kernels, so vLLM runs the experts on Marlin (quantization/mxfp4.py 0.11.0:94-99),
+    # padding the hidden size 2,880 -> 3,072 and the intermediate to 2,944 (:189-200): 36 x
+    # 128 x 3 x (2,944 x 3,072 - 3,072 x 2,880) x 0.53125 B = 1.34 GiB more (vllm#23278's
+    # Marlin H100 run logs "Model loading took 65.97 GiB"). The record states
+    # mxfp4_backend marlin (``--mxfp4-backend``): 1.94 GiB, range 1.41-8.30.
 }
 
 
@@ -71,8 +68,13 @@ RANGE_MISSES = {
 )
 def test_the_logged_kv_memory_is_inside_the_stated_range(rec: dict[str, Any]) -> None:
     row = BENCH.predict(rec)
+    if row["skipped"] and not rec["weights_from_config"]:
+        # a quantized checkpoint without its config: its other terms' ranges still hold with
+        # the weights vLLM logged ("Model loading took"), as on every ROCm record (both modes
+        # of kyuz0's R9700 runs, planner.budget.ROCM_NON_TORCH_RANGE)
+        row = BENCH.predict(rec, use_logged_weights=True)
     if row["skipped"]:
-        pytest.skip(row["skipped"])  # no total, or a quantized checkpoint without its config
+        pytest.skip(row["skipped"])  # no total, or no weights: neither config nor log
     if not row["release_known"]:
         pytest.skip("release not in the log: not a regression target (reported only)")
     assert row["in_range"], (
@@ -161,3 +163,19 @@ def test_every_memory_failure_at_start_up_is_wont_start(rec: dict[str, Any]) -> 
     except DoesNotFitError:  # the weights alone do not fit: won't start too
         outcome = "wont_start"
     assert outcome == "wont_start", f"{rec['source']}: {rec['logged']['error']}"
+
+
+def test_start_ups_of_unknown_release_are_no_regression_target() -> None:
+    """Issue 23 item 4: a record whose log names no release is scored in ``unknown_release``
+    only, never in the calibration, held-out or all sets (its rules are a guess)."""
+    rows = [BENCH.predict(rec) for rec in RECORDS]
+    unknown = [r for r in rows if not r["release_known"] and r["error_pct"] is not None]
+    assert unknown, "the data has start-ups of unknown release"
+    assert all(
+        not rec.get("vllm_version") for rec in RECORDS if rec["id"] in {r["id"] for r in unknown}
+    )
+    known = [r for r in rows if r["release_known"] and r["error_pct"] is not None]
+    got = BENCH.summary(rows)
+    assert got["unknown_release"]["scored"] == len(unknown)
+    assert got["all"]["scored"] == len(known)
+    assert got["held_out"]["scored"] == sum(r["set"] == "held_out" for r in known)

@@ -276,3 +276,25 @@ def test_marlin_pads_gpt_oss_experts_below_compute_capability_9() -> None:
     assert for_deployment(dep).bytes_per_rank - for_deployment(hopper).bytes_per_rank == round(
         small
     )
+
+
+def test_a_stated_marlin_mxfp4_backend_pads_gpt_oss_on_hopper_too() -> None:
+    # On Hopper the install decides: without triton_kernels (the 0.11.0 wheel neither ships nor
+    # requires it) vLLM takes Marlin (quantization/mxfp4.py 0.11.0:94-99). TP 1, gpt-oss-120b:
+    # 2,880 -> 2,944 x 3,072 (Marlin) against kvplan's 3,072 x 2,880: vllm#23278's Marlin H100
+    # log "Model loading took 65.97 GiB" against 64.38 with Triton (CALIBRATION.md).
+    from planner.weights import for_deployment
+    from tests.helpers import deployment
+
+    def weights(**flags: str) -> int:
+        return for_deployment(deployment("gpt-oss-120b", gpu="h100", **flags)).bytes_per_rank
+
+    extra = 36 * 128 * 3 * (2944 * 3072 - 3072 * 2880) * (0.5 + 1 / 32)
+    assert weights(mxfp4_backend="marlin") - weights() == round(extra)
+    assert weights(mxfp4_backend="triton") == weights()
+    # below compute capability 9.0 Marlin is the only backend, whatever is stated
+    a100 = for_deployment(deployment("gpt-oss-120b", gpu="a100-80gb", mxfp4_backend="triton"))
+    assert (
+        a100.bytes_per_rank
+        == for_deployment(deployment("gpt-oss-120b", gpu="a100-80gb")).bytes_per_rank
+    )

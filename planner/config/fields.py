@@ -632,6 +632,26 @@ SETTINGS: tuple[Setting, ...] = (
         example="flashinfer",
     ),
     Setting(
+        name="mxfp4_backend",
+        kind="choice",
+        choices=("marlin", "triton"),
+        help="The MoE kernel vLLM runs gpt-oss's MXFP4 experts on (Marlin pads them; the boot "
+        "log says 'Using Marlin backend'): marlin, or triton (Hopper and newer only).",
+        default="marlin below compute capability 9.0, else triton",
+        cli="--mxfp4-backend",
+        yaml="mxfp4_backend",
+        log=None,
+        concern="release",
+        engines=_engines(None, None, None),
+        no_flag={
+            "vllm": "whether the triton_kernels package is installed decides it",
+            "sglang": _VLLM_ONLY,
+            "trtllm": _VLLM_ONLY,
+        },
+        commands=frozenset({"estimate"}),
+        example="marlin",
+    ),
+    Setting(
         name="gpu_free_memory_bytes",
         kind="size",
         help="Memory free on the GPU before vLLM starts (another process holds the rest).",

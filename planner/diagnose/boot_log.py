@@ -346,6 +346,17 @@ def _sampler(choice: str) -> Handler:
     return handler
 
 
+def _mxfp4(log: BootLog, m: re.Match[str], line: int) -> None:
+    """The MoE kernel ``get_mxfp4_backend`` chose for MXFP4 experts (gpt-oss), as
+    ``--mxfp4-backend`` names it: "Using Marlin backend" / "Using Triton backend"
+    (``quantization/mxfp4.py`` 0.11.0:98/101, 0.18.1:166/169; 0.18.1:102/105 prefix
+    "[get_mxfp4_backend_with_lora] "). On CUDA Marlin is what an install without
+    triton_kernels runs on Hopper, and it pads the experts (planner.weights); FlashInfer's and
+    ROCm's CK lines name other kernels and are not read."""
+    log.mxfp4_backend = m.group(1).lower()
+    log.lines["mxfp4_backend"] = line
+
+
 # Start-up milestones, in the order vLLM V1 reaches them (gpu_worker: load_model,
 # determine_available_memory, initialize_from_config, compile_or_warm_up_model), each by a line
 # it prints once the step is done or under way; "serving" last.
@@ -495,6 +506,13 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         "top-p/top-k sampling is available but disabled",
         re.compile(r"FlashInfer top-p/top-k sampling is available but disabled by default"),
         _sampler("native"),
+    ),
+    (
+        "mxfp4.py",
+        re.compile(
+            r"\[mxfp4\.py:\d+\] (?:\[get_mxfp4_backend_with_lora\] )?Using (Marlin|Triton) backend"
+        ),
+        _mxfp4,
     ),
     *[(literal, re.compile(re.escape(literal)), _milestone(stage)) for literal, stage in STAGES],
     ("Error: ", _ERROR, _error),

@@ -165,6 +165,9 @@ class BootLog:
     # the top-k/top-p sampler vLLM chose at start-up ("flashinfer" or "native"), from
     # topk_topp_sampler.py's lines (boot_log._sampler); None: not logged
     sampler: str | None = None
+    # the MoE kernel gpt-oss's MXFP4 experts run on ("marlin" or "triton"), from mxfp4.py's
+    # "Using Marlin backend" / "Using Triton backend" (boot_log._mxfp4); None: not logged
+    mxfp4_backend: str | None = None
 
     @property
     def crash_stage(self) -> str | None:

@@ -143,6 +143,11 @@ def layer_settings(
         # the sampler the log says vLLM chose (boot_log._sampler) over the release's default
         serve = serve.but(sampler=log.sampler)
         stated["sampler"], sources["sampler"] = log.sampler, f"log line {log.lines['sampler']}"
+    if log.mxfp4_backend is not None and "mxfp4_backend" not in flags:
+        # the MoE kernel the log says the install runs (boot_log._mxfp4): Marlin pads the experts
+        serve = serve.but(mxfp4_backend=log.mxfp4_backend)
+        stated["mxfp4_backend"] = log.mxfp4_backend
+        sources["mxfp4_backend"] = f"log line {log.lines['mxfp4_backend']}"
     if "gpu_memory_utilization" not in stated:
         stated["gpu_memory_utilization"] = serve.gmu
         sources["gpu_memory_utilization"] = (

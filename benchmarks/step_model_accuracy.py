@@ -47,6 +47,7 @@ BARE = {
     "seq_overhead_s": 0.0,
     "request_latency_s": 0.0,
     "stream_latency_s": 0.0,
+    "api_token_s": 0.0,
 }
 FIGURES = ("output_throughput", "tpot", "ttft")
 # issue 24: output tok/s and TPOT within +-20 %, TTFT within +-35 %, on >= 80 % of held-out cases

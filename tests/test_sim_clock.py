@@ -266,6 +266,10 @@ def test_api_token_s_is_its_source_run_duration_over_its_tokens() -> None:
     assert API_TOKEN_S == pytest.approx(run["duration_s"] / run["total_generated_tokens"])
     assert 1 / API_TOKEN_S == pytest.approx(run["output_throughput"], rel=1e-4)
     assert API_TOKEN_S == pytest.approx(77.8e-6, rel=1e-3)
+    assert run["request_throughput"] == pytest.approx(run["completed"] / run["duration_s"], 1e-3)
+    for m in data["measurements"]:
+        assert m["source"].startswith("https://") and m["split"] in ("calibration", "cross-check")
+        assert m["id"] not in {c["id"] for c in cases()}  # none is a replayed case
 
 
 def test_bench_figures_by_vllm_bench_names() -> None:

@@ -44,6 +44,8 @@ def replay(case: dict[str, Any], profile: dict[str, float] | None = None) -> dic
         vllm_version=case["vllm"],
         gpu_memory_utilization=serve.get("gpu_memory_utilization"),
         max_model_len=serve.get("max_model_len"),
+        max_num_batched_tokens=serve.get("max_num_batched_tokens"),
+        enable_prefix_caching=serve.get("enable_prefix_caching", True),
     )
     model = load_model(case["model"], offline=True)
     c = case["client"]

@@ -21,6 +21,7 @@ from planner.gpus import get_gpu
 from planner.simulate import Roofline, SimConfig, simulate
 from planner.simulate.calibrate import parse_result, workload_of
 from planner.simulate.clock import (
+    API_TOKEN_S,
     EXPECTED_ERROR,
     StepModel,
     interconnect_of,
@@ -222,6 +223,55 @@ def test_request_latency_delays_the_scheduler_and_counts_in_ttft() -> None:
     assert r.ttft_s.max == pytest.approx(1.05)
 
 
+def test_the_api_server_streams_earlier_requests_tokens_first() -> None:
+    # three requests of 10 prompt / 3 output tokens sent at once, 1 s steps, 50 ms to the
+    # scheduler and 1 s of the API server a streamed token: it takes 3 s on each request's
+    # tokens, first come first served, so R1 is handed over at 3 s and R2 at 6 s (+ 50 ms).
+    # R0: prefill 0.05-1.05, decodes to 3.05; R1: prefill 3.05-4.05 (TTFT 4.05 from its
+    # send at 0), finish 6.05; R2: TTFT 7.05, finish 9.05
+    w = Workload(name="t", source="t", requests=tuple(Request(10, 3) for _ in range(3)))
+    r = simulate(w, const(request_latency_s=0.05, api_token_s=1.0))
+    assert r.duration_s == pytest.approx(9.05)
+    assert r.ttft_s.max == pytest.approx(7.05) and r.e2e_s.max == pytest.approx(9.05)
+    assert r.ttft_s.p50 == pytest.approx(4.05)  # R1's
+    # stream_latency_s is the same server's time on the others' tokens: the longer of the two
+    # counts, once. 2 s a request in flight when it is pulled: R1's 2 s (R0 in flight) < its
+    # 3 s wait, as above; 4 s: R1 waits 4 s, not 3 + 4 (arrives 4.05, TTFT 5.05); R2 is
+    # pulled at 4.05, R0 done: 4 s < its 6 s wait, it arrives at 6.05 and prefills in the
+    # step 6.05-7.05 beside R1's decode (TTFT 7.05), decodes to 9.05
+    r = simulate(w, const(request_latency_s=0.05, stream_latency_s=2.0, api_token_s=1.0))
+    assert r.ttft_s.p50 == pytest.approx(4.05) and r.ttft_s.max == pytest.approx(7.05)
+    r = simulate(w, const(request_latency_s=0.05, stream_latency_s=4.0, api_token_s=1.0))
+    assert r.ttft_s.p50 == pytest.approx(5.05) and r.ttft_s.max == pytest.approx(7.05)
+    assert r.duration_s == pytest.approx(9.05)
+    # without it all three reach the scheduler at 0.05 s and prefill in one step
+    r = simulate(w, const(request_latency_s=0.05))
+    assert r.ttft_s.max == pytest.approx(1.05) and r.duration_s == pytest.approx(3.05)
+
+
+def test_the_api_server_queue_is_an_open_loops_only() -> None:
+    # a closed loop (C = 1) sends one request a completion: the API server's turn is not
+    # modelled there (test_closed_loop_sends_the_next_request_at_a_completion's 9 s)
+    w = Workload(
+        name="t", source="t", requests=tuple(Request(10, 3) for _ in range(3)), max_concurrency=1
+    )
+    assert simulate(w, const(api_token_s=1.0)).duration_s == pytest.approx(9.0)
+
+
+def test_api_token_s_is_its_source_run_duration_over_its_tokens() -> None:
+    # tests/data/api_server_throughput.json: vllm-project/vllm#12287's 'Before' run, 6,000
+    # requests, 1,211,959 generated tokens in 94.31 s (12,850.45 output tok/s published)
+    data = json.loads((DATA / "api_server_throughput.json").read_text())
+    run = next(m for m in data["measurements"] if m["split"] == "calibration")["published"]
+    assert API_TOKEN_S == pytest.approx(run["duration_s"] / run["total_generated_tokens"])
+    assert 1 / API_TOKEN_S == pytest.approx(run["output_throughput"], rel=1e-4)
+    assert API_TOKEN_S == pytest.approx(77.8e-6, rel=1e-3)
+    assert run["request_throughput"] == pytest.approx(run["completed"] / run["duration_s"], 1e-3)
+    for m in data["measurements"]:
+        assert m["source"].startswith("https://") and m["split"] in ("calibration", "cross-check")
+        assert m["id"] not in {c["id"] for c in cases()}  # none is a replayed case
+
+
 def test_bench_figures_by_vllm_bench_names() -> None:
     w = Workload(name="t", source="t", requests=(Request(10, 3), Request(10, 5)))
     b = simulate(w, const()).bench
@@ -312,12 +362,14 @@ def test_held_out_cases_meet_the_stated_error_on_80_percent() -> None:
         assert within >= 0.8 * len(values), (figure, sorted(values))
 
 
-def test_issue_24_goal_for_output_throughput_on_held_out_cases() -> None:
-    # issue 24's goal for output tok/s, +-20 % on >= 80 % of held-out cases, holds whatever
-    # EXPECTED_ERROR says (its TPOT and TTFT goals, +-20 and +-35 %, do not: 16 of 21 and 15
-    # of 20; the stated errors are what hold, the test above)
-    values = held_out_ratios()["output_throughput"]
-    assert sum(abs(v - 1) <= 0.20 for v in values) >= 0.8 * len(values)
+def test_issue_24_goal_on_held_out_cases() -> None:
+    # issue 24's goal, +-20 % for output tok/s and TPOT and +-35 % for TTFT on >= 80 % of
+    # held-out cases, holds whatever EXPECTED_ERROR says (18 of 20, 17 of 21 and 16 of 20
+    # with the API server's per-token term; 17, 16 and 15 before it)
+    goal = {"output_throughput": 0.20, "tpot": 0.20, "ttft": 0.35}
+    for figure, values in held_out_ratios().items():
+        within = sum(abs(v - 1) <= goal[figure] for v in values)
+        assert within >= 0.8 * len(values), (figure, sorted(values))
 
 
 def test_every_case_cites_a_source_and_a_split() -> None:

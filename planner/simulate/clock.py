@@ -8,7 +8,8 @@ BF16 FLOP/s, nothing else); :class:`StepModel` adds, per step of ``tokens`` new 
                 compute / (flops x compute_efficiency)) + layer_floor_s
     step  = overhead_s + seq_overhead_s x seqs + gpu + comm_fixed_s + comm_s_per_token x tokens
 
-and each request reaches the scheduler ``request_latency_s`` after the client sends it.
+and each request reaches the scheduler ``request_latency_s`` after the client sends it (later
+when the API server is still streaming the earlier requests' tokens: ``api_token_s``).
 
 Each term and where its default comes from (``planner/simulate/clock.py``; the fitted ones
 from ``tests/data/vllm_serving_benchmarks.json``, ``split: fitted``):
@@ -49,6 +50,23 @@ from ``tests/data/vllm_serving_benchmarks.json``, ``split: fitted``):
   is sent: the API server streams their tokens meanwhile. Fitted: TTFT rises from 27 ms at
   concurrency 1 to 135 ms at 32 on an L4 while the engine's share stays under 30 ms
   (ai.wmx.dev).
+- **api_token_s**: the API server (``vllm serve``'s one front-end process) streams every
+  output token: detokenizing it, one SSE chunk of JSON, the socket write. ``API_TOKEN_S``
+  (77.8 us) of its time a token: vllm-project/vllm#12287's "Before" run, where a 1B model at
+  400 requests in flight on an A100 made 1,211,959 tokens in 94.31 s (12,850 tokens/s;
+  the GPU alone makes ~50,000: ``tests/data/api_server_throughput.json``), all of the run's
+  time put on its tokens. It is per token, not per request: GPUStack's gpt-oss-20b on one
+  H100 took 1,000 chat requests of 128 tokens (4 out) in 4.70 s, at most 4.7 ms a request
+  (same file, a cross-check). In an open loop each request takes its tokens' share when
+  the server hands it to the scheduler, first come first served: a request sent while the
+  server still streams the earlier ones' waits its turn (``SimEngine._api_wait``), the
+  longer of that wait and its ``stream_latency_s`` counted. Hundreds of requests sent at
+  once are then handed over at ~1 / (77.8 us x their output tokens) a second however fast
+  the GPU is (Qwen3-0.6B, 500 x 128 tokens: ~100 a second). Not modelled: a closed loop
+  (a request a completion; charged at admission, C requests sent together would be
+  staggered however idle the server), data parallelism's dispatch, ``--api-server-count``,
+  ``--stream-interval`` (a chunk every N tokens, vllm-project/vllm#27869), releases' speed-ups since
+  the measurement (main of January 2025).
 - **seq_overhead_s**: CPU time per scheduled sequence (its block table, sampling, detokenizing
   in the API server): ``SEQ_OVERHEAD_S`` (20 us). Fitted: TPOT rising from 5.1 ms at
   concurrency 1 to 7.1 ms at 32 on an L4 beyond what the bandwidth terms give (ai.wmx.dev).
@@ -111,6 +129,9 @@ HOPPER_COMPUTE_EFFICIENCY = 0.35
 HBM_MEMORY_EFFICIENCY = 0.90
 REQUEST_LATENCY_S = 0.020
 STREAM_LATENCY_S = 0.0025
+# the API server's time per streamed output token (module docstring: api_token_s):
+# vllm-project/vllm#12287's "Before" run, 94.31 s for 1,211,959 generated tokens
+API_TOKEN_S = 94.31 / 1_211_959
 GDDR_MEMORY_EFFICIENCY = 0.85
 # (first release, CPU seconds per step the GPU waits for, with async scheduling on /off)
 OVERHEAD_BY_RELEASE: tuple[tuple[tuple[int, ...], float, float], ...] = (
@@ -130,17 +151,17 @@ GDDR = ("l4", "l40", "a10g", "a40", "rtx", "t4", "a6000", "4090", "3090", "5090"
 PROFILE_VERSION = 1
 # How far each figure may be off with the default terms (a share: 0.2 is +-20 %), the error
 # the held-out cases of tests/data/vllm_serving_benchmarks.json stay within on >= 80 % of
-# cases (tests/test_sim_clock.py checks it; benchmarks/step_model_accuracy.py prints them).
-# Issue 24's goal is +-20 / +-20 / +-35 %. Output tok/s meets it (17 of 20 held-out cases).
-# TPOT's is 0.25: 16 of 21 are within 20 %, 18 within 25 % (too low at TP 8, 0.74-0.80, and
-# too high for hundreds of short requests at once). TTFT's is 0.50: 15 of 20 within 35 %, 17
-# within 50 %; the misses are predicted too early: hundreds of short requests sent at once,
-# where the API server, not the GPU, paces admission, and the chat endpoint at low load (no
-# term models either; docs/simulate-clock.md).
+# cases (tests/test_sim_clock.py checks it; benchmarks/step_model_accuracy.py prints them):
+# issue 24's goal, +-20 / +-20 / +-35 %. Output tok/s: 18 of 20 held-out cases; TPOT: 17 of
+# 21 (too low at TP 8, 0.74-0.80, and too high for 1,000 prompts of 128 tokens at once,
+# 1.19-1.37); TTFT: 16 of 20, no margin (the misses are predicted too early: 1,000 prompts of
+# 128 tokens at once, ShareGPT's 1,000 prompts on an H100, the chat endpoint at low load;
+# docs/simulate-clock.md). Before the API server's per-token term (api_token_s) TPOT and
+# TTFT met 25 and 50 % only.
 EXPECTED_ERROR: dict[str, float] = {
     "output_throughput": 0.20,
-    "tpot": 0.25,
-    "ttft": 0.50,
+    "tpot": 0.20,
+    "ttft": 0.35,
 }
 
 
@@ -158,6 +179,8 @@ class StepModel(Roofline):
         request_latency_s: send to scheduler, per request (0.020).
         stream_latency_s: and per other request in flight (0.0025).
         seq_overhead_s: CPU seconds per scheduled sequence (20 us).
+        api_token_s: the API server's seconds per streamed output token (77.8 us): a request
+            waits while it streams the tokens of those sent before it.
         comm_fixed_s: tensor-parallel all-reduce latency per step (0 at TP 1).
         comm_s_per_token: all-reduce transfer seconds per scheduled token (0 at TP 1).
         expert_bytes: routed-expert weight bytes of one rank, part of ``weight_bytes`` (0 for
@@ -175,6 +198,7 @@ class StepModel(Roofline):
     request_latency_s: float = 0.0
     stream_latency_s: float = 0.0
     seq_overhead_s: float = 0.0
+    api_token_s: float = 0.0
     comm_fixed_s: float = 0.0
     comm_s_per_token: float = 0.0
     expert_bytes: int = 0
@@ -481,6 +505,7 @@ def step_model_for(
         "seq_overhead_s": SEQ_OVERHEAD_S,
         "request_latency_s": REQUEST_LATENCY_S,
         "stream_latency_s": STREAM_LATENCY_S,
+        "api_token_s": API_TOKEN_S,
     }
     if profile:
         terms.update(profile)
@@ -493,6 +518,7 @@ def step_model_for(
         seq_overhead_s=terms["seq_overhead_s"],
         request_latency_s=terms["request_latency_s"],
         stream_latency_s=terms["stream_latency_s"],
+        api_token_s=terms["api_token_s"],
         comm_fixed_s=comm_fixed,
         comm_s_per_token=comm_token,
         expert_bytes=min(expert_bytes, base.weight_bytes),

@@ -484,6 +484,7 @@ def simulate_model(
                 # the API server's per-request latency (none with measured step times)
                 request_latency_s=0.0 if step_times else roofline.request_latency_s,
                 stream_latency_s=0.0 if step_times else roofline.stream_latency_s,
+                api_token_s=0.0 if step_times else roofline.api_token_s,
             )
             outcome, running = worst_case_of_pool(layout, blocks, length, config.max_num_seqs)
             refused = refused_block_size(serve.engine, serve.block_size)

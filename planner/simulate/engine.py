@@ -184,6 +184,11 @@ class SimConfig:
     # and this much more per other request in flight when it is sent (the API server streams
     # their tokens meanwhile)
     stream_latency_s: float = 0.0
+    # the API server is one process that streams every output token (detokenizing, one SSE
+    # chunk): this many seconds of its time per output token, taken when the request is handed
+    # to the engine; a request sent while it is busy waits its turn, first come first served
+    # (SimEngine._api_wait, open loop only; planner.simulate.clock.API_TOKEN_S)
+    api_token_s: float = 0.0
 
 
 # --------------------------------------------------------------------------- results
@@ -714,6 +719,9 @@ class SimEngine:
         # flight (SimConfig.request_latency_s, stream_latency_s); requests sent so far
         self.late = config.request_latency_s
         self.late_per_stream = config.stream_latency_s
+        # the API server's output-token work (SimConfig.api_token_s): busy until api_free
+        self.api_tok = config.api_token_s
+        self.api_free = 0.0
         self.sent = 0
         self.done_times: array[float] = array("d")
         self.blocked_need = 0
@@ -1013,6 +1021,21 @@ class SimEngine:
             r.arrival = max(self.blocked_at, now + r.late)
             self.next_arrival = r.arrival
             self.blocked_need = 0
+
+    def _api_wait(self, r: SimRequest) -> None:
+        """``r`` (sent at ``r.arrival - r.late``) waits for the API server to finish the
+        output tokens of the requests sent before it (SimConfig.api_token_s), then takes its
+        own: it reaches the scheduler ``request_latency_s`` plus the longer of that wait and
+        its ``stream_latency_s`` share after its send (both are the API server's time on the
+        others' tokens, counted once)."""
+        send = r.arrival - r.late
+        free = self.api_free
+        start = send if send >= free else free
+        self.api_free = start + self.api_tok * r.output
+        extra = (start - send) - (r.late - self.late)
+        if extra > 0:
+            r.late += extra
+            r.arrival += extra
 
     def _closed_loop(self, inner: Iterator[SimRequest]) -> Iterator[SimRequest]:
         """``inner``'s requests, each sent when fewer than ``closed`` are in flight: the
@@ -1616,6 +1639,7 @@ class SimEngine:
                 # nothing to share: a batch at a time, made in C (map) where none is too long
                 n = len(prompts)
                 base, per, e2e = self.late, self.late_per_stream, self.e2e
+                tok = self.api_tok
                 for lo in range(0, n, ARRIVAL_BATCH):
                     hi = min(n, lo + ARRIVAL_BATCH)
                     p, o = prompts[lo:hi], outputs[lo:hi]
@@ -1638,6 +1662,8 @@ class SimEngine:
                             self.sent += 1
                             one.late = lt
                             one.arrival += lt
+                            if tok:
+                                self._api_wait(one)
                             yield one
                         continue
                     for i in range(lo, hi):
@@ -1651,6 +1677,8 @@ class SimEngine:
                             self.sent += 1
                             one.late = lt
                             one.arrival += lt
+                            if tok:
+                                self._api_wait(one)
                         yield one
                 return
             for i in range(len(prompts)):
@@ -1697,6 +1725,10 @@ class SimEngine:
         (its ``arrival`` is then the scheduler's; TTFT and E2E add ``late`` back)."""
         base, per, e2e = self.late, self.late_per_stream, self.e2e
         most = self.closed - 1 if self.closed else math.inf
+        # the API server's turn: an open loop only (a closed loop sends one request a
+        # completion; charged at admission, the tokens of C requests sent at once would
+        # stagger them however idle the server is)
+        tok = self.api_tok and not self.closed
         for r in inner:
             # the others sent and not finished: as many as there are when it is pulled (a
             # closed loop's request is sent when C - 1 others are in flight)
@@ -1704,10 +1736,12 @@ class SimEngine:
             self.sent += 1
             r.late = late
             r.arrival += late
+            if tok:
+                self._api_wait(r)
             yield r
 
     def run(self) -> None:
-        late = bool(self.late or self.late_per_stream)
+        late = bool(self.late or self.late_per_stream or (self.api_tok and not self.closed))
         reqs = self.requests
         if (
             late

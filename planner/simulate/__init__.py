@@ -23,6 +23,8 @@ anyway; keep it so (commands import the package lazily, when they simulate). Lim
 
 from __future__ import annotations
 
+# first: it sends the compiled modules' imports to their sources where the build is stale
+from planner.simulate import fast  # noqa: F401
 from planner.simulate.compare import (
     SettingRun,
     SimReport,

@@ -75,7 +75,7 @@ from typing import Any
 
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
-from planner.simulate.fast import numpy_module
+from planner.simulate.fast import numpy_module, python_class
 from planner.simulate.roofline import StepTimer, timers_of
 from planner.simulate.workload import RequestList, Workload
 
@@ -93,6 +93,7 @@ ARRIVAL_BATCH = 1024  # SimEngine._arrivals makes requests without a shared pref
 # --------------------------------------------------------------------------- inputs
 
 
+@python_class  # pickled: a plain class even compiled (planner.simulate.fast)
 @dataclass(frozen=True)
 class BlockLayout:
     """How one request's tokens map onto pool blocks (each ``bytes_per_block`` bytes).
@@ -152,6 +153,7 @@ class BlockLayout:
         return cls(bs, full, tuple(caps), state), notes
 
 
+@python_class  # pickled: a plain class even compiled (planner.simulate.fast)
 @dataclass(frozen=True)
 class SimConfig:
     """One scheduler and pool configuration to replay a workload against."""
@@ -189,6 +191,7 @@ class SimConfig:
 # --------------------------------------------------------------------------- results
 
 
+@python_class  # pickled: a plain class even compiled (planner.simulate.fast)
 @dataclass(frozen=True)
 class Percentiles:
     """Nearest-rank percentiles of per-request values: ``p90`` is the ``ceil(0.9 n)``-th
@@ -204,11 +207,7 @@ class Percentiles:
         if not values:
             return cls(0.0, 0.0, 0.0, 0.0)
         v = sorted(values)
-
-        def at(q: float) -> float:
-            return v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))]
-
-        return cls(at(0.5), at(0.9), at(0.99), v[-1])
+        return cls(_nearest(v, 0.5), _nearest(v, 0.9), _nearest(v, 0.99), v[-1])
 
     @classmethod
     def of_array(cls, values: array[float]) -> Percentiles:
@@ -232,25 +231,35 @@ class Percentiles:
         for lo, hi in runs:
             values[lo:hi] = array("d", sorted(values[lo:hi]))
 
-        def rank(k: int) -> float:
-            """The value with k values before it in sorted order (0-based)."""
-            for lo, hi in runs:
-                a, b = lo, hi
-                while a < b:  # the values of one run rise with the index: bisect it
-                    mid = (a + b) // 2
-                    v = values[mid]
-                    if sum(bisect_left(values, v, x, y) - x for x, y in runs) > k:
-                        b = mid  # more than k values are smaller: too big
-                    elif sum(bisect_right(values, v, x, y) - x for x, y in runs) > k:
-                        return v
-                    else:
-                        a = mid + 1
-            raise AssertionError("every rank below n is in some run")
+        p50, p90, p99 = (
+            _rank_in_runs(values, runs, min(n - 1, max(0, math.ceil(q * n) - 1)))
+            for q in (0.5, 0.9, 0.99)
+        )
+        return cls(p50, p90, p99, max(values[hi - 1] for _, hi in runs))
 
-        def at(q: float) -> float:
-            return rank(min(n - 1, max(0, math.ceil(q * n) - 1)))
 
-        return cls(at(0.5), at(0.9), at(0.99), max(values[hi - 1] for _, hi in runs))
+# Percentiles' helpers, not nested functions: mypyc does not compile those in a method of a
+# plain class (planner.simulate.fast.python_class)
+def _nearest(v: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of sorted ``v``."""
+    return v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))]
+
+
+def _rank_in_runs(values: array[float], runs: list[tuple[int, int]], k: int) -> float:
+    """The value with k values before it in sorted order (0-based), ``values`` sorted in each
+    of ``runs``."""
+    for lo, hi in runs:
+        a, b = lo, hi
+        while a < b:  # the values of one run rise with the index: bisect it
+            mid = (a + b) // 2
+            v = values[mid]
+            if sum(bisect_left(values, v, x, y) - x for x, y in runs) > k:
+                b = mid  # more than k values are smaller: too big
+            elif sum(bisect_right(values, v, x, y) - x for x, y in runs) > k:
+                return v
+            else:
+                a = mid + 1
+    raise AssertionError("every rank below n is in some run")
 
 
 ITL_BINS_PER_E = 500  # the inter-token latency histogram: 0.2 % wide bins in log(seconds)
@@ -297,6 +306,7 @@ def _histogram_percentile(hist: dict[int, list[float]], total: float, q: float) 
     return cell[1] / cell[0]
 
 
+@python_class  # pickled: a plain class even compiled (planner.simulate.fast)
 @dataclass(frozen=True)
 class BenchFigures:
     """A replay's figures by ``vllm bench serve``'s names (its ``--save-result`` keys; times in
@@ -368,6 +378,7 @@ class BenchFigures:
         )
 
 
+@python_class  # pickled: a plain class even compiled (planner.simulate.fast)
 @dataclass(frozen=True)
 class SimResult:
     """What one replay measured. Times come from the step-time model; usage is the fraction of

@@ -1,14 +1,44 @@
-"""numpy where it is installed: an optional speed-up for big arrays, never other results.
+"""Optional speed-ups, never other results: numpy where installed, the compiled event loop.
 
 kvplan does not depend on numpy. Where it is installed, large replays sort their latency
 columns with it and large generated workloads draw their random numbers with it
 (:mod:`planner.simulate.spec`): the same floats either way, only sooner (sorting moves floats,
-it computes none; the draws are CPython's generator reproduced exactly)."""
+it computes none; the draws are CPython's generator reproduced exactly).
+
+Nor does it need a compiler. ``python tools/build_fast.py`` compiles the modules in
+:data:`COMPILED` (the engine's event loop) with mypyc, in place, as C extensions beside their
+sources; Python then imports the extension instead of the ``.py``. Pure Python stays the
+default and the fallback: :func:`use_compiled` (run by ``planner/simulate/__init__.py``, before
+any of them is imported) sends their imports to the sources when ``KVPLAN_PURE_PYTHON=1`` is
+set, or when a source changed since the build (its SHA-256 is not the one the build recorded
+in :data:`STAMP`), so a stale build never runs. The compiled code does the same float
+operations in the same order (C doubles, no fused multiply-adds: the build passes
+``-ffp-contract=off``), so the same results to the last bit (tests/test_sim_compiled.py).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
 from functools import cache
-from typing import Any
+from importlib.abc import MetaPathFinder
+from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+HERE = Path(__file__).resolve().parent
+# the modules tools/build_fast.py compiles, and the shared library mypyc builds them into
+COMPILED = ("planner.simulate.engine",)
+GROUP = "planner.simulate._fast"
+STAMP = HERE / "_fast_build.json"  # what the build compiled: {module: SHA-256 of its source}
+PURE_ENV = "KVPLAN_PURE_PYTHON"
+
+_C = TypeVar("_C", bound=type)
 
 
 @cache
@@ -19,3 +49,79 @@ def numpy_module() -> Any:
     except ImportError:
         return None
     return numpy
+
+
+def python_class(cls: _C) -> _C:
+    """Keep ``cls`` a plain Python class where its module is compiled: mypyc compiles a class
+    with any other decorator than its own as an ordinary class (a frozen dataclass compiled
+    natively cannot be unpickled, and the parallel replays pickle configs and results)."""
+    return cls
+
+
+def source_of(module: str) -> Path:
+    """The ``.py`` file of ``module``, one of :data:`COMPILED`."""
+    return HERE / (module.rsplit(".", 1)[1] + ".py")
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def built(module: str) -> bool:
+    """Whether a compiled extension of ``module`` lies beside its source."""
+    src = source_of(module)
+    return any(src.with_suffix(suffix).exists() for suffix in EXTENSION_SUFFIXES)
+
+
+def fresh(module: str) -> bool:
+    """Whether ``module`` is built from its source as it is now (so imported compiled)."""
+    if not built(module):
+        return False
+    try:
+        stamp = json.loads(STAMP.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(stamp, dict) and stamp.get(module) == digest(source_of(module))
+
+
+class _FromSource(MetaPathFinder):
+    """Imports the listed modules from their ``.py`` sources, past their extensions."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = frozenset(names)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname not in self.names:
+            return None
+        return importlib.util.spec_from_file_location(fullname, source_of(fullname))
+
+
+def use_compiled() -> list[str]:
+    """Import each of :data:`COMPILED` compiled where it was built and its source is the one
+    built (and ``KVPLAN_PURE_PYTHON`` is not ``1``), else from its source; returns those that
+    go to their sources though built."""
+    present = [m for m in COMPILED if built(m)]
+    if not present:
+        return []
+    pure = present if os.environ.get(PURE_ENV) == "1" else [m for m in present if not fresh(m)]
+    if pure and not any(isinstance(f, _FromSource) for f in sys.meta_path):
+        sys.meta_path.insert(0, _FromSource(pure))
+    return pure
+
+
+def compiled_modules() -> list[str]:
+    """Those of :data:`COMPILED` imported as compiled extensions in this process."""
+    out = []
+    for name in COMPILED:
+        mod = sys.modules.get(name)
+        if mod is not None and str(getattr(mod, "__file__", "")).endswith(
+            tuple(EXTENSION_SUFFIXES)
+        ):
+            out.append(name)
+    return out
+
+
+# at import: planner/simulate/__init__.py imports this module first, before any of COMPILED
+use_compiled()

@@ -6,24 +6,30 @@ columns with it and large generated workloads draw their random numbers with it
 it computes none; the draws are CPython's generator reproduced exactly).
 
 Nor does it need a compiler. ``python tools/build_fast.py`` compiles the modules in
-:data:`COMPILED` (the engine's event loop) with mypyc, in place, as C extensions beside their
-sources; Python then imports the extension instead of the ``.py``. Pure Python stays the
-default and the fallback: :func:`use_compiled` (run by ``planner/simulate/__init__.py``, before
-any of them is imported) sends their imports to the sources when ``KVPLAN_PURE_PYTHON=1`` is
-set, or when a source changed since the build (its SHA-256 is not the one the build recorded
-in :data:`STAMP`), so a stale build never runs. The compiled code does the same float
-operations in the same order (C doubles, no fused multiply-adds: the build passes
-``-ffp-contract=off``), so the same results to the last bit (tests/test_sim_compiled.py).
+:data:`COMPILED` (the engine's event loop and the step-time model it calls) with mypyc, in
+place, as C extensions beside their sources; Python then imports the extension instead of the
+``.py``. Pure Python stays the default and the fallback: :func:`use_compiled` (run by
+``planner/simulate/__init__.py``, before any of them is imported) sends their imports to the
+sources when ``KVPLAN_PURE_PYTHON=1`` is set, or when a source changed since the build (its
+SHA-256 is not the one the build recorded in :data:`STAMP`), so a stale build never runs. The
+compiled code does the same float operations in the same order (C doubles, no fused
+multiply-adds: the build passes ``-ffp-contract=off``), so the same results to the last bit
+(tests/test_sim_compiled.py). Compiled, ``Roofline``, ``StepModel`` and ``ModelParams`` are
+native classes: no instance ``__dict__`` (``dataclasses.fields``, ``asdict`` and ``replace``
+work, and :func:`register_pickles` pickles them); the engine's dataclasses stay plain
+(:func:`python_class`).
 """
 
 from __future__ import annotations
 
+import copyreg
 import hashlib
 import importlib.util
 import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import fields, is_dataclass
 from functools import cache
 from importlib.abc import MetaPathFinder
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
@@ -33,7 +39,7 @@ from typing import Any, TypeVar
 
 HERE = Path(__file__).resolve().parent
 # the modules tools/build_fast.py compiles, and the shared library mypyc builds them into
-COMPILED = ("planner.simulate.engine",)
+COMPILED = ("planner.simulate.roofline", "planner.simulate.clock", "planner.simulate.engine")
 GROUP = "planner.simulate._fast"
 STAMP = HERE / "_fast_build.json"  # what the build compiled: {module: SHA-256 of its source}
 PURE_ENV = "KVPLAN_PURE_PYTHON"
@@ -52,10 +58,36 @@ def numpy_module() -> Any:
 
 
 def python_class(cls: _C) -> _C:
-    """Keep ``cls`` a plain Python class where its module is compiled: mypyc compiles a class
-    with any other decorator than its own as an ordinary class (a frozen dataclass compiled
-    natively cannot be unpickled, and the parallel replays pickle configs and results)."""
+    """Keep ``cls`` a plain Python class where its module is compiled (instances with a
+    ``__dict__``, as without the build): mypyc compiles a class decorated with anything but its
+    own decorators as an ordinary class. For a public dataclass holding no closures
+    (``planner.simulate.engine``'s)."""
     return cls
+
+
+def _rebuild(cls: type, fields: dict[str, Any]) -> Any:
+    return cls(**fields)
+
+
+def _reduce(obj: Any) -> tuple[Any, ...]:
+    """Pickle a frozen dataclass by its fields, rebuilt through its ``__init__``."""
+    return _rebuild, (type(obj), {f.name: getattr(obj, f.name) for f in fields(obj) if f.init})
+
+
+def register_pickles() -> None:
+    """Let the frozen dataclasses of the compiled modules be pickled (the parallel replays
+    send configs and results between processes): mypyc compiles them to native classes whose
+    default unpickling sets their fields one by one, which a frozen dataclass refuses. Their
+    fields go through their ``__init__`` instead, as they were made."""
+    for name in compiled_modules():
+        for obj in vars(sys.modules[name]).values():
+            if (
+                isinstance(obj, type)
+                and obj.__module__ == name
+                and is_dataclass(obj)
+                and obj.__dataclass_params__.frozen  # type: ignore[attr-defined]
+            ):
+                copyreg.pickle(obj, _reduce)
 
 
 def source_of(module: str) -> Path:

@@ -78,6 +78,31 @@ release, the arrival: ~150 Python lines a request at ~0.1 us a line on this mach
 sum that must be cut at the same step for the floats to stay the same. Within 5 s needs the
 event loop compiled (mypyc, Cython or C over the same arithmetic); interpreter start and
 imports alone are ~1.2 s CPU here (`--num-requests 100`).
+
+Then the compiled engine (issue 24 item 6, the speed branch at 13134af: ``python
+tools/build_fast.py``, mypyc over planner/simulate/engine.py, clock.py and roofline.py, their
+sources unchanged but for the engine's dataclasses kept plain). Before = the same checkout in
+pure Python (``KVPLAN_PURE_PYTHON=1 python benchmarks/simulate_rates.py``, what every install
+runs), after = compiled; one run each on this 2-core machine, quiet this time (load ~1.5: the
+figures above were taken under load, so they are not comparable with these); the JSON hash is
+the same pure and compiled at every rate:
+
+    rate    CPU s          wall s         peak RSS MiB   steps         sha256
+    1/s     25.0 -> 8.7    25.6 -> 8.6    196 -> 195     107,624,647   4b6dcd307a9f
+    20/s    13.2 -> 5.4    13.1 -> 5.4    174 -> 175       1,450,823   78f515515a8b
+    40/s     8.5 -> 3.9     8.5 -> 4.0    174 -> 175         199,143   d16e6ad3d7fd
+    100/s    8.7 -> 3.8     8.6 -> 4.1    174 -> 174         199,101   aa4d981ba1a1
+
+(The steps and hashes differ from those above: main's step-time model changed in between.)
+Within 5 s from 40/s up, not at 1/s or 20/s. Where the 1/s time goes now (1M, cProfile and
+perf): the compiled engine ~6.5 s, the workload's draws ~1.5 s (the Poisson gaps are Python's
+``expovariate``, the lognormal lengths numpy's MT19937 with ``math``'s log and exp per value),
+start-up and imports ~0.4 s, the result ~0.2 s. In the engine the time is CPython's object
+machinery more than its own code: event ints past 2**62 (``step << 42``, boxed), the floats
+and ints boxed to call the step-time closures (~10 calls a request) and to append to the
+timeline arrays, dict look-ups (running, zombies, the decoders' buckets) and the
+interpreter's allocator. A further cut needs those data structures typed for C (unboxed
+event keys, native arrays), a change of the engine's mechanics rather than its compilation.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
@@ -79,13 +79,16 @@ from planner.simulate.fast import numpy_module, python_class
 from planner.simulate.roofline import StepTimer, timers_of
 from planner.simulate.workload import RequestList, Workload
 
-USAGE_BINS = 1000
+# (Final: a constant where the engine is compiled, not a look-up in the module's globals)
+USAGE_BINS: Final = 1000
 # Called with the number of requests started, every 4,096 of them, while a replay runs in this
 # process (the CLI's progress bar; None: nobody is watching). A request starts when it has
 # arrived and every request ahead of it has been admitted: it is then admitted, or next.
 PROGRESS: Callable[[int], None] | None = None
 TIMELINE_POINTS = 240
-SEQ_MASK = (1 << 40) - 1  # an event holds an admission number below 2**40
+# an event holds an admission number below 2**30 (a replay admitting more stops), so that an
+# event stays below 2**62 up to step 2**30: one machine word where the engine is compiled
+SEQ_MASK: Final = (1 << 30) - 1
 SORT_RUN = 1 << 16  # Percentiles.of_array sorts latencies in runs of this many
 ARRIVAL_BATCH = 1024  # SimEngine._arrivals makes requests without a shared prefix this many at once
 
@@ -262,7 +265,7 @@ def _rank_in_runs(values: array[float], runs: list[tuple[int, int]], k: int) -> 
     raise AssertionError("every rank below n is in some run")
 
 
-ITL_BINS_PER_E = 500  # the inter-token latency histogram: 0.2 % wide bins in log(seconds)
+ITL_BINS_PER_E: Final = 500  # the inter-token latency histogram: 0.2 % wide bins in log(seconds)
 EXACT_PERCENTILES = 1 << 18  # BenchFigures interpolates percentiles exactly up to this many
 
 
@@ -676,7 +679,7 @@ class SimEngine:
         self.cw = [0] * self.B
         self.cw_total = 0  # sum(cw): blocks the decoders take over any B consecutive steps
         self.buckets: list[dict[int, SimRequest]] = [{} for _ in range(self.B)]
-        # a heap of events as ints, (step << 42) | (seq << 2) | kind, so ordered by
+        # a heap of events as ints, (step << 32) | (seq << 2) | kind, so ordered by
         # step, then admission; kind 0 finishes decoder seq, 1 lowers its window-group weight
         # (both stale unless seq is still running: a preempted request comes back with a new
         # seq), 2 releases finished request seq (async scheduling; stale unless a zombie)
@@ -915,7 +918,7 @@ class SimEngine:
         self.dec_n += 1
         self.dec_sum += length
         finish = base + r.prompt + r.output - 2
-        heapq.heappush(self.events, finish << 42 | r.seq << 2)
+        heapq.heappush(self.events, finish << 32 | r.seq << 2)
         if caps:
             self._push_cap(r, n, finish)
 
@@ -932,7 +935,7 @@ class SimEngine:
             if c > n:
                 step = r.base + (c - 1) * self.B - self.k
                 if step <= finish:
-                    heapq.heappush(self.events, step << 42 | r.seq << 2 | 1)
+                    heapq.heappush(self.events, step << 32 | r.seq << 2 | 1)
                 return
 
     def _drop_decoder(self, r: SimRequest) -> int:
@@ -986,7 +989,7 @@ class SimEngine:
         if self.asyn:  # released once the next step is scheduled (module docstring)
             r.computed = tokens
             self.zombies[r.seq] = r
-            heapq.heappush(self.events, self.step << 42 | r.seq << 2 | 2)
+            heapq.heappush(self.events, self.step << 32 | r.seq << 2 | 2)
         elif r.chain is None:
             self._release_plain(tokens)
         else:
@@ -1086,14 +1089,14 @@ class SimEngine:
         caching, prepend, fq = self.caching, self.prepend, self.queue
         finish_steps, step, now = self.finish_steps, self.step, self.now
         ttft, e2e, tpot = self.ttft, self.e2e, self.tpot
-        end = (last + 1) << 42
+        end = (last + 1) << 32
         while ev and ev[0] < end:
             e = heappop(ev)
             seq, kind = (e >> 2) & SEQ_MASK, e & 3
             r = zombies.get(seq) if kind == 2 else running.get(seq)
             if r is None:
                 continue  # stale
-            assert e >> 42 == last
+            assert e >> 32 == last
             if kind == 2:
                 del zombies[seq]
                 if r.chain is not None or not zombie_finish:
@@ -1134,7 +1137,7 @@ class SimEngine:
                     del running[seq]
                     r.computed = length
                     zombies[seq] = r
-                    heappush(ev, step << 42 | seq << 2 | 2)
+                    heappush(ev, step << 32 | seq << 2 | 2)
                     finish_steps[r.index] = step - 1
                     output, first, arrival, late = r.output, r.first_token, r.arrival, r.late
                     self.prompt_done += r.prompt
@@ -1215,7 +1218,7 @@ class SimEngine:
                 break
             heappop(ev)
         s = self.step
-        k = (ev[0] >> 42) - s + 1
+        k = (ev[0] >> 32) - s + 1
         n = self.dec_n
         kv = self.dec_sum + n
         dt = -1.0  # not computed yet
@@ -1295,7 +1298,7 @@ class SimEngine:
         self.tl_time.append(now)
         self.tl_used.append(used_last)
         self.alloc_slots += self.chain_tb * B * k
-        if ev[0] >> 42 < s + k:
+        if ev[0] >> 32 < s + k:
             self._process_events(s + k - 1)
         return True
 
@@ -1415,7 +1418,7 @@ class SimEngine:
             self.tl_used.append(used)
             self.alloc_slots += self.chain_tb * self.B
             ev = self.events
-            if ev and ev[0] >> 42 <= s:
+            if ev and ev[0] >> 32 <= s:
                 self._process_events(s)
             return
         B, blocks, fg, take = self.B, self.blocks, self.fg, self._take
@@ -1529,6 +1532,8 @@ class SimEngine:
                     self._hold(r.chain, 0, held)
                     r.held = held
                 r.seq = seq = next(self.seqs)
+                if seq > SEQ_MASK:
+                    raise AssertionError("more than 2**30 admissions: an event cannot hold one")
                 running[seq] = r
                 tokens += b - a
                 kv += b
@@ -1569,7 +1574,7 @@ class SimEngine:
         self.tl_used.append(used)
         self.alloc_slots += self.chain_tb * B
         ev = self.events
-        if ev and ev[0] >> 42 <= s:
+        if ev and ev[0] >> 32 <= s:
             self._process_events(s)
         if not done:
             return
@@ -1596,7 +1601,7 @@ class SimEngine:
             buckets[res][r.seq] = r
             self.dec_n += 1
             self.dec_sum += length
-            push(ev, (base + r.prompt + r.output - 2) << 42 | r.seq << 2)  # kind 0
+            push(ev, (base + r.prompt + r.output - 2) << 32 | r.seq << 2)  # kind 0
 
     def _touch(self, r: SimRequest, shared: int, own: int, touch: int) -> None:
         """Take cached free blocks out of the free queue for a prefix-cache hit: a hit always
@@ -1736,12 +1741,10 @@ class SimEngine:
         self.nxt = nxt = next(self.incoming, None)
         self.next_arrival = math.inf if nxt is None else nxt.arrival
         waiting, running = self.waiting, self.running
-        stretch, single, admissible = self._stretch, self._single_step, self._admissible
-        pull = self._pull
-        while True:
+        while True:  # (methods called as such: a bound method in a local is slow compiled)
             now = self.now
             if not waiting and self.next_arrival <= now:
-                pull()
+                self._pull()
             if not running and not self.zombies:
                 if not waiting:
                     self.tl_time.append(now)
@@ -1752,10 +1755,13 @@ class SimEngine:
                     self.now = self.next_arrival  # idle until the next request
                     continue
             elif (
-                running and self.partial is None and (not waiting or not admissible()) and stretch()
+                running
+                and self.partial is None
+                and (not waiting or not self._admissible())
+                and self._stretch()
             ):
                 continue
-            single()
+            self._single_step()
 
     # ------------------------------------------------------------------ data-parallel rank
     def feed(self, r: SimRequest) -> None:

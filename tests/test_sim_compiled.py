@@ -5,7 +5,8 @@ imports the source). Each side runs in its own process, one with ``KVPLAN_PURE_P
 the simulate goldens' commands (every engine path the goldens cover: prefix caching, window
 groups, Mamba state, the CPU tier, data parallelism, a MoE model's step times) and a few
 more below (preemptions, synchronous scheduling, a closed loop, speculative lookahead, a
-large generated workload), compared byte for byte.
+large generated workload), compared byte for byte. And the bound the compiled loop's one-word
+event keys put on admissions (checked in pure Python, where the bound can be patched).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.simulate import fast
+from planner.simulate import Request, Workload, fast, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 MORE = [
@@ -83,3 +84,24 @@ def test_compiled_engine_prints_what_pure_python_prints() -> None:
     for a, b in zip(compiled["outs"], pure["outs"], strict=True):
         assert a == b
         assert '"steps"' in a  # a replay's report, not an error
+
+
+def test_more_admissions_than_an_event_holds_stop_the_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An event is step << 32 | seq << 2 | kind: an admission number past SEQ_MASK would spill
+    # into the step's bits, so the replay stops instead. With the mask at 3, five requests run
+    # one at a time (max_num_seqs 1) take admission numbers 0..4: the fifth stops it.
+    from planner.simulate import engine
+    from tests.helpers import sim_config
+
+    if "planner.simulate.engine" in fast.compiled_modules():
+        pytest.skip("compiled, SEQ_MASK is a constant (Final) in the code")
+    w = Workload(name="t", source="t", requests=tuple(Request(10, 2) for _ in range(5)))
+    config = sim_config(100, max_num_seqs=1)
+    assert simulate(w, config).completed == 5  # at the real mask
+    monkeypatch.setattr(engine, "SEQ_MASK", 3)
+    with pytest.raises(AssertionError, match=r"more than 2\*\*30 admissions"):
+        simulate(w, config)
+    four = Workload(name="t", source="t", requests=w.requests[:4])  # 0..3 fit
+    assert simulate(four, config).completed == 4

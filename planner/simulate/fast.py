@@ -131,16 +131,19 @@ class _FromSource(MetaPathFinder):
 
 
 def use_compiled() -> list[str]:
-    """Import each of :data:`COMPILED` compiled where it was built and its source is the one
-    built (and ``KVPLAN_PURE_PYTHON`` is not ``1``), else from its source; returns those that
-    go to their sources though built."""
+    """Import :data:`COMPILED` compiled where all of them were built from their sources as they
+    are (and ``KVPLAN_PURE_PYTHON`` is not ``1``), else all from their sources: all or none,
+    since a class compiled in one (``Roofline``) cannot be the base of a class interpreted in
+    another (``StepModel``). Returns the built ones sent to their sources."""
     present = [m for m in COMPILED if built(m)]
     if not present:
         return []
-    pure = present if os.environ.get(PURE_ENV) == "1" else [m for m in present if not fresh(m)]
-    if pure and not any(isinstance(f, _FromSource) for f in sys.meta_path):
-        sys.meta_path.insert(0, _FromSource(pure))
-    return pure
+    fine = os.environ.get(PURE_ENV) != "1" and all(fresh(m) for m in COMPILED)
+    if fine:
+        return []
+    if not any(isinstance(f, _FromSource) for f in sys.meta_path):
+        sys.meta_path.insert(0, _FromSource(present))
+    return present
 
 
 def compiled_modules() -> list[str]:

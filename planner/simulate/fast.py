@@ -86,6 +86,7 @@ def register_pickles() -> None:
                 and obj.__module__ == name
                 and is_dataclass(obj)
                 and obj.__dataclass_params__.frozen  # type: ignore[attr-defined]
+                and not obj.__dictoffset__  # native (a plain class's instances have a dict)
             ):
                 copyreg.pickle(obj, _reduce)
 

@@ -14,9 +14,12 @@ sources when ``KVPLAN_PURE_PYTHON=1`` is set, or when a source changed since the
 SHA-256 is not the one the build recorded in :data:`STAMP`), so a stale build never runs. The
 compiled code does the same float operations in the same order (C doubles, no fused
 multiply-adds: the build passes ``-ffp-contract=off``), so the same results to the last bit
-(tests/test_sim_compiled.py). Compiled, ``Roofline``, ``StepModel`` and ``ModelParams`` are
-native classes: no instance ``__dict__`` (``dataclasses.fields``, ``asdict`` and ``replace``
-work, and :func:`register_pickles` pickles them); the engine's dataclasses stay plain
+(tests/test_sim_compiled.py). One difference is left, out of reach: compiled, ``int / int``
+converts both to doubles before dividing, which is CPython's correctly rounded quotient only
+while they are below 2**53; the quotients of these modules are of counts far below that.
+Compiled, ``Roofline``, ``StepModel`` and ``ModelParams`` are native classes: no instance
+``__dict__`` (``dataclasses.fields``, ``asdict`` and ``replace`` work, and
+:func:`register_pickles` pickles them); the engine's dataclasses stay plain
 (:func:`python_class`).
 """
 

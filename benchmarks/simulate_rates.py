@@ -78,6 +78,39 @@ release, the arrival: ~150 Python lines a request at ~0.1 us a line on this mach
 sum that must be cut at the same step for the floats to stay the same. Within 5 s needs the
 event loop compiled (mypyc, Cython or C over the same arithmetic); interpreter start and
 imports alone are ~1.2 s CPU here (`--num-requests 100`).
+
+Then the compiled engine (issue 24 item 6, the speed branch: ``python tools/build_fast.py``,
+mypyc over planner/simulate/engine.py, clock.py and roofline.py; clock.py and roofline.py
+unchanged, engine.py's dataclasses kept plain classes and its event keys made one machine
+word, see below). Before = pure Python (``KVPLAN_PURE_PYTHON=1 python
+benchmarks/simulate_rates.py``, what every install runs) at 7710974, after = compiled at
+331ae2b; one run each on this 2-core machine, quieter this time (load 1.5-2.7: the figures
+above were taken under more load, so they are not comparable with these); the JSON hash is
+the same at every rate in all three runs (pure at 7710974, compiled there and at 331ae2b):
+
+    rate    CPU s          wall s         peak RSS MiB   steps         sha256
+    1/s     25.0 -> 7.0    25.6 -> 7.2    196 -> 205     107,624,647   4b6dcd307a9f
+    20/s    13.2 -> 5.1    13.1 -> 5.3    174 -> 175       1,450,823   78f515515a8b
+    40/s     8.5 -> 3.9     8.5 -> 4.2    174 -> 174         199,143   d16e6ad3d7fd
+    100/s    8.7 -> 3.9     8.6 -> 4.1    174 -> 174         199,101   aa4d981ba1a1
+
+(The steps and hashes differ from those above: main's step-time model changed in between.)
+Compiled at 7710974 (the engine's sources as on main) it was 8.7 / 5.4 / 3.9 / 3.8 s CPU; the
+rest came from a5a6f8c: an event was ``step << 42 | seq << 2 | kind``, past step 2**20 an
+int of several words, boxed at every shift, mask and heap comparison once compiled; now
+``step << 32`` with admission numbers below 2**30 (more raise), one word up to step 2**30,
+and run() calls its methods directly rather than through bound methods kept in locals.
+
+Within 5 s from 40/s up; not at 20/s (5.1 s) or 1/s (7.0 s). Where the 1/s time goes now (1M,
+perf and cProfile): the compiled engine ~5 s, the workload's draws ~1.2 s (the Poisson gaps
+are Python's ``expovariate``, the lognormal lengths numpy's MT19937 with ``math``'s log and
+exp per value), start-up and imports ~0.4 s, the result ~0.2 s. In the engine the time is
+CPython's object machinery more than its own code: the step-time closures called through
+Python's call protocol with boxed arguments (~10 calls a request), heapq on boxed ints, the
+timeline and latency arrays' appends (array.append parses each float), dict updates
+(running, zombies, the decoders' buckets) and the allocator. A further cut needs those data
+structures typed for C (a native event heap, native arrays) or the step-time model called
+as a native function, changes of the engine's and the clock's code rather than compiling it.
 """
 
 from __future__ import annotations

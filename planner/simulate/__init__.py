@@ -23,6 +23,8 @@ anyway; keep it so (commands import the package lazily, when they simulate). Lim
 
 from __future__ import annotations
 
+# first: it sends the compiled modules' imports to their sources where the build is stale
+from planner.simulate import fast
 from planner.simulate.compare import (
     SettingRun,
     SimReport,
@@ -73,3 +75,5 @@ __all__ = [
     "simulate_model",
     "trace_lines",
 ]
+
+fast.register_pickles()  # the compiled modules' frozen dataclasses (planner.simulate.fast)

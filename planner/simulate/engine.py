@@ -71,21 +71,24 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
-from planner.simulate.fast import numpy_module
+from planner.simulate.fast import numpy_module, python_class
 from planner.simulate.roofline import StepTimer, timers_of
 from planner.simulate.workload import RequestList, Workload
 
-USAGE_BINS = 1000
+# (Final: a constant where the engine is compiled, not a look-up in the module's globals)
+USAGE_BINS: Final = 1000
 # Called with the number of requests started, every 4,096 of them, while a replay runs in this
 # process (the CLI's progress bar; None: nobody is watching). A request starts when it has
 # arrived and every request ahead of it has been admitted: it is then admitted, or next.
 PROGRESS: Callable[[int], None] | None = None
 TIMELINE_POINTS = 240
-SEQ_MASK = (1 << 40) - 1  # an event holds an admission number below 2**40
+# an event holds an admission number below 2**30 (a replay admitting more stops), so that an
+# event stays below 2**62 up to step 2**30: one machine word where the engine is compiled
+SEQ_MASK: Final = (1 << 30) - 1
 SORT_RUN = 1 << 16  # Percentiles.of_array sorts latencies in runs of this many
 ARRIVAL_BATCH = 1024  # SimEngine._arrivals makes requests without a shared prefix this many at once
 
@@ -93,6 +96,7 @@ ARRIVAL_BATCH = 1024  # SimEngine._arrivals makes requests without a shared pref
 # --------------------------------------------------------------------------- inputs
 
 
+@python_class  # pickled: a plain class even compiled (planner.simulate.fast)
 @dataclass(frozen=True)
 class BlockLayout:
     """How one request's tokens map onto pool blocks (each ``bytes_per_block`` bytes).
@@ -152,6 +156,7 @@ class BlockLayout:
         return cls(bs, full, tuple(caps), state), notes
 
 
+@python_class  # pickled: a plain class even compiled (planner.simulate.fast)
 @dataclass(frozen=True)
 class SimConfig:
     """One scheduler and pool configuration to replay a workload against."""
@@ -194,6 +199,7 @@ class SimConfig:
 # --------------------------------------------------------------------------- results
 
 
+@python_class  # pickled: a plain class even compiled (planner.simulate.fast)
 @dataclass(frozen=True)
 class Percentiles:
     """Nearest-rank percentiles of per-request values: ``p90`` is the ``ceil(0.9 n)``-th
@@ -209,11 +215,7 @@ class Percentiles:
         if not values:
             return cls(0.0, 0.0, 0.0, 0.0)
         v = sorted(values)
-
-        def at(q: float) -> float:
-            return v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))]
-
-        return cls(at(0.5), at(0.9), at(0.99), v[-1])
+        return cls(_nearest(v, 0.5), _nearest(v, 0.9), _nearest(v, 0.99), v[-1])
 
     @classmethod
     def of_array(cls, values: array[float]) -> Percentiles:
@@ -237,28 +239,38 @@ class Percentiles:
         for lo, hi in runs:
             values[lo:hi] = array("d", sorted(values[lo:hi]))
 
-        def rank(k: int) -> float:
-            """The value with k values before it in sorted order (0-based)."""
-            for lo, hi in runs:
-                a, b = lo, hi
-                while a < b:  # the values of one run rise with the index: bisect it
-                    mid = (a + b) // 2
-                    v = values[mid]
-                    if sum(bisect_left(values, v, x, y) - x for x, y in runs) > k:
-                        b = mid  # more than k values are smaller: too big
-                    elif sum(bisect_right(values, v, x, y) - x for x, y in runs) > k:
-                        return v
-                    else:
-                        a = mid + 1
-            raise AssertionError("every rank below n is in some run")
-
-        def at(q: float) -> float:
-            return rank(min(n - 1, max(0, math.ceil(q * n) - 1)))
-
-        return cls(at(0.5), at(0.9), at(0.99), max(values[hi - 1] for _, hi in runs))
+        p50, p90, p99 = (
+            _rank_in_runs(values, runs, min(n - 1, max(0, math.ceil(q * n) - 1)))
+            for q in (0.5, 0.9, 0.99)
+        )
+        return cls(p50, p90, p99, max(values[hi - 1] for _, hi in runs))
 
 
-ITL_BINS_PER_E = 500  # the inter-token latency histogram: 0.2 % wide bins in log(seconds)
+# Percentiles' helpers, not nested functions: mypyc does not compile those in a method of a
+# plain class (planner.simulate.fast.python_class)
+def _nearest(v: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of sorted ``v``."""
+    return v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))]
+
+
+def _rank_in_runs(values: array[float], runs: list[tuple[int, int]], k: int) -> float:
+    """The value with k values before it in sorted order (0-based), ``values`` sorted in each
+    of ``runs``."""
+    for lo, hi in runs:
+        a, b = lo, hi
+        while a < b:  # the values of one run rise with the index: bisect it
+            mid = (a + b) // 2
+            v = values[mid]
+            if sum(bisect_left(values, v, x, y) - x for x, y in runs) > k:
+                b = mid  # more than k values are smaller: too big
+            elif sum(bisect_right(values, v, x, y) - x for x, y in runs) > k:
+                return v
+            else:
+                a = mid + 1
+    raise AssertionError("every rank below n is in some run")
+
+
+ITL_BINS_PER_E: Final = 500  # the inter-token latency histogram: 0.2 % wide bins in log(seconds)
 EXACT_PERCENTILES = 1 << 18  # BenchFigures interpolates percentiles exactly up to this many
 
 
@@ -302,6 +314,7 @@ def _histogram_percentile(hist: dict[int, list[float]], total: float, q: float) 
     return cell[1] / cell[0]
 
 
+@python_class  # pickled: a plain class even compiled (planner.simulate.fast)
 @dataclass(frozen=True)
 class BenchFigures:
     """A replay's figures by ``vllm bench serve``'s names (its ``--save-result`` keys; times in
@@ -373,6 +386,7 @@ class BenchFigures:
         )
 
 
+@python_class  # pickled: a plain class even compiled (planner.simulate.fast)
 @dataclass(frozen=True)
 class SimResult:
     """What one replay measured. Times come from the step-time model; usage is the fraction of
@@ -670,7 +684,7 @@ class SimEngine:
         self.cw = [0] * self.B
         self.cw_total = 0  # sum(cw): blocks the decoders take over any B consecutive steps
         self.buckets: list[dict[int, SimRequest]] = [{} for _ in range(self.B)]
-        # a heap of events as ints, (step << 42) | (seq << 2) | kind, so ordered by
+        # a heap of events as ints, (step << 32) | (seq << 2) | kind, so ordered by
         # step, then admission; kind 0 finishes decoder seq, 1 lowers its window-group weight
         # (both stale unless seq is still running: a preempted request comes back with a new
         # seq), 2 releases finished request seq (async scheduling; stale unless a zombie)
@@ -912,7 +926,7 @@ class SimEngine:
         self.dec_n += 1
         self.dec_sum += length
         finish = base + r.prompt + r.output - 2
-        heapq.heappush(self.events, finish << 42 | r.seq << 2)
+        heapq.heappush(self.events, finish << 32 | r.seq << 2)
         if caps:
             self._push_cap(r, n, finish)
 
@@ -929,7 +943,7 @@ class SimEngine:
             if c > n:
                 step = r.base + (c - 1) * self.B - self.k
                 if step <= finish:
-                    heapq.heappush(self.events, step << 42 | r.seq << 2 | 1)
+                    heapq.heappush(self.events, step << 32 | r.seq << 2 | 1)
                 return
 
     def _drop_decoder(self, r: SimRequest) -> int:
@@ -983,7 +997,7 @@ class SimEngine:
         if self.asyn:  # released once the next step is scheduled (module docstring)
             r.computed = tokens
             self.zombies[r.seq] = r
-            heapq.heappush(self.events, self.step << 42 | r.seq << 2 | 2)
+            heapq.heappush(self.events, self.step << 32 | r.seq << 2 | 2)
         elif r.chain is None:
             self._release_plain(tokens)
         else:
@@ -1098,14 +1112,14 @@ class SimEngine:
         caching, prepend, fq = self.caching, self.prepend, self.queue
         finish_steps, step, now = self.finish_steps, self.step, self.now
         ttft, e2e, tpot = self.ttft, self.e2e, self.tpot
-        end = (last + 1) << 42
+        end = (last + 1) << 32
         while ev and ev[0] < end:
             e = heappop(ev)
             seq, kind = (e >> 2) & SEQ_MASK, e & 3
             r = zombies.get(seq) if kind == 2 else running.get(seq)
             if r is None:
                 continue  # stale
-            assert e >> 42 == last
+            assert e >> 32 == last
             if kind == 2:
                 del zombies[seq]
                 if r.chain is not None or not zombie_finish:
@@ -1146,7 +1160,7 @@ class SimEngine:
                     del running[seq]
                     r.computed = length
                     zombies[seq] = r
-                    heappush(ev, step << 42 | seq << 2 | 2)
+                    heappush(ev, step << 32 | seq << 2 | 2)
                     finish_steps[r.index] = step - 1
                     output, first, arrival, late = r.output, r.first_token, r.arrival, r.late
                     self.prompt_done += r.prompt
@@ -1227,7 +1241,7 @@ class SimEngine:
                 break
             heappop(ev)
         s = self.step
-        k = (ev[0] >> 42) - s + 1
+        k = (ev[0] >> 32) - s + 1
         n = self.dec_n
         kv = self.dec_sum + n
         dt = -1.0  # not computed yet
@@ -1307,7 +1321,7 @@ class SimEngine:
         self.tl_time.append(now)
         self.tl_used.append(used_last)
         self.alloc_slots += self.chain_tb * B * k
-        if ev[0] >> 42 < s + k:
+        if ev[0] >> 32 < s + k:
             self._process_events(s + k - 1)
         return True
 
@@ -1427,7 +1441,7 @@ class SimEngine:
             self.tl_used.append(used)
             self.alloc_slots += self.chain_tb * self.B
             ev = self.events
-            if ev and ev[0] >> 42 <= s:
+            if ev and ev[0] >> 32 <= s:
                 self._process_events(s)
             return
         B, blocks, fg, take = self.B, self.blocks, self.fg, self._take
@@ -1541,6 +1555,8 @@ class SimEngine:
                     self._hold(r.chain, 0, held)
                     r.held = held
                 r.seq = seq = next(self.seqs)
+                if seq > SEQ_MASK:
+                    raise AssertionError("more than 2**30 admissions: an event cannot hold one")
                 running[seq] = r
                 tokens += b - a
                 kv += b
@@ -1581,7 +1597,7 @@ class SimEngine:
         self.tl_used.append(used)
         self.alloc_slots += self.chain_tb * B
         ev = self.events
-        if ev and ev[0] >> 42 <= s:
+        if ev and ev[0] >> 32 <= s:
             self._process_events(s)
         if not done:
             return
@@ -1608,7 +1624,7 @@ class SimEngine:
             buckets[res][r.seq] = r
             self.dec_n += 1
             self.dec_sum += length
-            push(ev, (base + r.prompt + r.output - 2) << 42 | r.seq << 2)  # kind 0
+            push(ev, (base + r.prompt + r.output - 2) << 32 | r.seq << 2)  # kind 0
 
     def _touch(self, r: SimRequest, shared: int, own: int, touch: int) -> None:
         """Take cached free blocks out of the free queue for a prefix-cache hit: a hit always
@@ -1759,12 +1775,10 @@ class SimEngine:
         self.nxt = nxt = next(self.incoming, None)
         self.next_arrival = math.inf if nxt is None else nxt.arrival
         waiting, running = self.waiting, self.running
-        stretch, single, admissible = self._stretch, self._single_step, self._admissible
-        pull = self._pull
-        while True:
+        while True:  # (methods called as such: a bound method in a local is slow compiled)
             now = self.now
             if not waiting and self.next_arrival <= now:
-                pull()
+                self._pull()
             if not running and not self.zombies:
                 if not waiting:
                     self.tl_time.append(now)
@@ -1775,10 +1789,13 @@ class SimEngine:
                     self.now = self.next_arrival  # idle until the next request
                     continue
             elif (
-                running and self.partial is None and (not waiting or not admissible()) and stretch()
+                running
+                and self.partial is None
+                and (not waiting or not self._admissible())
+                and self._stretch()
             ):
                 continue
-            single()
+            self._single_step()
 
     # ------------------------------------------------------------------ data-parallel rank
     def feed(self, r: SimRequest) -> None:

@@ -179,3 +179,42 @@ def test_start_ups_of_unknown_release_are_no_regression_target() -> None:
     assert got["unknown_release"]["scored"] == len(unknown)
     assert got["all"]["scored"] == len(known)
     assert got["held_out"]["scored"] == sum(r["set"] == "held_out" for r in known)
+
+
+REFUSALS = [
+    pytest.param(rec, id=rec["id"])
+    for rec in RECORDS
+    if rec["logged"].get("wont_start_term") == "gpu_free_memory"
+]
+
+
+@pytest.mark.parametrize("rec", REFUSALS)
+def test_a_start_up_refused_for_free_memory_is_refused_for_that(rec: dict[str, Any]) -> None:
+    """Issue 23 item 3: vLLM's 'Free memory on device (X/Y GiB) on startup is less than desired
+    GPU memory utilization' (``gpu_worker.py`` ``init_device``, before any weight is loaded)
+    is kvplan's ``gpu_free_memory`` refusal given the free memory the log states; and without
+    that figure the same start-up, with the weights the same command logged when it started
+    (AWQ: the config's fp16 weights would refuse it for another cause), starts."""
+    import dataclasses
+
+    from planner.budget import vllm_budget
+    from planner.deployment import Deployment
+    from planner.kv_layout import estimate
+    from planner.model.load import load_model
+    from planner.weights import for_deployment
+
+    gpu = BENCH._gpu(rec)
+    model = load_model(BENCH._config_path(rec), offline=True)
+
+    def budget(r: dict[str, Any]) -> Any:
+        settings = BENCH._settings(r, gpu, False)
+        dep = Deployment(model=model, gpu=gpu, settings=settings)
+        weights = dataclasses.replace(
+            for_deployment(dep), bytes_per_rank=int(rec["logged"]["weights_gib"] * BENCH.GIB)
+        )
+        return vllm_budget(dep, estimate(dep.spec, settings, gpu, batch_sizes=()), weights)
+
+    refused = budget(rec)
+    assert not refused.fits and refused.wont_start_term == "gpu_free_memory", rec["source"]
+    free_gpu = {k: v for k, v in rec.items() if k != "gpu_free_memory_gib"}
+    assert budget(free_gpu).fits, rec["source"]

@@ -121,6 +121,8 @@ def _settings(rec: dict[str, Any], gpu: Gpu, batch_from_version: bool) -> ServeS
         kw["entrypoint"] = rec["entrypoint"]
     if "interconnect" in fields and rec.get("interconnect"):
         kw["interconnect"] = rec["interconnect"]
+    if "enable_expert_parallel" in fields and rec.get("enable_expert_parallel"):
+        kw["enable_expert_parallel"] = True  # whole experts per GPU (--enable-expert-parallel)
     if rec.get("disable_custom_all_reduce"):
         kw["disable_custom_all_reduce"] = True
     if "sampler" in fields and rec.get("sampler"):

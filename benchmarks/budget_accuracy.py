@@ -121,10 +121,15 @@ def _settings(rec: dict[str, Any], gpu: Gpu, batch_from_version: bool) -> ServeS
         kw["entrypoint"] = rec["entrypoint"]
     if "interconnect" in fields and rec.get("interconnect"):
         kw["interconnect"] = rec["interconnect"]
+    if "enable_expert_parallel" in fields and rec.get("enable_expert_parallel"):
+        kw["enable_expert_parallel"] = True  # whole experts per GPU (--enable-expert-parallel)
     if rec.get("disable_custom_all_reduce"):
         kw["disable_custom_all_reduce"] = True
     if "sampler" in fields and rec.get("sampler"):
         kw["sampler"] = rec["sampler"]  # the sampler the log says ran
+    if "gpu_free_memory_bytes" in fields and rec.get("gpu_free_memory_gib") is not None:
+        # memory free on the GPU at start-up, as vLLM logged it ('Free memory on device (X/Y GiB)')
+        kw["gpu_free_memory_bytes"] = int(rec["gpu_free_memory_gib"] * GIB)
     if "mxfp4_backend" in fields and rec.get("mxfp4_backend"):
         kw["mxfp4_backend"] = rec["mxfp4_backend"]  # the MoE kernel the log's install runs
     return ServeSettings(**kw)

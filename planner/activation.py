@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 # logits while the forward's T x hidden output is still held. torch's peak is the larger of
 # the two phases (the forward's intermediates are freed before the sampler runs):
 #     bytes = max(forward(T), R x vocab x 4 B x copies + T x hidden x 2.553 B) + 27 MB
-# ``copies`` is the release's sampler (planner.vllm_rules: 9.515 with the sort of 0.8-0.17,
-# 3.70 with the Triton top-k/top-p of 0.18-0.23, 1.5 with FlashInfer's from 0.24). The 2.553
+# ``copies`` is the release's sampler (planner.vllm_rules: 9.515 with the sort of 0.8-0.16,
+# 3.70 with the Triton top-k/top-p of 0.17-0.23, 1.5 with FlashInfer's from 0.24). The 2.553
 # B and 27 MB come from the least-squares fit to the six v0.11.0 H100 start-ups of
 # CALIBRATION.md (within 0.0004 GiB of each); the held hidden states alone are 2 B per
 # element. A pooling runner has no sampler term.

@@ -62,13 +62,14 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
   (``Worker.compile_or_warm_up_model``, ``v1/worker/gpu_worker.py`` 0.11.0:413, 0.19.0:686,
   0.33.0:1090). The implementations:
 
-  * ``"sort"`` through 0.17: ``apply_top_k_top_p`` sorts the fp32 logits (values + int64
+  * ``"sort"`` through 0.16: ``apply_top_k_top_p`` sorts the fp32 logits (values + int64
     indices = 3 copies), softmaxes and scatters out of place (``v1/sample/ops/
     topk_topp_sampler.py`` 0.11.0:183-204), then ``random_sample`` softmaxes again and draws
     an exponential of the same size: 9.515 copies (fitted to CALIBRATION.md's six v0.11.0
     H100 rows; the sort's own scratch is the part not counted by hand);
-  * ``"triton"`` from 0.18.0: ``apply_top_k_top_p`` masks in place with a Triton kernel for
-    >= 8 rows (``topk_topp_sampler.py`` 0.18.0/0.19.0:251, ``topk_topp_triton.py``: one
+  * ``"triton"`` from 0.17.0: ``apply_top_k_top_p`` masks in place with a Triton kernel for
+    >= 8 rows (``topk_topp_sampler.py`` 0.17.0/0.17.1/0.18.0/0.19.0:251; 0.16.0 still sorts,
+    :262, and ships no ``topk_topp_triton.py``; ``topk_topp_triton.py``: one
     ``num_sms x vocab`` scratch buffer): the model-dtype logits (0.5), their fp32 copy (1),
     the softmax (1) and the exponential (1) = 3.5 by hand; 3.70 fits the 0.19.0 H100
     start-ups issue 23 quotes (Llama-3.1-8B 1.89 GiB logged, gpt-oss-20b 2.87);
@@ -112,7 +113,7 @@ source it rests on (``pip download --no-deps vllm==X``; paths under ``vllm/``):
   0.11.0:38, 0.19.0:37, 0.24.0:86, 0.33.0:242); the ROCm branch is AITER's ``forward_hip``
   only with ``VLLM_ROCM_USE_AITER=1`` (off by default, ``envs.py`` 0.33.0:1267-1268), and in
   0.19 that falls back to ``forward_native`` anyway (``DISABLE_AITER_SAMPLER = True``,
-  0.19.0:180); otherwise ``forward_native``: the sort through 0.17, the Triton kernel from 0.18.
+  0.19.0:180); otherwise ``forward_native``: the sort through 0.16, the Triton kernel from 0.17.
   FlashInfer's 1.5 copies (the default from 0.24) never apply to an AMD GPU, and
   ``--sampler flashinfer`` cannot make them.
 - ``rocm_graph_estimate``: ROCm gets the CUDA-graph (HIP-graph) estimate subtracted from
@@ -241,8 +242,8 @@ class VllmRules:
     @property
     def native_sampler(self) -> Sampler:
         """vLLM's own ("PyTorch-native") top-k/top-p of this release, what runs when
-        FlashInfer's is off: the sort through 0.17, the Triton kernel from 0.18."""
-        return "sort" if self.since < (0, 18, 0) else "triton"
+        FlashInfer's is off: the sort through 0.16, the Triton kernel from 0.17."""
+        return "sort" if self.since < (0, 17, 0) else "triton"
 
     def with_sampler(self, choice: str | None) -> VllmRules:
         """These rules with the user's ``--sampler`` (``flashinfer`` or ``native``; None
@@ -315,7 +316,7 @@ RULES: tuple[VllmRules, ...] = (
     _row((0, 8, 5), 0.9, a100_small=False),
     _row((0, 9, 0), 0.9),
     _row((0, 14, 0), 0.9, sched=1),
-    _row((0, 18, 0), 0.9, sched=1, sampler="triton"),
+    _row((0, 17, 0), 0.9, sched=1, sampler="triton"),
     _row((0, 19, 0), 0.9, sched=2, sampler="triton", reuse=False, non_torch=_NT19),
     _row((0, 20, 0), 0.92, graphs=True, sched=2, sampler="triton", non_torch=_NT19),
     _row((0, 24, 0), 0.92, graphs=True, sched=3, sampler="flashinfer", non_torch=_NT19),

@@ -99,12 +99,16 @@ V0110, V0190, V0330 = rules_for("0.11.0"), rules_for("0.19.0"), rules_for("0.33.
 
 
 def test_the_sampler_per_release() -> None:
-    # topk_topp_sampler.py: the sort of 0.11.0 (:183-204), the Triton masking from 0.18.0
-    # (:251 "if HAS_TRITON and logits.shape[0] >= 8"), FlashInfer by default from 0.24.0
-    # (envs.py 0.24.0:796-800 VLLM_USE_FLASHINFER_SAMPLER ... else True)
-    assert [rules_for(v).sampler for v in ("0.10.1.1", "0.17.1", "0.18.0", "0.23.0", "0.24.0")] == [
+    # topk_topp_sampler.py: the sort of 0.11.0 (:183-204) and 0.16.0 (:262 "logits.sort"), the
+    # Triton masking from 0.17.0 (0.17.0/0.17.1/0.18.0:251 "if HAS_TRITON and
+    # logits.shape[0] >= 8"), FlashInfer by default from 0.24.0 (envs.py 0.24.0:796-800
+    # VLLM_USE_FLASHINFER_SAMPLER ... else True)
+    versions = ("0.10.1.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.23.0", "0.24.0")
+    assert [rules_for(v).sampler for v in versions] == [
         "sort",
         "sort",
+        "triton",
+        "triton",
         "triton",
         "triton",
         "flashinfer",
@@ -306,8 +310,8 @@ def test_cli_post_allocation_outcome_and_flags() -> None:
 
 
 def test_the_sampler_the_log_names() -> None:
-    # --sampler: FlashInfer's, or the release's native one (the sort to 0.17, the Triton
-    # masking from 0.18); stating it leaves no other to range over
+    # --sampler: FlashInfer's, or the release's native one (the sort to 0.16, the Triton
+    # masking from 0.17); stating it leaves no other to range over
     assert SAMPLER_CHOICES == ("flashinfer", "native")
     assert rules_for("0.10.1.1").sampler == "sort"  # pip install vllm: no FlashInfer
     assert rules_for("0.10.1.1").with_sampler("flashinfer").sampler == "flashinfer"

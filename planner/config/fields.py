@@ -616,7 +616,7 @@ SETTINGS: tuple[Setting, ...] = (
         kind="choice",
         choices=("flashinfer", "native"),
         help="The top-k/top-p sampler vLLM runs (its warm-up is in the activation peak): "
-        "flashinfer, or vLLM's native one (the sort to 0.17, Triton from 0.18).",
+        "flashinfer, or vLLM's native one (the sort to 0.16, Triton from 0.17).",
         default="the release's: native to 0.23, flashinfer from 0.24",
         cli="--sampler",
         yaml="sampler",

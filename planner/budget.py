@@ -299,6 +299,20 @@ NON_TORCH_RANGE_19 = (round(1.4 * GIB), round(2.4 * GIB))
 NON_TORCH_RANGE_19_PCIE = (0, round(2.4 * GIB))
 
 
+# NCCL's NVLink SHARP (NVLS) buffers: NCCL turns NVLS on by itself for a communicator of more
+# than 2 GPUs on an NVSwitch system of Hopper or later (vllm-project/vllm#9699, measured on
+# H100/H200: "it seems NVLS is only enabled for n > 2 GPUs"), and maps its buffers on every
+# rank: "NVLS comm ... nHeads 8 ... nvlsPerRankSize 301989888 nvlsTotalSize 2415919104" in
+# that issue's TP 8 log, 2.25 GiB a GPU. Where they appear in the profile the group's
+# non-torch figure rises by up to that much: three held-out H100 start-ups of vLLM 0.10.0 at
+# TP 4 and TP 8 leave 1.5-1.8 GiB less than kvplan's activation + non-torch (0.13 + 0.42,
+# set on a TP 2 group, where NVLS is off), 4 x A800 at TP 4 over NVLink (no NVLS: an Ampere
+# part) leave what kvplan says. No vLLM source line sizes it, and whether the buffers are
+# mapped before vLLM's memory snapshot or during the profile depends on NCCL's release: an
+# upper end of the range before 0.19, not the estimate (0.19's NVLink figure, 1.88, holds it).
+NVLS_BYTES = 2_415_919_104
+
+
 # The sort's copies where the log says the native sampler ran: 9.515 at 1,024 rows (the fit),
 # 8.4 at 256 rows (A100 40GB, 0.11.0: 1.21 GiB of activation and non-torch logged) and about
 # 5.7 at 128 rows (L4, 0.11.0, gmu 0.92: 0.53 GiB): the low end takes 40 % off the sort term.
@@ -313,11 +327,13 @@ def term_ranges(
     talks: bool,
     rocm: bool,
     link: str | None = None,
+    nvls: bool = False,
 ) -> tuple[tuple[int, int], tuple[int, int]]:
     """(activation, non-torch) (low, high) for ``rules``' release. ``parts`` is the
     activation's (forward, sampler, held hidden states, the other sampler implementation's
     sampler): the peak may be the other implementation's, the forward is good to 20 %.
-    ``link`` is how the ranks that talk do (None: :data:`DEFAULT_INTERCONNECT`)."""
+    ``link`` is how the ranks that talk do (None: :data:`DEFAULT_INTERCONNECT`); ``nvls``:
+    NCCL may map its NVLS buffers (:func:`nvls_possible`), up to :data:`NVLS_BYTES` more."""
     forward, sampler, held, alt = parts
 
     def low_end(name: str, rows_bytes: int) -> int:
@@ -338,6 +354,8 @@ def term_ranges(
         nt = ROCM_NON_TORCH_RANGE
     elif talks and rules.non_torch_single_bytes < GIB // 5:
         nt = NON_TORCH_RANGE[2]
+        if nvls:
+            nt = (nt[0], max(nt[1], non_torch + NVLS_BYTES))
     elif talks:
         pcie = (link or DEFAULT_INTERCONNECT) == "pcie"
         nt = NON_TORCH_RANGE_19_PCIE if pcie else NON_TORCH_RANGE_19
@@ -770,6 +788,16 @@ def mm_profile(dep: Deployment, est: KVEstimate, weights: Weights) -> MMProfile 
     )
 
 
+def nvls_possible(gpu: Gpu | None, ranks: int, link: str | None) -> bool:
+    """Whether NCCL may turn NVLS on for a group of ``ranks`` (:data:`NVLS_BYTES`): more than
+    2 NVIDIA GPUs of compute capability 9.0 or later talking over NVLink (an SXM part's
+    NVSwitch; a GPU of unknown interconnect counts as NVLink, :data:`DEFAULT_INTERCONNECT`)."""
+    if gpu is None or ranks <= 2 or (link or DEFAULT_INTERCONNECT) != "nvlink":
+        return False
+    cc = gpu.cuda_capability
+    return cc is not None and cc >= (9, 0)
+
+
 def _talking_ranks(dep: Deployment) -> int:
     """The GPUs one rank's collectives span: its TP group, or for a MoE model with DP (experts
     sharded over dp x tp, all-to-all with EP) all dp x tp; a dense model's DP ranks are
@@ -817,6 +845,7 @@ def vllm_budget(
         _talking_ranks(dep) > 1,
         rocm,
         link,
+        nvls=nvls_possible(dep.gpu, _talking_ranks(dep), link),
     )
     cap = vllm_capacity(
         est,

@@ -453,3 +453,31 @@ def test_every_amd_catalog_gpu_is_rocm() -> None:
     assert all(is_rocm(g) for g in amd)
     xtx = plan_for("qwen2.5-0.5b", "rx-7900-xtx", max_model_len=4096)
     assert xtx.vllm.non_torch_bytes == ROCM_NON_TORCH_BYTES
+
+
+def test_nvls_widens_the_non_torch_range_of_a_hopper_nvswitch_group_before_019() -> None:
+    # NCCL turns NVLS on for more than 2 Hopper-or-later GPUs on NVSwitch (vllm#9699: "only
+    # enabled for n > 2 GPUs", H100/H200) and maps "nvlsTotalSize 2415919104" bytes a GPU
+    # (that issue's TP 8 log): up to that much more non-torch memory; not on Ampere, not over
+    # PCIe, not at TP 2
+    from planner.budget import NVLS_BYTES, nvls_possible
+
+    assert NVLS_BYTES == 2_415_919_104
+    h100, a100, h100_pcie = get_gpu("h100"), get_gpu("a100"), get_gpu("h100-pcie")
+    assert nvls_possible(h100, 4, "nvlink") and nvls_possible(h100, 8, None)
+    assert not nvls_possible(h100, 2, "nvlink")
+    assert not nvls_possible(a100, 8, "nvlink")
+    assert not nvls_possible(h100, 8, "pcie")
+    assert not nvls_possible(h100_pcie, 4, h100_pcie.interconnect)
+    tp4 = plan_for("llama-3.1-8b", "h100", tp=4, max_model_len=16_000, vllm_version="0.10.0")
+    tp2 = plan_for("llama-3.1-8b", "h100", tp=2, max_model_len=16_000, vllm_version="0.10.0")
+    a4 = plan_for("llama-3.1-8b", "a100", tp=4, max_model_len=16_000, vllm_version="0.10.0")
+    # the estimate is unchanged: 0.13 alone + 0.42 over NVLink (vllm_rules.py, through 0.18)
+    assert (
+        tp4.vllm.non_torch_bytes
+        == tp2.vllm.non_torch_bytes
+        == round(0.13 * GIB) + round(0.42 * GIB)
+    )
+    assert tp4.vllm.non_torch_range == (0, tp4.vllm.non_torch_bytes + NVLS_BYTES)
+    assert tp2.vllm.non_torch_range == (0, round(1.6 * GIB))
+    assert a4.vllm.non_torch_range == (0, round(1.6 * GIB))

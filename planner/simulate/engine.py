@@ -75,8 +75,8 @@ from typing import Any, Final
 
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
-from planner.simulate.fast import numpy_module, python_class
-from planner.simulate.roofline import StepTimer, timers_of
+from planner.simulate.fast import compiled_modules, numpy_module, python_class
+from planner.simulate.roofline import LineTimer, StepTimer, line_timer_of, timers_of
 from planner.simulate.workload import RequestList, Workload
 
 # (Final: a constant where the engine is compiled, not a look-up in the module's globals)
@@ -622,6 +622,11 @@ class SimEngine:
         self.max_seqs = config.max_num_seqs
         self.roof = config.roofline
         self.step_s, self.decode_s = timers_of(config.roofline)  # the same floats, faster
+        # compiled, a dense model's step times are a native object's methods instead (the
+        # same floats again, called without boxing; interpreted, the closures are faster)
+        self.line: LineTimer | None = (
+            line_timer_of(config.roofline) if __name__ in compiled_modules() else None
+        )
         self.full_isl = config.reserve_full_isl
         self.prepend = config.prepend_uncached_free and self.caching
         self.asyn = config.async_scheduling
@@ -1286,7 +1291,8 @@ class SimEngine:
                 else:
                     self._evict(need)
         if dt < 0:
-            dt = self.decode_s(n, kv, k)
+            line = self.line
+            dt = self.decode_s(n, kv, k) if line is None else line.decode(n, kv, k)
         if dt > 0:  # _itl(dt / k, n * k), inlined
             per = dt / k
             tokens = n * k
@@ -1347,17 +1353,24 @@ class SimEngine:
         Step times only grow within a stretch, so with g(k) the k-th step's time the answer
         lies in [seconds / g(hi - 1), hi], hi = ceil(seconds / g(0)): a narrow bracket to
         bisect, since contexts grow slowly relative to their length."""
-        step_s, decode_s = self.step_s, self.decode_s
         kv = self.dec_sum + n
-        first = step_s(n, kv, kv)
+        line = self.line
+        if line is not None:  # (compiled: the native step times)
+            first = line.step(n, kv, kv, 0)
+        else:
+            first = self.step_s(n, kv, kv)
         hi = math.ceil(seconds / first) if first > 0 else limit
         if hi >= limit:
-            at_limit = decode_s(n, kv, limit)
+            at_limit = self.decode_s(n, kv, limit) if line is None else line.decode(n, kv, limit)
             if at_limit < seconds or limit == 1:
                 return limit, at_limit
             return self._bisect(seconds, n, kv, 1, limit, at_limit)
         hi = max(1, hi)
-        last = step_s(n, kv + n * (hi - 1), kv + n * (hi - 1))
+        top = kv + n * (hi - 1)
+        if line is not None:
+            last = line.step(n, top, top, 0)
+        else:
+            last = self.step_s(n, top, top)
         lo = max(1, min(hi, int(seconds / last)))
         return self._bisect(seconds, n, kv, lo, hi, -1.0)
 
@@ -1366,10 +1379,10 @@ class SimEngine:
     ) -> tuple[int, float]:
         """Smallest k in [lo, hi] whose k decode steps take at least ``seconds`` (hi must),
         and their time if it was computed (``at_hi``: hi's, -1.0 if not known)."""
-        decode_s = self.decode_s
+        decode_s, line = self.decode_s, self.line
         while lo < hi:
             mid = (lo + hi) // 2
-            t = decode_s(n, kv, mid)
+            t = decode_s(n, kv, mid) if line is None else line.decode(n, kv, mid)
             if t >= seconds:
                 hi, at_hi = mid, t
             else:
@@ -1578,7 +1591,12 @@ class SimEngine:
         if not running and not done and not self.zombies:
             if waiting and not preempted:  # cannot fit even into an empty pool
                 raise AssertionError("a request larger than the pool reached the scheduler")
-        dt = self.step_s(tokens, kv, pairs, len(running)) if tokens else 0.0
+        if not tokens:
+            dt = 0.0
+        elif self.line is None:
+            dt = self.step_s(tokens, kv, pairs, len(running))
+        else:
+            dt = self.line.step(tokens, kv, pairs, len(running))
         if n and dt > 0:
             self._itl(dt, n)
         self.now = now = self.now + dt

@@ -62,7 +62,6 @@ request in flight) after it is sent.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 import operator
@@ -71,6 +70,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 from typing import Any, Final
 
 from planner.kv_layout import KVEstimate
@@ -595,6 +595,17 @@ class SimRequest:
         # fewer stores: see the class attributes
 
 
+class ItlBin:
+    """One bin of the engine's inter-token latency histogram: decode tokens, and the
+    seconds they took in all (:meth:`SimEngine.itl_cells` lists them)."""
+
+    __slots__ = ("tokens", "seconds")
+
+    def __init__(self, tokens: int, seconds: float) -> None:
+        self.tokens = tokens
+        self.seconds = seconds
+
+
 def _unused_slots(x: int, b: int) -> int:
     """sum over 1 <= y <= x of (-y) mod b: empty slots in the last block at each length."""
     q, r = divmod(x, b)
@@ -713,7 +724,7 @@ class SimEngine:
         self.e2e: array[float] = array("d")  # one per finished request
         # inter-token latencies: step durations weighted by the decode tokens each produced,
         # binned in log(seconds) (BenchFigures), and their exact sum
-        self.itl_hist: dict[int, list[float]] = {}  # bin -> [tokens, their seconds]
+        self.itl_hist: dict[int, ItlBin] = {}  # bin -> its tokens and their seconds
         self.itl_sum = 0.0
         self.prompt_done = 0
         self.output_done = 0
@@ -931,7 +942,7 @@ class SimEngine:
         self.dec_n += 1
         self.dec_sum += length
         finish = base + r.prompt + r.output - 2
-        heapq.heappush(self.events, finish << 32 | r.seq << 2)
+        heappush(self.events, finish << 32 | r.seq << 2)
         if caps:
             self._push_cap(r, n, finish)
 
@@ -948,7 +959,7 @@ class SimEngine:
             if c > n:
                 step = r.base + (c - 1) * self.B - self.k
                 if step <= finish:
-                    heapq.heappush(self.events, step << 32 | r.seq << 2 | 1)
+                    heappush(self.events, step << 32 | r.seq << 2 | 1)
                 return
 
     def _drop_decoder(self, r: SimRequest) -> int:
@@ -969,8 +980,8 @@ class SimEngine:
         slots of its last block, sum over y of (-y) mod B (see :func:`_unused_slots`)."""
         B = self.B
         half = B * (B - 1) // 2  # empty slots over one full cycle of lengths
-        q, r1 = divmod(x1, B)
-        q0, r0 = divmod(x0 - 1, B)
+        q, r1 = x1 // B, x1 % B
+        q0, r0 = (x0 - 1) // B, (x0 - 1) % B
         unused = (q - q0) * half + r1 * B - r1 * (r1 + 1) // 2 - r0 * B + r0 * (r0 + 1) // 2
         tokens = (x1 * (x1 + 1) - (x0 - 1) * x0) // 2
         self.unused_slots += unused
@@ -1002,7 +1013,7 @@ class SimEngine:
         if self.asyn:  # released once the next step is scheduled (module docstring)
             r.computed = tokens
             self.zombies[r.seq] = r
-            heapq.heappush(self.events, self.step << 32 | r.seq << 2 | 2)
+            heappush(self.events, self.step << 32 | r.seq << 2 | 2)
         elif r.chain is None:
             self._release_plain(tokens)
         else:
@@ -1024,10 +1035,10 @@ class SimEngine:
         b = math.floor(math.log(dt) * ITL_BINS_PER_E)
         cell = self.itl_hist.get(b)
         if cell is None:
-            self.itl_hist[b] = [tokens, dt * tokens]
+            self.itl_hist[b] = ItlBin(tokens, dt * tokens)
         else:
-            cell[0] += tokens
-            cell[1] += dt * tokens
+            cell.tokens += tokens
+            cell.seconds += dt * tokens
         self.itl_sum += dt * tokens
 
     def _completed(self, now: float) -> None:
@@ -1109,11 +1120,10 @@ class SimEngine:
         scheduling), at steps up to ``last`` (the step just run)."""
         ev = self.events
         running, zombies = self.running, self.zombies
-        heappop = heapq.heappop
         B, half, part = self.B, self.frag_half, self.frag_part
         # a finish without a shared prefix, scheduling synchronously: _finish inlined below
         plain_finish, plain, fg = self.plain_finish, self.plain, self.fg
-        zombie_finish, heappush = self.zombie_finish, heapq.heappush
+        zombie_finish = self.zombie_finish
         caching, prepend, fq = self.caching, self.prepend, self.queue
         finish_steps, step, now = self.finish_steps, self.step, self.now
         ttft, e2e, tpot = self.ttft, self.e2e, self.tpot
@@ -1141,8 +1151,8 @@ class SimEngine:
                 self.dec_sum -= length
                 x0 = r.l_start  # decode steps ran at lengths l_start .. length - 1
                 if length > x0:
-                    q, r1 = divmod(length, B)
-                    q0, r0 = divmod(x0, B)
+                    q, r1 = length // B, length % B  # (not divmod: a tuple, boxed compiled)
+                    q0, r0 = x0 // B, x0 % B
                     unused = (q - q0) * half + part[r1] - part[r0]
                     self.unused_slots += unused
                     self.alloc_slots += (
@@ -1209,7 +1219,7 @@ class SimEngine:
     def _blocks_needed(self, s: int, k: int) -> int:
         """Blocks the decoders allocate over steps s .. s + k - 1."""
         B, cw = self.B, self.cw
-        q, rem = divmod(k, B)
+        q, rem = k // B, k % B
         start = s % B
         if start + rem <= B:
             part = sum(cw[start : start + rem])
@@ -1220,7 +1230,7 @@ class SimEngine:
     def _steps_fitting(self, s: int, free: int) -> int:
         """How many decode steps from ``s`` the free blocks cover."""
         B, cw, total = self.B, self.cw, self.cw_total
-        q, rem = divmod(free, total)
+        q, rem = free // total, free % total
         k = q * B
         while True:
             need = cw[(s + k) % B]
@@ -1239,7 +1249,6 @@ class SimEngine:
         (the same call, so the same float)."""
         ev = self.events
         running, zombies = self.running, self.zombies
-        heappop = heapq.heappop
         while ev:  # drop stale events
             e = ev[0]
             if ((e >> 2) & SEQ_MASK) in (zombies if e & 3 == 2 else running):
@@ -1262,7 +1271,7 @@ class SimEngine:
         B, cw, cw_total = self.B, self.cw, self.cw_total
         if cw_total:
             # _blocks_needed(s, k), inlined
-            q, rem = divmod(k, B)
+            q, rem = k // B, k % B
             start = s % B
             if start + rem <= B:
                 need = q * cw_total + sum(cw[start : start + rem])
@@ -1299,10 +1308,10 @@ class SimEngine:
             b = math.floor(math.log(per) * ITL_BINS_PER_E)
             cell = self.itl_hist.get(b)
             if cell is None:
-                self.itl_hist[b] = [tokens, per * tokens]
-            else:
-                cell[0] += tokens
-                cell[1] += per * tokens
+                self.itl_hist[b] = ItlBin(tokens, per * tokens)
+            else:  # (a native object's fields compiled, not a list's boxed numbers)
+                cell.tokens += tokens
+                cell.seconds += per * tokens
             self.itl_sum += per * tokens
         self.now = now = self.now + dt
         self.step = s + k
@@ -1624,7 +1633,7 @@ class SimEngine:
                 self._prefilled(r)
             return
         # _prefilled and _add_decoder, without window groups: every block boundary takes fg
-        cw, buckets, push = self.cw, self.buckets, heapq.heappush
+        cw, buckets = self.cw, self.buckets
         for r in done:
             r.generated += 1
             if r.first_token < 0:
@@ -1642,7 +1651,7 @@ class SimEngine:
             buckets[res][r.seq] = r
             self.dec_n += 1
             self.dec_sum += length
-            push(ev, (base + r.prompt + r.output - 2) << 32 | r.seq << 2)  # kind 0
+            heappush(ev, (base + r.prompt + r.output - 2) << 32 | r.seq << 2)  # kind 0
 
     def _touch(self, r: SimRequest, shared: int, own: int, touch: int) -> None:
         """Take cached free blocks out of the free queue for a prefix-cache hit: a hit always
@@ -1852,6 +1861,11 @@ class SimEngine:
         self.tl_time.append(self.now)
         self.tl_used.append(self.capacity - self.free)
 
+    def itl_cells(self) -> dict[int, list[float]]:
+        """The inter-token latency histogram as :class:`BenchFigures` takes it: bin ->
+        ``[tokens, their seconds]``."""
+        return {b: [c.tokens, c.seconds] for b, c in self.itl_hist.items()}
+
     def result(self, workload: Workload) -> SimResult:
         duration = self.now
 
@@ -1904,7 +1918,7 @@ class SimEngine:
                 ttft=self.ttft,
                 tpot=self.tpot,
                 e2e=self.e2e,
-                itl_hist=self.itl_hist,
+                itl_hist=self.itl_cells(),
                 itl_sum=self.itl_sum,
             ),
         )

@@ -71,11 +71,12 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
+from types import FunctionType
 from typing import Any, Final
 
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
-from planner.simulate.fast import compiled_modules, numpy_module, python_class
+from planner.simulate.fast import numpy_module, python_class
 from planner.simulate.roofline import LineTimer, StepTimer, line_timer_of, timers_of
 from planner.simulate.workload import RequestList, Workload
 
@@ -89,6 +90,15 @@ TIMELINE_POINTS = 240
 # an event holds an admission number below 2**30 (a replay admitting more stops), so that an
 # event stays below 2**62 up to step 2**30: one machine word where the engine is compiled
 SEQ_MASK: Final = (1 << 30) - 1
+
+
+def _native() -> None:
+    """A function, compiled or not (:data:`COMPILED`)."""
+
+
+# whether this module runs compiled (tools/build_fast.py: its functions are then native, not
+# Python functions): a few hot spots take the way that is faster there, the same numbers
+COMPILED: Final = not isinstance(_native, FunctionType)
 SORT_RUN = 1 << 16  # Percentiles.of_array sorts latencies in runs of this many
 ARRIVAL_BATCH = 1024  # SimEngine._arrivals makes requests without a shared prefix this many at once
 
@@ -635,9 +645,7 @@ class SimEngine:
         self.step_s, self.decode_s = timers_of(config.roofline)  # the same floats, faster
         # compiled, a dense model's step times are a native object's methods instead (the
         # same floats again, called without boxing; interpreted, the closures are faster)
-        self.line: LineTimer | None = (
-            line_timer_of(config.roofline) if __name__ in compiled_modules() else None
-        )
+        self.line: LineTimer | None = line_timer_of(config.roofline) if COMPILED else None
         self.full_isl = config.reserve_full_isl
         self.prepend = config.prepend_uncached_free and self.caching
         self.asyn = config.async_scheduling
@@ -687,7 +695,7 @@ class SimEngine:
         self.pulled = 0  # requests queued so far (the progress bar's count)
         self.running: dict[int, SimRequest] = {}
         self.partial: SimRequest | None = None
-        self.seqs = itertools.count()
+        self.seqs = 0  # admissions so far: the next one's number
         self.step = 0
         self.now = 0.0
         self.next_arrival = math.inf
@@ -1273,7 +1281,11 @@ class SimEngine:
             # _blocks_needed(s, k), inlined
             q, rem = k // B, k % B
             start = s % B
-            if start + rem <= B:
+            if COMPILED:  # a C loop over the list (interpreted, slices and sum() are faster)
+                need = q * cw_total
+                for i in range(start, start + rem):
+                    need += cw[i - B if i >= B else i]
+            elif start + rem <= B:
                 need = q * cw_total + sum(cw[start : start + rem])
             else:
                 need = q * cw_total + sum(cw[start:]) + sum(cw[: start + rem - B])
@@ -1466,9 +1478,11 @@ class SimEngine:
             if ev and ev[0] >> 32 <= s:
                 self._process_events(s)
             return
-        B, blocks, fg, take = self.B, self.blocks, self.fg, self._take
+        # (self._take and self._evict called as methods: bound methods made into locals at
+        # every call are slower, compiled, than the calls they save)
+        B, blocks, fg = self.B, self.blocks, self.fg
         slot_blocks = self.slot_blocks
-        caching, q, evict = self.caching, self.queue, self._evict
+        caching, q = self.caching, self.queue
         need = self.cw[s % B]
         preempted = False
         if need:
@@ -1480,7 +1494,7 @@ class SimEngine:
                     if seg[1] is None and seg[0] > need:
                         seg[0] -= need
                     else:
-                        evict(need)
+                        self._evict(need)
             else:
                 preempted = self._exhaust(s % B)
         n = self.dec_n
@@ -1498,7 +1512,7 @@ class SimEngine:
                 self._preempt(p)
                 preempted = True
             else:
-                take(need)
+                self._take(need)
                 p.computed = b
                 if p.chain is not None and p.held < p.chain.m:
                     new = min(p.chain.m, b // B)
@@ -1560,7 +1574,7 @@ class SimEngine:
                     if seg[1] is None and seg[0] > new_blocks:
                         seg[0] -= new_blocks
                     else:
-                        evict(new_blocks)
+                        self._evict(new_blocks)
                 queried += num
                 if hits:
                     self.hit_tokens += a
@@ -1576,7 +1590,8 @@ class SimEngine:
                     held = min(r.chain.m, b // B)
                     self._hold(r.chain, 0, held)
                     r.held = held
-                r.seq = seq = next(self.seqs)
+                r.seq = seq = self.seqs
+                self.seqs = seq + 1
                 if seq > SEQ_MASK:
                     raise AssertionError("more than 2**30 admissions: an event cannot hold one")
                 running[seq] = r

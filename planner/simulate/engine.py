@@ -100,6 +100,7 @@ def _native() -> None:
 # Python functions): a few hot spots take the way that is faster there, the same numbers
 COMPILED: Final = not isinstance(_native, FunctionType)
 SORT_RUN = 1 << 16  # Percentiles.of_array sorts latencies in runs of this many
+TL_CHUNK: Final = 1 << 14  # SimEngine's timeline points, moved into its columns this many at a time
 ARRIVAL_BATCH = 1024  # SimEngine._arrivals makes requests without a shared prefix this many at once
 
 
@@ -717,8 +718,12 @@ class SimEngine:
         self.usage_time = [0.0] * (USAGE_BINS + 1)
         self.peak = 0
         # (seconds, blocks used) after each step or stretch and at idle points, as two columns
-        self.tl_time: array[float] = array("d")
-        self.tl_used: array[int] = array("q")
+        # (kept as lists of TL_CHUNK points at most, added to the columns a chunk at a time:
+        # the tl_time and tl_used properties)
+        self._tl_time: array[float] = array("d")
+        self._tl_used: array[int] = array("q")
+        self.tl_t: list[float] = []
+        self.tl_u: list[int] = []
         self.conc_time = 0.0
         self.max_conc = 0
         self.preemptions = 0
@@ -769,6 +774,28 @@ class SimEngine:
         self.zombie_finish = self.asyn and not self.closed
         if self.closed:
             self.plain_finish = False
+
+    @property
+    def tl_time(self) -> array[float]:
+        """The recorded points' times (seconds), in order."""
+        self._flush_timeline()
+        return self._tl_time
+
+    @property
+    def tl_used(self) -> array[int]:
+        """The recorded points' blocks in use, in order."""
+        self._flush_timeline()
+        return self._tl_used
+
+    def _flush_timeline(self) -> None:
+        """Move the points recorded since the last call into the columns: a list's append
+        per point and an array's ``fromlist`` per chunk cost less than an array's append per
+        point (which parses its argument and reallocates the array every 1/16 of growth)."""
+        if self.tl_t:
+            self._tl_time.fromlist(self.tl_t)
+            self._tl_used.fromlist(self.tl_u)
+            self.tl_t.clear()
+            self.tl_u.clear()
 
     # ------------------------------------------------------------------ pool
     def _take(self, k: int) -> None:
@@ -1119,8 +1146,11 @@ class SimEngine:
         self.conc_time += running * dt
         if running > self.max_conc:
             self.max_conc = running
-        self.tl_time.append(self.now)
-        self.tl_used.append(used_last)
+        tl = self.tl_t
+        tl.append(self.now)
+        self.tl_u.append(used_last)
+        if len(tl) >= TL_CHUNK:
+            self._flush_timeline()
         self.alloc_slots += self.chain_tb * self.B * steps
 
     def _process_events(self, last: int) -> None:
@@ -1345,8 +1375,11 @@ class SimEngine:
         self.conc_time += conc * dt
         if conc > self.max_conc:
             self.max_conc = conc
-        self.tl_time.append(now)
-        self.tl_used.append(used_last)
+        tl = self.tl_t
+        tl.append(now)
+        self.tl_u.append(used_last)
+        if len(tl) >= TL_CHUNK:
+            self._flush_timeline()
         self.alloc_slots += self.chain_tb * B * k
         if ev[0] >> 32 < s + k:
             self._process_events(s + k - 1)
@@ -1471,8 +1504,11 @@ class SimEngine:
             used = self.capacity - self.free
             if used > self.peak:
                 self.peak = used
-            self.tl_time.append(self.now)
-            self.tl_used.append(used)
+            tl = self.tl_t
+            tl.append(self.now)
+            self.tl_u.append(used)
+            if len(tl) >= TL_CHUNK:
+                self._flush_timeline()
             self.alloc_slots += self.chain_tb * self.B
             ev = self.events
             if ev and ev[0] >> 32 <= s:
@@ -1635,8 +1671,11 @@ class SimEngine:
         self.conc_time += conc * dt
         if conc > self.max_conc:
             self.max_conc = conc
-        self.tl_time.append(now)
-        self.tl_used.append(used)
+        tl = self.tl_t
+        tl.append(now)
+        self.tl_u.append(used)
+        if len(tl) >= TL_CHUNK:
+            self._flush_timeline()
         self.alloc_slots += self.chain_tb * B
         ev = self.events
         if ev and ev[0] >> 32 <= s:
@@ -1823,8 +1862,11 @@ class SimEngine:
                 self._pull()
             if not running and not self.zombies:
                 if not waiting:
-                    self.tl_time.append(now)
-                    self.tl_used.append(self.capacity - self.free)
+                    tl = self.tl_t
+                    tl.append(now)
+                    self.tl_u.append(self.capacity - self.free)
+                    if len(tl) >= TL_CHUNK:
+                        self._flush_timeline()
                     if self.nxt is None:
                         return
                     assert self.next_arrival < math.inf, "a closed loop waits on nothing"
@@ -1844,8 +1886,11 @@ class SimEngine:
         """Queue ``r``, dispatched to this rank when it arrived (``planner.simulate.cluster``);
         an idle rank waits for it, as :meth:`run` waits for the next arrival."""
         if not self.running and not self.zombies and not self.waiting and self.now < r.arrival:
-            self.tl_time.append(self.now)
-            self.tl_used.append(self.capacity - self.free)
+            tl = self.tl_t
+            tl.append(self.now)
+            self.tl_u.append(self.capacity - self.free)
+            if len(tl) >= TL_CHUNK:
+                self._flush_timeline()
             self.now = r.arrival
         self.waiting.append(r)
 
@@ -1873,8 +1918,11 @@ class SimEngine:
         """Run to the end (no more requests come), recording the pool at the end as
         :meth:`run` does."""
         self.advance(math.inf)
-        self.tl_time.append(self.now)
-        self.tl_used.append(self.capacity - self.free)
+        tl = self.tl_t
+        tl.append(self.now)
+        self.tl_u.append(self.capacity - self.free)
+        if len(tl) >= TL_CHUNK:
+            self._flush_timeline()
 
     def itl_cells(self) -> dict[int, list[float]]:
         """The inter-token latency histogram as :class:`BenchFigures` takes it: bin ->

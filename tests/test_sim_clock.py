@@ -367,6 +367,26 @@ def test_bench_workload_shapes() -> None:
         bench_workload(prompt_tokens=10, output_tokens=None)
 
 
+@pytest.mark.parametrize("n", [500, 40_000])  # the loop, and numpy's way from BULK_DRAWS
+def test_bench_workload_cuts_outputs_to_max_model_len(n: int) -> None:
+    # lognormal lengths (sigma 1.0 / 0.8) around 700 + 300 tokens under a 2,000-token limit:
+    # prompts are drawn up to limit - 1 and outputs up to limit // 2, and an output is cut to
+    # limit - prompt (at least 1) where the two pass the limit; the others are as drawn
+    limit = 2000
+    drawn = bench_workload(prompt_tokens=700, output_tokens=300, num_requests=n)
+    cut = bench_workload(prompt_tokens=700, output_tokens=300, num_requests=n, max_model_len=limit)
+    assert [r.prompt_tokens for r in cut.requests] == [
+        min(r.prompt_tokens, limit - 1) for r in drawn.requests
+    ]
+    over = 0
+    for a, b in zip(drawn.requests, cut.requests, strict=True):
+        o = min(a.output_tokens, limit // 2)
+        p = b.prompt_tokens
+        over += p + o > limit
+        assert b.output_tokens == (o if p + o <= limit else max(1, limit - p))
+    assert over > 0  # the cut is exercised
+
+
 # --------------------------------------------------------------------------- public benchmarks
 
 

@@ -1971,7 +1971,7 @@ class SimEngine:
             finish_steps=self.finish_steps,
             allocated_blocks=self.allocated,
             freed_blocks=self.freed,
-            max_used_blocks_seen=max(self.tl_used, default=0),
+            max_used_blocks_seen=_max_of(self.tl_used),
             cpu_blocks=self.cfg.cpu_blocks if self.caching else 0,
             cpu_hit_tokens=self.cpu_hit_tokens,
             bench=BenchFigures.of(
@@ -2143,6 +2143,15 @@ def usage_quantile(usage_time: Sequence[float], q: float) -> float:
     return 1.0
 
 
+def _max_of(values: array[int]) -> int:
+    """``max(values, default=0)``, by numpy where it is installed and ``values`` long (a
+    million-request replay records millions of points)."""
+    np = numpy_module() if len(values) > SORT_RUN else None
+    if np is None:
+        return max(values, default=0)
+    return int(np.frombuffer(values, dtype=np.int64).max())
+
+
 def _downsample(
     times: Sequence[float], useds: Sequence[int], capacity: int
 ) -> list[tuple[float, float]]:
@@ -2161,11 +2170,13 @@ def _downsample(
 
     out = []
     last = len(times) - 1  # every point but the last
+    np = numpy_module() if isinstance(useds, array) and len(useds) > SORT_RUN else None
+    view = None if np is None else np.frombuffer(useds, dtype=np.int64)  # the same ints
     i = 0
     while i < last:
         b = bucket(times[i])
         j = bisect_right(times, b, i, last, key=bucket)
-        u = max(useds[i:j]) / capacity
+        u = (max(useds[i:j]) if view is None else int(view[i:j].max())) / capacity
         out.append((round((b + 1) * end / TIMELINE_POINTS, 6), round(u, 6)))
         i = j
     return out + [(round(end, 6), round(useds[-1] / capacity, 6))]  # the pool at the end

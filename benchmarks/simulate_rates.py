@@ -111,6 +111,51 @@ timeline and latency arrays' appends (array.append parses each float), dict upda
 (running, zombies, the decoders' buckets) and the allocator. A further cut needs those data
 structures typed for C (a native event heap, native arrays) or the step-time model called
 as a native function, changes of the engine's and the clock's code rather than compiling it.
+
+Then the speed2 branch (issue 24 item 6, second round): those changes. Before = main at
+1022cc6, after = speed2 at 2c5e188, both compiled (``python tools/build_fast.py`` in each
+checkout), one run each on this 2-core machine (load ~1), rates 5 and 10 added (the slowest
+now); the JSON hash is the same before and after at every rate, and the same again in pure
+Python at 2c5e188 (``KVPLAN_PURE_PYTHON=1``):
+
+    rate    CPU s          wall s         peak RSS MiB   steps         sha256
+    1/s     6.98 -> 3.95   6.89 -> 3.96   195 -> 197     107,625,611   aec6275ba09c
+    5/s     7.23 -> 4.49   7.13 -> 4.50   194 -> 196      24,595,871   43df66a363f6
+    10/s    7.12 -> 3.88   7.02 -> 3.88   179 -> 181       9,479,319   c2f6e29adbaf
+    20/s    4.99 -> 3.41   4.89 -> 3.41   174 -> 175       1,450,824   a8ff966a9069
+    40/s    4.11 -> 3.10   4.01 -> 3.10   174 -> 175         199,145   fe38b04e6555
+    100/s   4.02 -> 3.24   3.92 -> 3.25   174 -> 174         199,110   b2dde97faf93
+
+(The hashes differ from those above: main gained the API server's per-token term since.)
+Pure Python, same runs: 1/s 25.29 -> 24.37 s CPU, 20/s 13.46 -> 13.52 s (unchanged within
+noise); 5/s 24.99, 10/s 22.58, 40/s 8.24, 100/s 8.12 s at 2c5e188. Within 5 s at every rate.
+What changed (profiles of 200k requests, perf on the compiled engine, cProfile on pure; the
+engine's run alone, compiled, 1/s 1.00 -> 0.60 s, 20/s 0.67 -> 0.49 s):
+
+- the step times: compiled, ``roofline.LineTimer``'s methods (typed fields, C doubles in and
+  out) instead of ``StepModel.timers()``' closures, called through Python's protocol with
+  boxed arguments; its products of whole numbers are products of doubles, exact below 2**53
+  (above, the ints' way): compiled, ``flops_per_token x tokens`` (a factor past 2**30) went
+  through Python's big ints at every call;
+- the timeline's points go to lists and into the array columns 16,384 at a time (an array's
+  append parses its argument and reallocates every 1/16 of growth): 16 % of the engine at 1/s;
+- ``engine.COMPILED`` (its functions are native): a C loop over the decoders' block weights
+  where interpreted code slices and ``sum()``s; bound methods no longer made into locals at
+  every ``_single_step``; admissions numbered by an int; the inter-token latency bins a native
+  ``ItlBin``; ``//`` and ``%`` for ``divmod``'s tuple; ``heappush`` / ``heappop`` imported;
+- the workload (1M, 0.60 -> 0.43 s): the bulk lognormal draws take numpy's ``log`` / ``exp``
+  where they decide as libm's would (libm's within 1e-12 of an edge: the same numbers), the
+  outputs cut to ``max_model_len`` only where they pass it, the Random's final state from the
+  last chunk's, not every word drawn again (the Poisson gaps stay Python's ``expovariate``:
+  their floats are the arrivals, and numpy's ``log`` is not always libm's);
+- the result: the timeline's peaks and the most blocks seen by numpy over the same ints;
+- ``simulate`` sets ``OPENBLAS_NUM_THREADS=1`` (unless set): numpy's idle BLAS threads spun
+  ~0.1 s of CPU a run, and a replay does no linear algebra.
+
+Where the 1/s time goes now (1M, ~4 s): the compiled engine ~2.9 s (dict look-ups of the
+running / zombie requests, heapq on boxed event keys, the free queue's ``[count, chain]``
+lists, the latency arrays' appends), the workload ~0.45 s (the Poisson gaps ~0.17 s), start-up
+and imports ~0.4 s, the result ~0.1 s, the JSON.
 """
 
 from __future__ import annotations

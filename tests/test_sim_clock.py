@@ -115,6 +115,48 @@ def test_timers_are_the_methods_to_the_last_bit(terms: dict[str, float]) -> None
         assert step_s(n, kv, kv) == m.step_s(n, kv, kv)
     moe = model(expert_bytes=10**9, experts=128, experts_per_token=8)
     assert moe.timers() == (moe.step_s, moe.decode_s)
+    assert moe.line_timer() is None
+
+
+@pytest.mark.parametrize(
+    "terms",
+    [
+        {},
+        {"memory_efficiency": 0.9, "compute_efficiency": 0.6, "layer_floor_s": 0.0014},
+        {"comm_s_per_token": 1e-7, "compute_efficiency": 0.01, "layer_floor_s": 0.0013},
+        # Qwen2.5-7B's factors on one GPU (roofline_for): 2 x 7,615,616,512 FLOPs a token,
+        # 4 x 28 heads x 128 x 28 layers a (query, key) pair, 28 x 2 x 4 x 128 x 2 KV bytes
+        {
+            "flops_per_token": 15_231_233_024,
+            "attention_flops": 401_408,
+            "kv_bytes_per_token": 57_344,
+        },
+        # products past 2**53: the ints' way (a 2**50-FLOP token times 9,000 tokens)
+        {"flops_per_token": 2**50 + 1, "kv_bytes_per_token": 2**40 + 3},
+        # a factor past 2**53 itself (not exact as a double): every call the ints' way
+        {"attention_flops": 2**60 + 1},
+    ],
+)
+def test_line_timer_is_the_closures_to_the_last_bit(terms: dict[str, float]) -> None:
+    # compiled, the engine calls StepModel.line_timer()'s methods instead of the closures:
+    # products of doubles where they are exact (below 2**53), the ints' products past that
+    import random
+
+    m = model(**terms)
+    step_s, decode_s = m.timers()
+    line = m.line_timer()
+    assert line is not None
+    rng = random.Random(6)
+    for _ in range(3000):
+        n, kv, steps = rng.randint(0, 600), rng.randint(0, 10**7), rng.randint(-1, 5000)
+        tokens, pairs, seqs = rng.randint(0, 9000), rng.randint(0, 10**8), rng.randint(0, 300)
+        assert line.decode(n, kv, steps) == decode_s(n, kv, steps)
+        assert line.step(tokens, kv, pairs, seqs) == step_s(tokens, kv, pairs, seqs)
+        assert line.step(n, kv, kv, 0) == step_s(n, kv, kv)
+    # the boundary: the largest product a double holds exactly, and the first it rounds
+    for kv in (2**53 // m.kv_bytes_per_token, 2**53 // m.kv_bytes_per_token + 1, 2**60):
+        assert line.step(1, kv, 1, 0) == step_s(1, kv, 1)
+        assert line.decode(2, kv, 3) == decode_s(2, kv, 3)
 
 
 def test_sum_of_the_max_of_lines_by_hand() -> None:
@@ -323,6 +365,26 @@ def test_bench_workload_shapes() -> None:
     assert mean == pytest.approx(230, rel=0.15)  # PR #18566: 229,711 tokens / 1,000 prompts
     with pytest.raises(UsageError, match="--avg-prompt-tokens and --avg-output-tokens"):
         bench_workload(prompt_tokens=10, output_tokens=None)
+
+
+@pytest.mark.parametrize("n", [500, 40_000])  # the loop, and numpy's way from BULK_DRAWS
+def test_bench_workload_cuts_outputs_to_max_model_len(n: int) -> None:
+    # lognormal lengths (sigma 1.0 / 0.8) around 700 + 300 tokens under a 2,000-token limit:
+    # prompts are drawn up to limit - 1 and outputs up to limit // 2, and an output is cut to
+    # limit - prompt (at least 1) where the two pass the limit; the others are as drawn
+    limit = 2000
+    drawn = bench_workload(prompt_tokens=700, output_tokens=300, num_requests=n)
+    cut = bench_workload(prompt_tokens=700, output_tokens=300, num_requests=n, max_model_len=limit)
+    assert [r.prompt_tokens for r in cut.requests] == [
+        min(r.prompt_tokens, limit - 1) for r in drawn.requests
+    ]
+    over = 0
+    for a, b in zip(drawn.requests, cut.requests, strict=True):
+        o = min(a.output_tokens, limit // 2)
+        p = b.prompt_tokens
+        over += p + o > limit
+        assert b.output_tokens == (o if p + o <= limit else max(1, limit - p))
+    assert over > 0  # the cut is exercised
 
 
 # --------------------------------------------------------------------------- public benchmarks

@@ -326,6 +326,20 @@ def test_percentiles_sorted_by_numpy_are_the_runs(monkeypatch: pytest.MonkeyPatc
     column.append(1.0)  # numpy let go of its buffer
 
 
+def test_timeline_of_many_points_by_numpy_is_the_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    # past SORT_RUN points the timeline's peaks and the most blocks seen are numpy's maxima
+    # over the same ints: the same points as max() over the slices
+    pytest.importorskip("numpy")
+    rng = random.Random(3)
+    times = array("d", sorted(rng.uniform(0, 500) for _ in range(100_000)))
+    useds = array("q", (rng.randint(0, 9_000) for _ in range(100_000)))
+    fast = engine._downsample(times, useds, 9_001), engine._max_of(useds)
+    monkeypatch.setattr(engine, "numpy_module", lambda: None)
+    slow = engine._downsample(times, useds, 9_001), engine._max_of(useds)
+    assert fast == slow and fast[1] == max(useds) and len(fast[0]) == engine.TIMELINE_POINTS + 1
+    useds.append(1)  # numpy let go of the buffer
+
+
 # --------------------------------------------------------------------------- roofline
 
 

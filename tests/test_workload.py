@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import statistics
 from dataclasses import asdict
@@ -288,6 +289,31 @@ def test_bulk_lognormal_draws_are_the_loops(monkeypatch: pytest.MonkeyPatch, sig
     chunked_rng = random.Random("kvplan:3:prompt_tokens")
     assert dist.sample(chunked_rng, 30000) == loop
     assert chunked_rng.getstate() == loop_rng.getstate()
+
+
+def test_bulk_log_and_exp_decide_as_maths_at_the_edges() -> None:
+    # numpy's log and exp decide a draw only away from the edge of its decision (spec.NEAR);
+    # at the edge, within an ulp of it, math's: the acceptance test z^2 / 4 <= -log(u2), and
+    # the whole number exp(x) rounds to (half to even) between whole bounds
+    np = pytest.importorskip("numpy")
+    from planner.simulate import spec
+
+    rng = random.Random(11)
+    u2 = np.array([1.0 - rng.random() for _ in range(2000)] + [1.0, 2.0**-53])
+    exact = np.array([-math.log(u) for u in u2.tolist()])
+    for lhs in (exact, np.nextafter(exact, -1.0), np.nextafter(exact, 9.0), exact * 0.5):
+        want = [a <= -math.log(u) for a, u in zip(lhs.tolist(), u2.tolist(), strict=True)]
+        assert spec._accepted(np, lhs, u2).tolist() == want
+    # x whose exp is within an ulp or two of k + 0.5, and the rest of the range it is used in
+    halves = [math.log(k + 0.5) for k in range(1, 3000)]
+    xs = halves + [math.nextafter(x, 0) for x in halves] + [math.nextafter(x, 9) for x in halves]
+    xs += [rng.uniform(-5, 709.0) for _ in range(2000)] + [709.0, -800.0, math.nan]
+    x = np.array(xs)
+    got = spec._exp_rounding(np, x)
+    for low, high in ((1, 2000), (3, 10**9), (1, 1 << 40)):
+        want = [low if math.isnan(v) else round(min(max(math.exp(v), low), high)) for v in xs]
+        rounded = np.where(np.isnan(got), low, np.rint(np.clip(got, low, high)))
+        assert rounded.astype(np.int64).tolist() == want
 
 
 def test_empirical_picks_bins_by_weight() -> None:

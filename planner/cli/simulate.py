@@ -197,6 +197,12 @@ def simulate(
     Benchmark-shaped: kvplan simulate llama-3.1-8b --gpu h100 --dataset random
     --avg-prompt-tokens 1024 --avg-output-tokens 128 --max-concurrency 16
     """
+    import os
+
+    # numpy (optional: planner.simulate.fast) starts one OpenBLAS thread a core, which spin
+    # on the CPU for a while after each call; a replay does no linear algebra (sorting and
+    # random draws only), so one thread: ~0.1 s less CPU per run (benchmarks/simulate_rates.py)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from dataclasses import replace
 
     from planner.deployment import Deployment

@@ -119,7 +119,14 @@ from planner.gpus import Gpu
 from planner.kv_layout import KVEstimate
 from planner.layer_shapes import is_moe_layer
 from planner.model.specs import ModelSpec
-from planner.simulate.roofline import DecodeFn, ModelParams, Roofline, StepFn, roofline_for
+from planner.simulate.roofline import (
+    DecodeFn,
+    LineTimer,
+    ModelParams,
+    Roofline,
+    StepFn,
+    roofline_for,
+)
 
 LAYER_FLOOR_S = 50e-6
 EAGER_LAYER_FLOOR_S = 150e-6
@@ -320,6 +327,27 @@ class StepModel(Roofline):
             )
 
         return step_s, decode_s
+
+    def line_timer(self) -> LineTimer | None:
+        """:meth:`timers`' closures as a :class:`planner.simulate.roofline.LineTimer` (a
+        native object where the engine is compiled, called without boxing), None for a MoE
+        model (its expert share is not a line)."""
+        if self.experts:
+            return None
+        eb = self.expert_bytes
+        return LineTimer(
+            self.weight_bytes - eb + eb * 0.0,
+            self.kv_bytes_per_token,
+            self.flops_per_token,
+            self.attention_flops,
+            self.bandwidth_bytes_per_s * self.memory_efficiency,
+            self.flops_per_s * self.compute_efficiency,
+            self.overhead_s,
+            self.seq_overhead_s,
+            self.layer_floor_s,
+            self.comm_fixed_s,
+            self.comm_s_per_token,
+        )
 
     def terms(self) -> dict[str, float]:
         """The terms by name, for the report."""

@@ -148,7 +148,7 @@ def _combine(
         e2e.extend(e.e2e)
     itl_hist: dict[int, list[float]] = {}
     for e in engines:
-        for b, (w, sec) in e.itl_hist.items():
+        for b, (w, sec) in e.itl_cells().items():
             cell = itl_hist.setdefault(b, [0.0, 0.0])
             cell[0] += w
             cell[1] += sec

@@ -62,7 +62,6 @@ request in flight) after it is sent.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 import operator
@@ -71,12 +70,14 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from types import FunctionType
 from typing import Any, Final
 
 from planner.kv_layout import KVEstimate
 from planner.model.specs import cdiv
 from planner.simulate.fast import numpy_module, python_class
-from planner.simulate.roofline import StepTimer, timers_of
+from planner.simulate.roofline import LineTimer, StepTimer, line_timer_of, timers_of
 from planner.simulate.workload import RequestList, Workload
 
 # (Final: a constant where the engine is compiled, not a look-up in the module's globals)
@@ -89,7 +90,17 @@ TIMELINE_POINTS = 240
 # an event holds an admission number below 2**30 (a replay admitting more stops), so that an
 # event stays below 2**62 up to step 2**30: one machine word where the engine is compiled
 SEQ_MASK: Final = (1 << 30) - 1
+
+
+def _native() -> None:
+    """A function, compiled or not (:data:`COMPILED`)."""
+
+
+# whether this module runs compiled (tools/build_fast.py: its functions are then native, not
+# Python functions): a few hot spots take the way that is faster there, the same numbers
+COMPILED: Final = not isinstance(_native, FunctionType)
 SORT_RUN = 1 << 16  # Percentiles.of_array sorts latencies in runs of this many
+TL_CHUNK: Final = 1 << 14  # SimEngine's timeline points, moved into its columns this many at a time
 ARRIVAL_BATCH = 1024  # SimEngine._arrivals makes requests without a shared prefix this many at once
 
 
@@ -595,6 +606,17 @@ class SimRequest:
         # fewer stores: see the class attributes
 
 
+class ItlBin:
+    """One bin of the engine's inter-token latency histogram: decode tokens, and the
+    seconds they took in all (:meth:`SimEngine.itl_cells` lists them)."""
+
+    __slots__ = ("tokens", "seconds")
+
+    def __init__(self, tokens: int, seconds: float) -> None:
+        self.tokens = tokens
+        self.seconds = seconds
+
+
 def _unused_slots(x: int, b: int) -> int:
     """sum over 1 <= y <= x of (-y) mod b: empty slots in the last block at each length."""
     q, r = divmod(x, b)
@@ -622,6 +644,9 @@ class SimEngine:
         self.max_seqs = config.max_num_seqs
         self.roof = config.roofline
         self.step_s, self.decode_s = timers_of(config.roofline)  # the same floats, faster
+        # compiled, a dense model's step times are a native object's methods instead (the
+        # same floats again, called without boxing; interpreted, the closures are faster)
+        self.line: LineTimer | None = line_timer_of(config.roofline) if COMPILED else None
         self.full_isl = config.reserve_full_isl
         self.prepend = config.prepend_uncached_free and self.caching
         self.asyn = config.async_scheduling
@@ -671,7 +696,7 @@ class SimEngine:
         self.pulled = 0  # requests queued so far (the progress bar's count)
         self.running: dict[int, SimRequest] = {}
         self.partial: SimRequest | None = None
-        self.seqs = itertools.count()
+        self.seqs = 0  # admissions so far: the next one's number
         self.step = 0
         self.now = 0.0
         self.next_arrival = math.inf
@@ -693,8 +718,12 @@ class SimEngine:
         self.usage_time = [0.0] * (USAGE_BINS + 1)
         self.peak = 0
         # (seconds, blocks used) after each step or stretch and at idle points, as two columns
-        self.tl_time: array[float] = array("d")
-        self.tl_used: array[int] = array("q")
+        # (kept as lists of TL_CHUNK points at most, added to the columns a chunk at a time:
+        # the tl_time and tl_used properties)
+        self._tl_time: array[float] = array("d")
+        self._tl_used: array[int] = array("q")
+        self.tl_t: list[float] = []
+        self.tl_u: list[int] = []
         self.conc_time = 0.0
         self.max_conc = 0
         self.preemptions = 0
@@ -708,7 +737,7 @@ class SimEngine:
         self.e2e: array[float] = array("d")  # one per finished request
         # inter-token latencies: step durations weighted by the decode tokens each produced,
         # binned in log(seconds) (BenchFigures), and their exact sum
-        self.itl_hist: dict[int, list[float]] = {}  # bin -> [tokens, their seconds]
+        self.itl_hist: dict[int, ItlBin] = {}  # bin -> its tokens and their seconds
         self.itl_sum = 0.0
         self.prompt_done = 0
         self.output_done = 0
@@ -745,6 +774,28 @@ class SimEngine:
         self.zombie_finish = self.asyn and not self.closed
         if self.closed:
             self.plain_finish = False
+
+    @property
+    def tl_time(self) -> array[float]:
+        """The recorded points' times (seconds), in order."""
+        self._flush_timeline()
+        return self._tl_time
+
+    @property
+    def tl_used(self) -> array[int]:
+        """The recorded points' blocks in use, in order."""
+        self._flush_timeline()
+        return self._tl_used
+
+    def _flush_timeline(self) -> None:
+        """Move the points recorded since the last call into the columns: a list's append
+        per point and an array's ``fromlist`` per chunk cost less than an array's append per
+        point (which parses its argument and reallocates the array every 1/16 of growth)."""
+        if self.tl_t:
+            self._tl_time.fromlist(self.tl_t)
+            self._tl_used.fromlist(self.tl_u)
+            self.tl_t.clear()
+            self.tl_u.clear()
 
     # ------------------------------------------------------------------ pool
     def _take(self, k: int) -> None:
@@ -926,7 +977,7 @@ class SimEngine:
         self.dec_n += 1
         self.dec_sum += length
         finish = base + r.prompt + r.output - 2
-        heapq.heappush(self.events, finish << 32 | r.seq << 2)
+        heappush(self.events, finish << 32 | r.seq << 2)
         if caps:
             self._push_cap(r, n, finish)
 
@@ -943,7 +994,7 @@ class SimEngine:
             if c > n:
                 step = r.base + (c - 1) * self.B - self.k
                 if step <= finish:
-                    heapq.heappush(self.events, step << 32 | r.seq << 2 | 1)
+                    heappush(self.events, step << 32 | r.seq << 2 | 1)
                 return
 
     def _drop_decoder(self, r: SimRequest) -> int:
@@ -964,8 +1015,8 @@ class SimEngine:
         slots of its last block, sum over y of (-y) mod B (see :func:`_unused_slots`)."""
         B = self.B
         half = B * (B - 1) // 2  # empty slots over one full cycle of lengths
-        q, r1 = divmod(x1, B)
-        q0, r0 = divmod(x0 - 1, B)
+        q, r1 = x1 // B, x1 % B
+        q0, r0 = (x0 - 1) // B, (x0 - 1) % B
         unused = (q - q0) * half + r1 * B - r1 * (r1 + 1) // 2 - r0 * B + r0 * (r0 + 1) // 2
         tokens = (x1 * (x1 + 1) - (x0 - 1) * x0) // 2
         self.unused_slots += unused
@@ -997,7 +1048,7 @@ class SimEngine:
         if self.asyn:  # released once the next step is scheduled (module docstring)
             r.computed = tokens
             self.zombies[r.seq] = r
-            heapq.heappush(self.events, self.step << 32 | r.seq << 2 | 2)
+            heappush(self.events, self.step << 32 | r.seq << 2 | 2)
         elif r.chain is None:
             self._release_plain(tokens)
         else:
@@ -1019,10 +1070,10 @@ class SimEngine:
         b = math.floor(math.log(dt) * ITL_BINS_PER_E)
         cell = self.itl_hist.get(b)
         if cell is None:
-            self.itl_hist[b] = [tokens, dt * tokens]
+            self.itl_hist[b] = ItlBin(tokens, dt * tokens)
         else:
-            cell[0] += tokens
-            cell[1] += dt * tokens
+            cell.tokens += tokens
+            cell.seconds += dt * tokens
         self.itl_sum += dt * tokens
 
     def _completed(self, now: float) -> None:
@@ -1095,8 +1146,11 @@ class SimEngine:
         self.conc_time += running * dt
         if running > self.max_conc:
             self.max_conc = running
-        self.tl_time.append(self.now)
-        self.tl_used.append(used_last)
+        tl = self.tl_t
+        tl.append(self.now)
+        self.tl_u.append(used_last)
+        if len(tl) >= TL_CHUNK:
+            self._flush_timeline()
         self.alloc_slots += self.chain_tb * self.B * steps
 
     def _process_events(self, last: int) -> None:
@@ -1104,11 +1158,10 @@ class SimEngine:
         scheduling), at steps up to ``last`` (the step just run)."""
         ev = self.events
         running, zombies = self.running, self.zombies
-        heappop = heapq.heappop
         B, half, part = self.B, self.frag_half, self.frag_part
         # a finish without a shared prefix, scheduling synchronously: _finish inlined below
         plain_finish, plain, fg = self.plain_finish, self.plain, self.fg
-        zombie_finish, heappush = self.zombie_finish, heapq.heappush
+        zombie_finish = self.zombie_finish
         caching, prepend, fq = self.caching, self.prepend, self.queue
         finish_steps, step, now = self.finish_steps, self.step, self.now
         ttft, e2e, tpot = self.ttft, self.e2e, self.tpot
@@ -1136,8 +1189,8 @@ class SimEngine:
                 self.dec_sum -= length
                 x0 = r.l_start  # decode steps ran at lengths l_start .. length - 1
                 if length > x0:
-                    q, r1 = divmod(length, B)
-                    q0, r0 = divmod(x0, B)
+                    q, r1 = length // B, length % B  # (not divmod: a tuple, boxed compiled)
+                    q0, r0 = x0 // B, x0 % B
                     unused = (q - q0) * half + part[r1] - part[r0]
                     self.unused_slots += unused
                     self.alloc_slots += (
@@ -1204,7 +1257,7 @@ class SimEngine:
     def _blocks_needed(self, s: int, k: int) -> int:
         """Blocks the decoders allocate over steps s .. s + k - 1."""
         B, cw = self.B, self.cw
-        q, rem = divmod(k, B)
+        q, rem = k // B, k % B
         start = s % B
         if start + rem <= B:
             part = sum(cw[start : start + rem])
@@ -1215,7 +1268,7 @@ class SimEngine:
     def _steps_fitting(self, s: int, free: int) -> int:
         """How many decode steps from ``s`` the free blocks cover."""
         B, cw, total = self.B, self.cw, self.cw_total
-        q, rem = divmod(free, total)
+        q, rem = free // total, free % total
         k = q * B
         while True:
             need = cw[(s + k) % B]
@@ -1234,7 +1287,6 @@ class SimEngine:
         (the same call, so the same float)."""
         ev = self.events
         running, zombies = self.running, self.zombies
-        heappop = heapq.heappop
         while ev:  # drop stale events
             e = ev[0]
             if ((e >> 2) & SEQ_MASK) in (zombies if e & 3 == 2 else running):
@@ -1257,9 +1309,13 @@ class SimEngine:
         B, cw, cw_total = self.B, self.cw, self.cw_total
         if cw_total:
             # _blocks_needed(s, k), inlined
-            q, rem = divmod(k, B)
+            q, rem = k // B, k % B
             start = s % B
-            if start + rem <= B:
+            if COMPILED:  # a C loop over the list (interpreted, slices and sum() are faster)
+                need = q * cw_total
+                for i in range(start, start + rem):
+                    need += cw[i - B if i >= B else i]
+            elif start + rem <= B:
                 need = q * cw_total + sum(cw[start : start + rem])
             else:
                 need = q * cw_total + sum(cw[start:]) + sum(cw[: start + rem - B])
@@ -1286,17 +1342,18 @@ class SimEngine:
                 else:
                     self._evict(need)
         if dt < 0:
-            dt = self.decode_s(n, kv, k)
+            line = self.line
+            dt = self.decode_s(n, kv, k) if line is None else line.decode(n, kv, k)
         if dt > 0:  # _itl(dt / k, n * k), inlined
             per = dt / k
             tokens = n * k
             b = math.floor(math.log(per) * ITL_BINS_PER_E)
             cell = self.itl_hist.get(b)
             if cell is None:
-                self.itl_hist[b] = [tokens, per * tokens]
-            else:
-                cell[0] += tokens
-                cell[1] += per * tokens
+                self.itl_hist[b] = ItlBin(tokens, per * tokens)
+            else:  # (a native object's fields compiled, not a list's boxed numbers)
+                cell.tokens += tokens
+                cell.seconds += per * tokens
             self.itl_sum += per * tokens
         self.now = now = self.now + dt
         self.step = s + k
@@ -1318,8 +1375,11 @@ class SimEngine:
         self.conc_time += conc * dt
         if conc > self.max_conc:
             self.max_conc = conc
-        self.tl_time.append(now)
-        self.tl_used.append(used_last)
+        tl = self.tl_t
+        tl.append(now)
+        self.tl_u.append(used_last)
+        if len(tl) >= TL_CHUNK:
+            self._flush_timeline()
         self.alloc_slots += self.chain_tb * B * k
         if ev[0] >> 32 < s + k:
             self._process_events(s + k - 1)
@@ -1347,17 +1407,24 @@ class SimEngine:
         Step times only grow within a stretch, so with g(k) the k-th step's time the answer
         lies in [seconds / g(hi - 1), hi], hi = ceil(seconds / g(0)): a narrow bracket to
         bisect, since contexts grow slowly relative to their length."""
-        step_s, decode_s = self.step_s, self.decode_s
         kv = self.dec_sum + n
-        first = step_s(n, kv, kv)
+        line = self.line
+        if line is not None:  # (compiled: the native step times)
+            first = line.step(n, kv, kv, 0)
+        else:
+            first = self.step_s(n, kv, kv)
         hi = math.ceil(seconds / first) if first > 0 else limit
         if hi >= limit:
-            at_limit = decode_s(n, kv, limit)
+            at_limit = self.decode_s(n, kv, limit) if line is None else line.decode(n, kv, limit)
             if at_limit < seconds or limit == 1:
                 return limit, at_limit
             return self._bisect(seconds, n, kv, 1, limit, at_limit)
         hi = max(1, hi)
-        last = step_s(n, kv + n * (hi - 1), kv + n * (hi - 1))
+        top = kv + n * (hi - 1)
+        if line is not None:
+            last = line.step(n, top, top, 0)
+        else:
+            last = self.step_s(n, top, top)
         lo = max(1, min(hi, int(seconds / last)))
         return self._bisect(seconds, n, kv, lo, hi, -1.0)
 
@@ -1366,10 +1433,10 @@ class SimEngine:
     ) -> tuple[int, float]:
         """Smallest k in [lo, hi] whose k decode steps take at least ``seconds`` (hi must),
         and their time if it was computed (``at_hi``: hi's, -1.0 if not known)."""
-        decode_s = self.decode_s
+        decode_s, line = self.decode_s, self.line
         while lo < hi:
             mid = (lo + hi) // 2
-            t = decode_s(n, kv, mid)
+            t = decode_s(n, kv, mid) if line is None else line.decode(n, kv, mid)
             if t >= seconds:
                 hi, at_hi = mid, t
             else:
@@ -1437,16 +1504,21 @@ class SimEngine:
             used = self.capacity - self.free
             if used > self.peak:
                 self.peak = used
-            self.tl_time.append(self.now)
-            self.tl_used.append(used)
+            tl = self.tl_t
+            tl.append(self.now)
+            self.tl_u.append(used)
+            if len(tl) >= TL_CHUNK:
+                self._flush_timeline()
             self.alloc_slots += self.chain_tb * self.B
             ev = self.events
             if ev and ev[0] >> 32 <= s:
                 self._process_events(s)
             return
-        B, blocks, fg, take = self.B, self.blocks, self.fg, self._take
+        # (self._take and self._evict called as methods: bound methods made into locals at
+        # every call are slower, compiled, than the calls they save)
+        B, blocks, fg = self.B, self.blocks, self.fg
         slot_blocks = self.slot_blocks
-        caching, q, evict = self.caching, self.queue, self._evict
+        caching, q = self.caching, self.queue
         need = self.cw[s % B]
         preempted = False
         if need:
@@ -1458,7 +1530,7 @@ class SimEngine:
                     if seg[1] is None and seg[0] > need:
                         seg[0] -= need
                     else:
-                        evict(need)
+                        self._evict(need)
             else:
                 preempted = self._exhaust(s % B)
         n = self.dec_n
@@ -1476,7 +1548,7 @@ class SimEngine:
                 self._preempt(p)
                 preempted = True
             else:
-                take(need)
+                self._take(need)
                 p.computed = b
                 if p.chain is not None and p.held < p.chain.m:
                     new = min(p.chain.m, b // B)
@@ -1538,7 +1610,7 @@ class SimEngine:
                     if seg[1] is None and seg[0] > new_blocks:
                         seg[0] -= new_blocks
                     else:
-                        evict(new_blocks)
+                        self._evict(new_blocks)
                 queried += num
                 if hits:
                     self.hit_tokens += a
@@ -1554,7 +1626,8 @@ class SimEngine:
                     held = min(r.chain.m, b // B)
                     self._hold(r.chain, 0, held)
                     r.held = held
-                r.seq = seq = next(self.seqs)
+                r.seq = seq = self.seqs
+                self.seqs = seq + 1
                 if seq > SEQ_MASK:
                     raise AssertionError("more than 2**30 admissions: an event cannot hold one")
                 running[seq] = r
@@ -1578,7 +1651,12 @@ class SimEngine:
         if not running and not done and not self.zombies:
             if waiting and not preempted:  # cannot fit even into an empty pool
                 raise AssertionError("a request larger than the pool reached the scheduler")
-        dt = self.step_s(tokens, kv, pairs, len(running)) if tokens else 0.0
+        if not tokens:
+            dt = 0.0
+        elif self.line is None:
+            dt = self.step_s(tokens, kv, pairs, len(running))
+        else:
+            dt = self.line.step(tokens, kv, pairs, len(running))
         if n and dt > 0:
             self._itl(dt, n)
         self.now = now = self.now + dt
@@ -1593,8 +1671,11 @@ class SimEngine:
         self.conc_time += conc * dt
         if conc > self.max_conc:
             self.max_conc = conc
-        self.tl_time.append(now)
-        self.tl_used.append(used)
+        tl = self.tl_t
+        tl.append(now)
+        self.tl_u.append(used)
+        if len(tl) >= TL_CHUNK:
+            self._flush_timeline()
         self.alloc_slots += self.chain_tb * B
         ev = self.events
         if ev and ev[0] >> 32 <= s:
@@ -1606,7 +1687,7 @@ class SimEngine:
                 self._prefilled(r)
             return
         # _prefilled and _add_decoder, without window groups: every block boundary takes fg
-        cw, buckets, push = self.cw, self.buckets, heapq.heappush
+        cw, buckets = self.cw, self.buckets
         for r in done:
             r.generated += 1
             if r.first_token < 0:
@@ -1624,7 +1705,7 @@ class SimEngine:
             buckets[res][r.seq] = r
             self.dec_n += 1
             self.dec_sum += length
-            push(ev, (base + r.prompt + r.output - 2) << 32 | r.seq << 2)  # kind 0
+            heappush(ev, (base + r.prompt + r.output - 2) << 32 | r.seq << 2)  # kind 0
 
     def _touch(self, r: SimRequest, shared: int, own: int, touch: int) -> None:
         """Take cached free blocks out of the free queue for a prefix-cache hit: a hit always
@@ -1781,8 +1862,11 @@ class SimEngine:
                 self._pull()
             if not running and not self.zombies:
                 if not waiting:
-                    self.tl_time.append(now)
-                    self.tl_used.append(self.capacity - self.free)
+                    tl = self.tl_t
+                    tl.append(now)
+                    self.tl_u.append(self.capacity - self.free)
+                    if len(tl) >= TL_CHUNK:
+                        self._flush_timeline()
                     if self.nxt is None:
                         return
                     assert self.next_arrival < math.inf, "a closed loop waits on nothing"
@@ -1802,8 +1886,11 @@ class SimEngine:
         """Queue ``r``, dispatched to this rank when it arrived (``planner.simulate.cluster``);
         an idle rank waits for it, as :meth:`run` waits for the next arrival."""
         if not self.running and not self.zombies and not self.waiting and self.now < r.arrival:
-            self.tl_time.append(self.now)
-            self.tl_used.append(self.capacity - self.free)
+            tl = self.tl_t
+            tl.append(self.now)
+            self.tl_u.append(self.capacity - self.free)
+            if len(tl) >= TL_CHUNK:
+                self._flush_timeline()
             self.now = r.arrival
         self.waiting.append(r)
 
@@ -1831,8 +1918,16 @@ class SimEngine:
         """Run to the end (no more requests come), recording the pool at the end as
         :meth:`run` does."""
         self.advance(math.inf)
-        self.tl_time.append(self.now)
-        self.tl_used.append(self.capacity - self.free)
+        tl = self.tl_t
+        tl.append(self.now)
+        self.tl_u.append(self.capacity - self.free)
+        if len(tl) >= TL_CHUNK:
+            self._flush_timeline()
+
+    def itl_cells(self) -> dict[int, list[float]]:
+        """The inter-token latency histogram as :class:`BenchFigures` takes it: bin ->
+        ``[tokens, their seconds]``."""
+        return {b: [c.tokens, c.seconds] for b, c in self.itl_hist.items()}
 
     def result(self, workload: Workload) -> SimResult:
         duration = self.now
@@ -1876,7 +1971,7 @@ class SimEngine:
             finish_steps=self.finish_steps,
             allocated_blocks=self.allocated,
             freed_blocks=self.freed,
-            max_used_blocks_seen=max(self.tl_used, default=0),
+            max_used_blocks_seen=_max_of(self.tl_used),
             cpu_blocks=self.cfg.cpu_blocks if self.caching else 0,
             cpu_hit_tokens=self.cpu_hit_tokens,
             bench=BenchFigures.of(
@@ -1886,7 +1981,7 @@ class SimEngine:
                 ttft=self.ttft,
                 tpot=self.tpot,
                 e2e=self.e2e,
-                itl_hist=self.itl_hist,
+                itl_hist=self.itl_cells(),
                 itl_sum=self.itl_sum,
             ),
         )
@@ -2048,6 +2143,15 @@ def usage_quantile(usage_time: Sequence[float], q: float) -> float:
     return 1.0
 
 
+def _max_of(values: array[int]) -> int:
+    """``max(values, default=0)``, by numpy where it is installed and ``values`` long (a
+    million-request replay records millions of points)."""
+    np = numpy_module() if len(values) > SORT_RUN else None
+    if np is None:
+        return max(values, default=0)
+    return int(np.frombuffer(values, dtype=np.int64).max())
+
+
 def _downsample(
     times: Sequence[float], useds: Sequence[int], capacity: int
 ) -> list[tuple[float, float]]:
@@ -2066,11 +2170,13 @@ def _downsample(
 
     out = []
     last = len(times) - 1  # every point but the last
+    np = numpy_module() if isinstance(useds, array) and len(useds) > SORT_RUN else None
+    view = None if np is None else np.frombuffer(useds, dtype=np.int64)  # the same ints
     i = 0
     while i < last:
         b = bucket(times[i])
         j = bisect_right(times, b, i, last, key=bucket)
-        u = max(useds[i:j]) / capacity
+        u = (max(useds[i:j]) if view is None else int(view[i:j].max())) / capacity
         out.append((round((b + 1) * end / TIMELINE_POINTS, 6), round(u, 6)))
         i = j
     return out + [(round(end, 6), round(useds[-1] / capacity, 6))]  # the pool at the end

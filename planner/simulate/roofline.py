@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from planner.errors import UsageError
 from planner.gpus import Gpu
@@ -36,6 +36,158 @@ class StepTimer(Protocol):
 # a StepTimer's step_s and decode_s as plain functions (timers_of)
 StepFn = Callable[..., float]
 DecodeFn = Callable[[int, int, int], float]
+
+
+# below this, a product of whole numbers is exact in a double (and above, never rounded below)
+EXACT: Final = 9007199254740992.0  # 2**53
+
+
+class LineTimer:
+    """:meth:`planner.simulate.clock.StepModel.timers`' two closures (a dense model's step
+    time, every term a constant or a line in the tokens) as the methods of one object with
+    typed fields: what the engine calls where it is compiled (``tools/build_fast.py``), a
+    native class whose methods take and return C ints and doubles, where a closure is called
+    through Python's call protocol with every argument and result boxed. Interpreted, the
+    closures are faster (a cell is cheaper to read than an attribute): the engine uses this
+    only compiled.
+
+    The same results to the last bit (tests/test_sim_clock.py): the closures' float operations
+    in the same order. Their products of whole numbers (``kv_bytes_per_token x kv_tokens``,
+    ``flops_per_token x tokens``, ...) are Python ints, exact, converted to a double where a
+    float meets them; here they are products of doubles, which are those exact values as long
+    as they stay below 2**53 (a product of two doubles is correctly rounded: exact when the
+    exact value fits 53 bits, and a sum of two exact ones is the exact sum correctly rounded,
+    as converting the ints' sum is). Compiled, an int product with a factor past 2**30
+    (``flops_per_token`` is 15,231,233,024 for Qwen2.5-7B) leaves the machine word for
+    Python's big ints; a double's does not. Where any product reaches 2**53 the methods take
+    the ints' way (``slow_step``, ``slow_decode``), as the closures do."""
+
+    __slots__ = (
+        "weights",
+        "kvb",
+        "fpt",
+        "att",
+        "kvb_f",
+        "fpt_f",
+        "att_f",
+        "exact",
+        "bw",
+        "fl",
+        "over",
+        "per_seq",
+        "floor",
+        "comm",
+        "comm_tok",
+    )
+
+    def __init__(
+        self,
+        weights: float,
+        kvb: int,
+        fpt: int,
+        att: int,
+        bw: float,
+        fl: float,
+        over: float,
+        per_seq: float,
+        floor: float,
+        comm: float,
+        comm_tok: float,
+    ) -> None:
+        self.weights, self.kvb, self.fpt, self.att = weights, kvb, fpt, att
+        # the factors as doubles, exact below 2**53 (else every call takes the ints' way)
+        self.exact = max(abs(kvb), abs(fpt), abs(att)) < EXACT
+        self.kvb_f, self.fpt_f, self.att_f = (
+            float(x) if self.exact else 0.0 for x in (kvb, fpt, att)
+        )
+        self.bw, self.fl = bw, fl
+        self.over, self.per_seq, self.floor = over, per_seq, floor
+        self.comm, self.comm_tok = comm, comm_tok
+
+    def step(self, tokens: int, kv_tokens: int, pairs: int, seqs: int) -> float:
+        """``step_s(tokens, kv_tokens, pairs, seqs)`` (0 seqs: as many as tokens)."""
+        if not tokens:
+            return self.over
+        kv = self.kvb_f * kv_tokens
+        c1 = self.fpt_f * tokens
+        c2 = self.att_f * pairs
+        if not (self.exact and -EXACT < kv < EXACT and -EXACT < c1 < EXACT and -EXACT < c2 < EXACT):
+            return self.slow_step(tokens, kv_tokens, pairs, seqs)
+        memory = (self.weights + kv) / self.bw
+        compute = (c1 + c2) / self.fl
+        cpu = self.over + self.per_seq * (seqs or tokens) + self.comm + self.comm_tok * tokens
+        return cpu + (memory if memory >= compute else compute) + self.floor
+
+    def slow_step(self, tokens: int, kv_tokens: int, pairs: int, seqs: int) -> float:
+        """:meth:`step` with Python's int products, as the closure has them."""
+        memory = (self.weights + self.kvb * kv_tokens) / self.bw
+        compute = (self.fpt * tokens + self.att * pairs) / self.fl
+        cpu = self.over + self.per_seq * (seqs or tokens) + self.comm + self.comm_tok * tokens
+        return cpu + (memory if memory >= compute else compute) + self.floor
+
+    def decode(self, n: int, kv_tokens: int, steps: int) -> float:
+        """``decode_s(n, kv_tokens, steps)``."""
+        over = self.over
+        if steps <= 0 or n <= 0:
+            return steps * over if steps > 0 else 0.0
+        kvb, att = self.kvb_f, self.att_f
+        m0, m1 = kvb * kv_tokens, kvb * n
+        c0, c1, c2 = self.fpt_f * n, att * kv_tokens, att * n
+        if not (
+            self.exact
+            and -EXACT < m0 < EXACT
+            and -EXACT < m1 < EXACT
+            and -EXACT < c0 < EXACT
+            and -EXACT < c1 < EXACT
+            and -EXACT < c2 < EXACT
+        ):
+            return self.slow_decode(n, kv_tokens, steps)
+        bw, fl = self.bw, self.fl
+        return self._sum(n, steps, (self.weights + m0) / bw, m1 / bw, (c0 + c1) / fl, c2 / fl)
+
+    def slow_decode(self, n: int, kv_tokens: int, steps: int) -> float:
+        """:meth:`decode` with Python's int products, as the closure has them."""
+        bw, fl, kvb, att = self.bw, self.fl, self.kvb, self.att
+        return self._sum(
+            n,
+            steps,
+            (self.weights + kvb * kv_tokens) / bw,
+            kvb * n / bw,
+            (self.fpt * n + att * kv_tokens) / fl,
+            att * n / fl,
+        )
+
+    def _sum(self, n: int, steps: int, a0: float, b0: float, a1: float, b1: float) -> float:
+        """The closure's fixed terms and its inlined ``sum_max_two_lines(a0, b0, a1, b1)``."""
+        fixed = (self.over + self.per_seq * n + self.comm + self.comm_tok * n) + self.floor
+        cut = 0
+        if b0 != b1:
+            x = (a1 - a0) / (b0 - b1)
+            if 0 < x < steps:
+                cut = math.ceil(x)
+        if cut == 0 or cut == steps:
+            mid = (steps - 1) / 2
+            if a1 + b1 * mid > a0 + b0 * mid:
+                a0, b0 = a1, b1
+            return steps * fixed + (0.0 + (steps * a0 + b0 * (steps * (steps - 1)) / 2))
+        mid = (cut - 1) / 2
+        a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
+        total = 0.0 + (cut * a + b * (cut * (cut - 1)) / 2)
+        mid = (cut + steps - 1) / 2
+        a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
+        return steps * fixed + (
+            total + ((steps - cut) * a + b * (steps * (steps - 1) - cut * (cut - 1)) / 2)
+        )
+
+
+def line_timer_of(timer: StepTimer) -> LineTimer | None:
+    """``timer``'s :class:`LineTimer` where it has one (a dense model's
+    :class:`planner.simulate.clock.StepModel`), else None (its :func:`timers_of` then)."""
+    line = getattr(timer, "line_timer", None)
+    if line is None:
+        return None
+    made: LineTimer | None = line()
+    return made
 
 
 def timers_of(timer: StepTimer) -> tuple[StepFn, DecodeFn]:

@@ -26,7 +26,7 @@ from planner.simulate.workload import (
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal", "lognormal", "empirical")
 # LogNormal.sample draws this many or more with numpy, when it is installed (_Uniforms): the
-# same numbers, ~2.5x faster; below it numpy's import costs more. (Arrival.times' one log a
+# same numbers, ~7x faster; below it numpy's import costs more. (Arrival.times' one log a
 # draw is as fast in Python's loop as over arrays.)
 BULK_DRAWS = 1 << 15
 BULK_CHUNK = 1 << 16  # and this many at a time (the floats math's log and exp take are few)
@@ -37,9 +37,10 @@ class _Uniforms:
     """``rng.random()``'s next values in bulk: numpy's MT19937 is CPython's generator (the
     reference MT19937, one 32-bit word per draw), so started from ``rng``'s state it yields the
     same words, and ``(a >> 5) * 2**26 + (b >> 6)``, times 2**-53, is how CPython's
-    ``random()`` makes a float of two (``Modules/_randommodule.c``): exact in float64. Only
-    arithmetic is done in numpy; ``log`` and ``exp`` stay ``math``'s (numpy's SIMD ones may
-    differ from libm's in the last bit), mapped over the arrays."""
+    ``random()`` makes a float of two (``Modules/_randommodule.c``): exact in float64. The
+    arithmetic is done in numpy; numpy's ``log`` and ``exp`` (SIMD ones, which may differ
+    from libm's in the last bit) only where they decide what libm's would (:func:`_accepted`,
+    :func:`_exp_rounding`), ``math``'s elsewhere."""
 
     def __init__(self, np: Any, rng: random.Random) -> None:
         version, internal, self.gauss = rng.getstate()
@@ -51,10 +52,16 @@ class _Uniforms:
         }
         self.bits = np.random.MT19937()
         self.bits.state = self.start
+        # (words drawn before each take, the generator's state then): done() starts from the
+        # last one before the words used instead of drawing them all again
+        self.marks: list[tuple[int, Any]] = []
+        self.words = 0
 
     def take(self, m: int) -> Any:
         """The next ``m`` values of ``rng.random()``, as a float64 array."""
         np = self.np
+        self.marks.append((self.words, self.bits.state))
+        self.words += 2 * m
         raw = self.bits.random_raw(2 * m)
         a = (raw[0::2] >> 5).astype(np.float64)
         b = (raw[1::2] >> 6).astype(np.float64)
@@ -63,8 +70,13 @@ class _Uniforms:
     def done(self, used: int) -> None:
         """Leave ``rng`` as ``used`` calls of ``rng.random()`` would have."""
         bits = self.np.random.MT19937()
-        bits.state = self.start
-        bits.random_raw(2 * used)
+        words, state = max(
+            (mark for mark in self.marks if mark[0] <= 2 * used),
+            key=lambda mark: mark[0],
+            default=(0, self.start),
+        )
+        bits.state = state
+        bits.random_raw(2 * used - words)
         state = bits.state["state"]
         internal = (*(int(w) for w in state["key"]), int(state["pos"]))
         self.rng.setstate((3, internal, self.gauss))
@@ -175,12 +187,45 @@ class LogNormal(Distribution):
         return out
 
 
+# numpy's log and exp are within a few units in the last place of libm's (a relative error
+# near 1e-16), far inside this: where a decision is farther than it from its edge, numpy's value
+# decides it as libm's would
+NEAR = 1e-12
+
+
+def _accepted(np: Any, lhs: Any, u2: Any) -> Any:
+    """``lhs <= -math.log(u2)`` for each pair, as the loop decides it: numpy's log where
+    ``lhs`` is clearly on one side (it is exact at 1.0), ``math.log`` where the two are within
+    :data:`NEAR` of each other (a few pairs in a million)."""
+    rough = -np.log(u2)
+    ok = lhs <= rough
+    close = np.flatnonzero(np.abs(lhs - rough) <= NEAR * rough + NEAR)
+    if len(close):
+        ok[close] = lhs[close] <= -_math_all(np, math.log, u2[close])
+    return ok
+
+
+def _exp_rounding(np: Any, x: Any) -> Any:
+    """``math.exp`` of each value where it matters: what the caller does with it is clip it
+    to whole bounds and round it to the nearest whole number, which only a value within
+    :data:`NEAR` of a half (k + 0.5) could round otherwise; those are ``math.exp``'s, the others
+    numpy's (the same whole number after rounding, not always the same float)."""
+    rough = np.exp(x)
+    frac = rough - np.floor(rough)
+    close = np.flatnonzero(~(np.abs(frac - 0.5) > NEAR * rough + NEAR))  # NaN: close too
+    if len(close):
+        rough[close] = _math_all(np, math.exp, x[close])
+    return rough
+
+
 def _lognormal_bulk(
     np: Any, rng: random.Random, n: int, mu: float, sigma: float, low: int, high: int
 ) -> list[int]:
     """:meth:`LogNormal.sample`'s loop over arrays: each draw takes pairs of uniforms (u1,
     1 - u2) until one is accepted, so the accepted pairs, in order, are the draws; every
-    operation is the loop's, on the same floats (``round`` is half to even, as ``rint``).
+    operation is the loop's, on the same floats (``round`` is half to even, as ``rint``),
+    but for ``log`` and ``exp``: numpy's where they give the loop's decision and whole number
+    (all but a few in a million; before, ``math``'s for every value took ~70 % of the time).
     :data:`BULK_CHUNK` draws at a time, so the Python floats ``math`` needs stay few."""
     out: list[int] = []
     used = 0  # uniforms consumed
@@ -192,7 +237,7 @@ def _lognormal_bulk(
         u = np.concatenate((carry, draws.take(max(0, 2 * pairs - len(carry)))))
         u1, u2 = u[0::2], 1.0 - u[1::2]
         z = NV_MAGICCONST * (u1 - 0.5) / u2
-        accepted = np.flatnonzero(z * z / 4.0 <= -_math_all(np, math.log, u2))
+        accepted = np.flatnonzero(_accepted(np, z * z / 4.0, u2))
         if len(accepted) >= want:
             accepted = accepted[:want]
             last = 2 * (int(accepted[-1]) + 1)
@@ -200,8 +245,7 @@ def _lognormal_bulk(
             last = len(u)
         used += last
         carry = u[last:]
-        x = np.minimum(mu + z[accepted] * sigma, 709.0)
-        x = _math_all(np, math.exp, x)
+        x = _exp_rounding(np, np.minimum(mu + z[accepted] * sigma, 709.0))
         x = np.where(np.isnan(x), low, np.rint(np.clip(x, low, high)))
         out += x.astype(np.int64).tolist()
     draws.done(used)
@@ -670,9 +714,18 @@ def bench_workload(
     reqs = w.requests
     assert isinstance(reqs, RequestList)
     if max(map(operator.add, reqs.prompt, reqs.output)) > limit:
-        # outputs cut so that prompt + output fit max_model_len
-        pairs = zip(reqs.prompt, reqs.output, strict=True)
-        out = array("q", (o if p + o <= limit else max(1, limit - p) for p, o in pairs))
+        # outputs cut so that prompt + output fit max_model_len (only those too long change:
+        # found by numpy where it is installed, a few in a million requests here)
+        np = numpy_module() if len(reqs) >= BULK_DRAWS else None
+        if np is None:
+            pairs = zip(reqs.prompt, reqs.output, strict=True)
+            out = array("q", (o if p + o <= limit else max(1, limit - p) for p, o in pairs))
+        else:
+            prompt = np.frombuffer(reqs.prompt, dtype=np.int64)
+            output = np.frombuffer(reqs.output, dtype=np.int64)
+            out = array("q", reqs.output)
+            for i in np.flatnonzero(prompt + output > limit).tolist():
+                out[i] = max(1, limit - reqs.prompt[i])
         w = replace(
             w,
             requests=RequestList(

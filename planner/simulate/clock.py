@@ -126,6 +126,7 @@ from planner.simulate.roofline import (
     Roofline,
     StepFn,
     roofline_for,
+    sum_max_two_lines,
 )
 
 LAYER_FLOOR_S = 50e-6
@@ -384,29 +385,6 @@ def sum_max_lines(lines: tuple[tuple[float, float], ...], steps: int) -> float:
         a, b = max(lines, key=lambda line: line[0] + line[1] * mid)
         total += (k1 - k0) * a + b * (k1 * (k1 - 1) - k0 * (k0 - 1)) / 2
     return total
-
-
-def sum_max_two_lines(a0: float, b0: float, a1: float, b1: float, steps: int) -> float:
-    """:func:`sum_max_lines` of the two lines ``a0 + b0*k`` and ``a1 + b1*k``, the same
-    float operations in the same order (so the same result to the last bit), without building
-    the tuples, the set of cuts and the ``max`` over lines: a decode stretch's memory and
-    compute lines, summed once per stretch (``StepModel.decode_s``)."""
-    cut = 0
-    if b0 != b1:
-        x = (a1 - a0) / (b0 - b1)
-        if 0 < x < steps:
-            cut = math.ceil(x)
-    if cut == 0 or cut == steps:  # one line on top across [0, steps)
-        mid = (steps - 1) / 2
-        if a1 + b1 * mid > a0 + b0 * mid:
-            a0, b0 = a1, b1
-        return 0.0 + (steps * a0 + b0 * (steps * (steps - 1)) / 2)
-    mid = (cut - 1) / 2
-    a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
-    total = 0.0 + (cut * a + b * (cut * (cut - 1)) / 2)
-    mid = (cut + steps - 1) / 2
-    a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
-    return total + ((steps - cut) * a + b * (steps * (steps - 1) - cut * (cut - 1)) / 2)
 
 
 def interconnect_of(gpu: Gpu) -> str:

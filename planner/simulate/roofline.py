@@ -158,26 +158,34 @@ class LineTimer:
         )
 
     def _sum(self, n: int, steps: int, a0: float, b0: float, a1: float, b1: float) -> float:
-        """The closure's fixed terms and its inlined ``sum_max_two_lines(a0, b0, a1, b1)``."""
+        """The closure's fixed terms and :func:`sum_max_two_lines`, summed as the closure
+        sums them (its inlined copy)."""
         fixed = (self.over + self.per_seq * n + self.comm + self.comm_tok * n) + self.floor
-        cut = 0
-        if b0 != b1:
-            x = (a1 - a0) / (b0 - b1)
-            if 0 < x < steps:
-                cut = math.ceil(x)
-        if cut == 0 or cut == steps:
-            mid = (steps - 1) / 2
-            if a1 + b1 * mid > a0 + b0 * mid:
-                a0, b0 = a1, b1
-            return steps * fixed + (0.0 + (steps * a0 + b0 * (steps * (steps - 1)) / 2))
-        mid = (cut - 1) / 2
-        a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
-        total = 0.0 + (cut * a + b * (cut * (cut - 1)) / 2)
-        mid = (cut + steps - 1) / 2
-        a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
-        return steps * fixed + (
-            total + ((steps - cut) * a + b * (steps * (steps - 1) - cut * (cut - 1)) / 2)
-        )
+        return steps * fixed + sum_max_two_lines(a0, b0, a1, b1, steps)
+
+
+def sum_max_two_lines(a0: float, b0: float, a1: float, b1: float, steps: int) -> float:
+    """:func:`planner.simulate.clock.sum_max_lines` of the two lines ``a0 + b0*k`` and
+    ``a1 + b1*k``, the same float operations in the same order (so the same result to the last
+    bit), without building the tuples, the set of cuts and the ``max`` over lines: a decode
+    stretch's memory and compute lines, summed once per stretch (``StepModel.decode_s``,
+    :meth:`LineTimer.decode`)."""
+    cut = 0
+    if b0 != b1:
+        x = (a1 - a0) / (b0 - b1)
+        if 0 < x < steps:
+            cut = math.ceil(x)
+    if cut == 0 or cut == steps:  # one line on top across [0, steps)
+        mid = (steps - 1) / 2
+        if a1 + b1 * mid > a0 + b0 * mid:
+            a0, b0 = a1, b1
+        return 0.0 + (steps * a0 + b0 * (steps * (steps - 1)) / 2)
+    mid = (cut - 1) / 2
+    a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
+    total = 0.0 + (cut * a + b * (cut * (cut - 1)) / 2)
+    mid = (cut + steps - 1) / 2
+    a, b = (a1, b1) if a1 + b1 * mid > a0 + b0 * mid else (a0, b0)
+    return total + ((steps - cut) * a + b * (steps * (steps - 1) - cut * (cut - 1)) / 2)
 
 
 def line_timer_of(timer: StepTimer) -> LineTimer | None:

@@ -787,6 +787,15 @@ class SimEngine:
         self._flush_timeline()
         return self._tl_used
 
+    def _point(self, t: float, used: int) -> None:
+        """Record the pool at ``t``: ``used`` blocks in use (a timeline point; the hot paths,
+        :meth:`_stretch` and :meth:`_single_step`, inline it)."""
+        tl = self.tl_t
+        tl.append(t)
+        self.tl_u.append(used)
+        if len(tl) >= TL_CHUNK:
+            self._flush_timeline()
+
     def _flush_timeline(self) -> None:
         """Move the points recorded since the last call into the columns: a list's append
         per point and an array's ``fromlist`` per chunk cost less than an array's append per
@@ -1146,11 +1155,7 @@ class SimEngine:
         self.conc_time += running * dt
         if running > self.max_conc:
             self.max_conc = running
-        tl = self.tl_t
-        tl.append(self.now)
-        self.tl_u.append(used_last)
-        if len(tl) >= TL_CHUNK:
-            self._flush_timeline()
+        self._point(self.now, used_last)
         self.alloc_slots += self.chain_tb * self.B * steps
 
     def _process_events(self, last: int) -> None:
@@ -1375,7 +1380,7 @@ class SimEngine:
         self.conc_time += conc * dt
         if conc > self.max_conc:
             self.max_conc = conc
-        tl = self.tl_t
+        tl = self.tl_t  # _point(now, ...), inlined
         tl.append(now)
         self.tl_u.append(used_last)
         if len(tl) >= TL_CHUNK:
@@ -1504,11 +1509,7 @@ class SimEngine:
             used = self.capacity - self.free
             if used > self.peak:
                 self.peak = used
-            tl = self.tl_t
-            tl.append(self.now)
-            self.tl_u.append(used)
-            if len(tl) >= TL_CHUNK:
-                self._flush_timeline()
+            self._point(self.now, used)
             self.alloc_slots += self.chain_tb * self.B
             ev = self.events
             if ev and ev[0] >> 32 <= s:
@@ -1671,7 +1672,7 @@ class SimEngine:
         self.conc_time += conc * dt
         if conc > self.max_conc:
             self.max_conc = conc
-        tl = self.tl_t
+        tl = self.tl_t  # _point(now, ...), inlined
         tl.append(now)
         self.tl_u.append(used)
         if len(tl) >= TL_CHUNK:
@@ -1862,11 +1863,7 @@ class SimEngine:
                 self._pull()
             if not running and not self.zombies:
                 if not waiting:
-                    tl = self.tl_t
-                    tl.append(now)
-                    self.tl_u.append(self.capacity - self.free)
-                    if len(tl) >= TL_CHUNK:
-                        self._flush_timeline()
+                    self._point(now, self.capacity - self.free)
                     if self.nxt is None:
                         return
                     assert self.next_arrival < math.inf, "a closed loop waits on nothing"
@@ -1886,11 +1883,7 @@ class SimEngine:
         """Queue ``r``, dispatched to this rank when it arrived (``planner.simulate.cluster``);
         an idle rank waits for it, as :meth:`run` waits for the next arrival."""
         if not self.running and not self.zombies and not self.waiting and self.now < r.arrival:
-            tl = self.tl_t
-            tl.append(self.now)
-            self.tl_u.append(self.capacity - self.free)
-            if len(tl) >= TL_CHUNK:
-                self._flush_timeline()
+            self._point(self.now, self.capacity - self.free)
             self.now = r.arrival
         self.waiting.append(r)
 
@@ -1918,11 +1911,7 @@ class SimEngine:
         """Run to the end (no more requests come), recording the pool at the end as
         :meth:`run` does."""
         self.advance(math.inf)
-        tl = self.tl_t
-        tl.append(self.now)
-        self.tl_u.append(self.capacity - self.free)
-        if len(tl) >= TL_CHUNK:
-            self._flush_timeline()
+        self._point(self.now, self.capacity - self.free)
 
     def itl_cells(self) -> dict[int, list[float]]:
         """The inter-token latency histogram as :class:`BenchFigures` takes it: bin ->

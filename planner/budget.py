@@ -307,9 +307,16 @@ NON_TORCH_RANGE_19_PCIE = (0, round(2.4 * GIB))
 # non-torch figure rises by up to that much: three held-out H100 start-ups of vLLM 0.10.0 at
 # TP 4 and TP 8 leave 1.5-1.8 GiB less than kvplan's activation + non-torch (0.13 + 0.42,
 # set on a TP 2 group, where NVLS is off), 4 x A800 at TP 4 over NVLink (no NVLS: an Ampere
-# part) leave what kvplan says. No vLLM source line sizes it, and whether the buffers are
-# mapped before vLLM's memory snapshot or during the profile depends on NCCL's release: an
-# upper end of the range before 0.19, not the estimate (0.19's NVLink figure, 1.88, holds it).
+# part) leave what kvplan says. NCCL's own source places the buffers in the profile but does
+# not make them that large in the releases vLLM 0.10 runs: from NCCL 2.22 the communicator
+# connects each algorithm at its first use (``runtimeConn``, NCCL_RUNTIME_CONNECT default 1,
+# ``src/init.cc`` v2.22.3-1:1153; ``src/enqueue.cc`` v2.26.2-1:422-430), so the NVLS buffers
+# are mapped at the first all-reduce that picks NVLS, one of the profile's large ones, not at
+# the 1-element warm-up before vLLM's snapshot; and they are 16 channels x 2 x 1 MiB (128 KiB
+# chunks x 8 steps) per head (``src/transport/nvls.cc`` v2.26.2-1:144, 149, 289-292), 0.25 GiB
+# at 8 GPUs under torch 2.7.1's NCCL 2.26.2 (2.25 GiB in vllm#9699 is an older NCCL's sizing).
+# So NVLS explains a tenth of the 1.5-1.8 GiB; the rest is not established: an upper end of
+# the range before 0.19, not the estimate (0.19's NVLink figure, 1.88, holds it).
 NVLS_BYTES = 2_415_919_104
 
 

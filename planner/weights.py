@@ -218,6 +218,7 @@ def _parts(spec: ModelSpec) -> _Parts:
         else None
     )
     mlp_mats = 3 if gated else 2
+    output_gate = spec.attention_output_gate
     layers, replicated, routed = [], [], []
     params = active = 0
     for i, s in enumerate(spec.layers):
@@ -263,7 +264,8 @@ def _parts(spec: ModelSpec) -> _Parts:
             shard += m * linear_bpp
             n += m
         elif s is not None:
-            m = hidden * heads * head + 2 * hidden * kv * head + heads * head * hidden
+            q_heads = heads * (2 if output_gate else 1)  # Q and, where packed, its gate
+            m = hidden * q_heads * head + 2 * hidden * kv * head + heads * head * hidden
             shard += m * attn_bpp
             n += m
         # MLP (Nemotron-H layers are a mixer or an MLP, never both)

@@ -201,9 +201,11 @@ class ProbeModel:
         n = h.shape[0]
         qkv = h @ self._w(p + "qkv").T
         dq, dk = m.q_heads * m.head_dim, m.kv_heads * m.head_dim
+        dg = dq if m.output_gate else 0  # the output gate packed after Q
         q = qkv[:, :dq].view(n, m.q_heads, m.head_dim)
-        k = qkv[:, dq : dq + dk].view(n, m.kv_heads, m.head_dim)
-        v = qkv[:, dq + dk :].view(n, m.kv_heads, m.head_dim_v)
+        gate = qkv[:, dq : dq + dg]
+        k = qkv[:, dq + dg : dq + dg + dk].view(n, m.kv_heads, m.head_dim)
+        v = qkv[:, dq + dg + dk :].view(n, m.kv_heads, m.head_dim_v)
         window, chunk = self.windows.get(layer.index, (None, None))
         scale = m.head_dim**-0.5
         if batch.pool is not None:
@@ -212,7 +214,10 @@ class ProbeModel:
             out = self._paged(layer.index, q, cache, batch, scale, window, chunk)
         else:
             out = self._contiguous(q, k, v, batch, scale, window, chunk)
-        return out.reshape(n, m.q_heads * m.head_dim_v) @ self._w(p + "o").T
+        out = out.reshape(n, m.q_heads * m.head_dim_v)
+        if m.output_gate:  # vLLM's Qwen3NextAttention: attn_output * sigmoid(gate)
+            out = out * torch.sigmoid(gate)
+        return out @ self._w(p + "o").T
 
     def _paged(
         self,

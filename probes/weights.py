@@ -89,6 +89,7 @@ class MixerDims:
     v_head_dim: int = 0
     state_in: int = 0
     state_inner: int = 0
+    output_gate: bool = False  # Q packed beside its sigmoid gate (ModelSpec.attention_output_gate)
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,7 @@ def _mixer_dims(spec: ModelSpec, layer: LayerSpec, tp: int, kv_heads: int) -> Mi
             kv_heads=kv_heads,
             head_dim=layer.head_size,
             head_dim_v=layer.head_size_v,
+            output_gate=spec.attention_output_gate,
         )
     if isinstance(layer, StateSpec):
         conv, _ = layer.shapes
@@ -290,7 +292,8 @@ def weight_specs(dims: ModelDims) -> list[WeightSpec]:
         out.append(WeightSpec(p + "input_norm", (h,)))
         m = layer.mixer
         if m is not None and m.kind == "attention":
-            qkv = (m.q_heads + m.kv_heads) * m.head_dim + m.kv_heads * m.head_dim_v
+            q_heads = m.q_heads * (2 if m.output_gate else 1)
+            qkv = (q_heads + m.kv_heads) * m.head_dim + m.kv_heads * m.head_dim_v
             out.append(WeightSpec(p + "qkv", (qkv, h), dense_quant))
             out.append(WeightSpec(p + "o", (h, m.q_heads * m.head_dim_v), dense_quant))
         elif m is not None and m.kind == "mla":

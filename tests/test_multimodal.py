@@ -79,6 +79,49 @@ def test_qwen25_vl_7b_tower_and_text_add_up_to_the_checkpoint() -> None:
     assert 2 * (tower + text) == index_total("Qwen--Qwen2.5-VL-7B-Instruct") == 16_584_333_312
 
 
+def test_qwen35_builds_the_qwen3_vl_tower_and_gated_attention() -> None:
+    # Qwen3.5 builds Qwen3-VL's tower (Qwen3_VisionTransformer, qwen3_5.py 0.19.0:598):
+    # depth 27, hidden 1,152, MLP 4,304 (GELU, biased), LayerNorm, patch 16, temporal 2,
+    # merge 2, out 5,120, 2,304 learned positions, no deepstack levels
+    d, i, out, wide = 1152, 4304, 5120, 1152 * 4
+    block = 4 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * i + i) + (i * d + d)
+    embed = 3 * 2 * 16 * 16 * d + d + 2304 * d  # patch conv and its bias, positions
+    tower = 27 * block + embed + (2 * d + wide * wide + wide + wide * out + out)
+    assert tower == 460_730_096
+    config = Path("tests/fixtures/startup_configs/Qwen--Qwen3.5-27B/config.json")
+    spec = planner.load_model_spec(str(config))
+    assert spec.vision is not None and spec.vision.params == tower
+    assert spec.vision.family == "qwen3_vl" and not spec.notes  # nothing left unsized
+    # the text model: 64 layers of H 5,120 and MLP 17,408; every 4th is full attention, 24
+    # heads x 256 with Q packed beside its output gate (qwen3_next.py 0.19.0:233-238: Q is
+    # total_num_heads * (1 + attn_output_gate)), 4 KV heads; the other 48 are Gated DeltaNet
+    # (16 key heads x 128, 48 value heads x 128, conv 4); vocab 248,320, untied. Not counted
+    # here nor by kvplan: each layer's A_log / dt_bias / gated norm and q/k norms (18,944 in
+    # all, 0.00007 %)
+    h, mlp, vocab, key, value = 5120, 17408, 248320, 16 * 128, 48 * 128
+    attention = h * 2 * 24 * 256 + 2 * h * 4 * 256 + 24 * 256 * h
+    delta_net = h * (2 * key + 2 * value + 2 * 48) + (2 * key + value) * 4 + value * h
+    layers = 16 * attention + 48 * delta_net + 64 * (3 * h * mlp + 2 * h)
+    text = layers + 2 * vocab * h + h
+    w = planner.weights.from_config(spec)
+    assert w.parameter_count == text + tower == 27_356_709_616
+
+
+def test_the_output_gate_follows_the_config(tmp_path: Path) -> None:
+    # vLLM packs the gate unless the config turns it off (getattr(config, "attn_output_gate",
+    # True)): Qwen3-Next-80B's config names no gate, so its 12 full-attention layers carry
+    # 16 heads x 256 x H 2,048 more each than a config that says False
+    source = fixture_config("Qwen--Qwen3-Next-80B-A3B-Thinking")
+    raw = json.loads(source.read_text())
+    assert "attn_output_gate" not in raw
+    off = tmp_path / "off"
+    off.mkdir()
+    (off / "config.json").write_text(json.dumps({**raw, "attn_output_gate": False}))
+    gated = planner.weights.from_config(planner.load_model_spec(str(source.parent)))
+    plain = planner.weights.from_config(planner.load_model_spec(str(off)))
+    assert gated.parameter_count - plain.parameter_count == 12 * 16 * 256 * 2048
+
+
 def test_llava_builds_the_clip_layers_up_to_its_feature_layer() -> None:
     # CLIP ViT-L/14-336: hidden 1,024, MLP 4,096, 24 layers; vision_feature_layer -2: vLLM
     # builds 24 - 2 + 1 = 23 layers (get_layer_index) and no post_layernorm

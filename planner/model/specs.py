@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 # The kinds of StateSpec layers: Mamba1State / Mamba2State "mamba", GatedDeltaNetState "linear".
 STATE_KINDS = frozenset({"mamba", "linear"})
+# model types whose full attention is vLLM's Qwen3NextAttention (ModelSpec.attention_output_gate)
+OUTPUT_GATED_ATTENTION = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"})
 
 
 def cdiv(a: int, b: int) -> int:
@@ -462,6 +464,17 @@ class ModelSpec:
     @property
     def num_layers(self) -> int:
         return len(self.layers)
+
+    @property
+    def attention_output_gate(self) -> bool:
+        """Whether each full-attention layer packs a sigmoid output gate beside Q, doubling the
+        query width of ``qkv_proj``: vLLM's Qwen3NextAttention (Qwen3-Next, Qwen3.5), unless
+        the config turns it off (``getattr(config, "attn_output_gate", True)``,
+        ``model_executor/models/qwen3_next.py`` 0.19.0:233-238; ``qwen3_5.py`` 0.19.0:80-81,
+        144 builds the same layer)."""
+        return self.model_type in OUTPUT_GATED_ATTENTION and bool(
+            self.config.get("attn_output_gate", True)
+        )
 
     @property
     def attention_layers(self) -> tuple[LayerSpec, ...]:

@@ -11,6 +11,9 @@ from planner.errors import ConfigError
 
 # Models vLLM 0.33 no longer serves (registry _PREVIOUSLY_SUPPORTED_MODELS).
 UNSERVED = {"mllama": "vLLM removed MllamaForConditionalGeneration in 0.10.2"}
+# Qwen-VL towers kvplan sizes; Qwen3.5 (dense and MoE) builds Qwen3-VL's
+# (``Qwen3_VisionTransformer``, ``model_executor/models/qwen3_5.py`` 0.19.0:598, 822).
+QWEN_VL_TOPS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 # Gemma3ImageProcessor's pan-and-scan default (transformers): at most 4 crops.
 GEMMA3_DEFAULT_CROPS = 4
 
@@ -125,7 +128,7 @@ def tower_of(
         return None
     v: Mapping[str, Any] = vision
     source = "preprocessor_config.json" if preprocessor else ""
-    if top in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):
+    if top in QWEN_VL_TOPS:
         qwen3 = top.startswith("qwen3")
         patch = _int(v, "patch_size", name, 14)
         merge = _int(v, "spatial_merge_size", name, 2)

@@ -41,7 +41,7 @@ from planner.deployment import (
     Deployment,
     check_gmu,
 )
-from planner.kv_layout import KVEstimate, estimate
+from planner.kv_layout import KVEstimate, VllmLayout, estimate
 from planner.layer_shapes import num_experts_of
 from planner.multimodal import profile
 from planner.units import GIB, MIB, format_gib
@@ -177,8 +177,9 @@ class VllmCapacity:
             ``kv_cache_memory_override``; vLLM's "Available KV cache memory".
         num_gpu_blocks: ``available // bytes_per_block`` (one of them is the null block).
         kv_cache_size_tokens, max_concurrency: vLLM's "GPU KV cache size" and "Maximum
-            concurrency" lines: ``num_gpu_blocks / blocks_per_request`` requests of
-            ``max_model_len``, and that many times the length in tokens.
+            concurrency" lines: the blocks over the KV-cache groups at the smallest block
+            size (:func:`logged_kv_tokens`), and ``num_gpu_blocks / blocks_per_request``
+            requests of ``max_model_len``.
         fits: vLLM starts, i.e. one ``max_model_len`` request fits the pool less the null
             block; else ``error`` is vLLM's message and ``estimated_max_model_len`` its
             estimate of the longest length that would.
@@ -232,6 +233,7 @@ class VllmCapacity:
     # sampler warm-up over min(max_num_seqs, max_num_batched_tokens) rows (0 for pooling)
     activation_forward_bytes: int = 0
     activation_sampler_bytes: int = 0
+    dcp: int = 1  # the decode-context-parallel size the logged tokens are multiplied by
 
     @property
     def log_lines(self) -> list[str]:
@@ -407,6 +409,25 @@ def estimate_ranges(cap: VllmCapacity, ranks: int) -> dict[str, tuple[int, int]]
     return {**terms, "available_kv_bytes": (low, high)}
 
 
+def logged_kv_tokens(num_blocks: int, layout: VllmLayout, dcp: int = 1) -> int:
+    """vLLM's "GPU KV cache size: N tokens" for a pool of ``num_blocks``: the blocks shared out
+    over the KV-cache groups, at the smallest group block size, times the decode-context-
+    parallel size (``v1/core/kv_cache_utils.py`` 0.10.0:991-997, and :831 for one group,
+    ``num_blocks x block_size``; 0.11.0:1076-1087; 0.19.0:1297-1311). One group: every block
+    holds ``block_size`` tokens of every layer. A hybrid (sliding window + full, Mamba or
+    linear attention + full) logs the tokens of one group's share, not what its requests can
+    hold: gpt-oss-20b's 2 groups log half its blocks x 16 (kyuz0's RTX 3090 run, 0.12.0: 7.12
+    GiB, 19,442 blocks of 12 x 32 KiB, 155,584 tokens)."""
+    if not layout.groups:
+        return 0
+    return num_blocks // len(layout.groups) * min_group_block_size(layout) * dcp
+
+
+def min_group_block_size(layout: VllmLayout) -> int:
+    """The smallest block size of the layout's KV-cache groups (vLLM's ``min_block_size``)."""
+    return min((g.block_size for g in layout.groups), default=1)
+
+
 def vllm_capacity(
     est: KVEstimate,
     *,
@@ -423,6 +444,7 @@ def vllm_capacity(
     encoder_activation_bytes: int = 0,
     after: AfterSizing | None = None,
     rules: VllmRules | None = None,
+    dcp: int = 1,
 ) -> VllmCapacity:
     """vLLM's available KV memory, block count, token capacity and concurrency.
 
@@ -442,6 +464,7 @@ def vllm_capacity(
         after: what runs after the pool is allocated (:class:`AfterSizing`); None checks
             nothing after sizing.
         rules: the release whose non-torch default applies (the newest when None).
+        dcp: the decode-context-parallel size (vLLM multiplies its logged tokens by it).
 
     Returns:
         The :class:`VllmCapacity`.
@@ -470,7 +493,7 @@ def vllm_capacity(
     bpr = layout.blocks_per_request
     num_blocks = max(0, available // bpb) if bpb else 0
     concurrency = num_blocks / bpr if bpr else 0.0
-    tokens = int(concurrency * est.max_model_len)
+    tokens = logged_kv_tokens(num_blocks, layout, dcp)
     check = available - bpb  # the null block is reserved before admission (BlockPool)
     error = None
     estimated = None
@@ -511,6 +534,7 @@ def vllm_capacity(
         blocks_per_request=bpr,
         num_gpu_blocks=num_blocks,
         kv_cache_size_tokens=tokens,
+        dcp=dcp,
         max_concurrency=concurrency,
         max_model_len=est.max_model_len,
         estimated_max_model_len=estimated,
@@ -869,6 +893,7 @@ def vllm_budget(
         one_line_log=rules.one_line_capacity_log,
         after=after_sizing(dep, est, activation) if dep.gpu and dep.gpu.memory_bytes else None,
         rules=rules,
+        dcp=s.dcp,
     )
     forward, sampler, _, _ = _activation_parts(dep, tokens, seqs)
     return replace(

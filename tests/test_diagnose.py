@@ -144,6 +144,31 @@ def test_v1_layout_reproduces_the_logged_tokens() -> None:
     assert layout.data["plan_bytes_per_token"] == 131_072
 
 
+def test_a_hybrids_logged_tokens_are_one_groups_share(tmp_path: Path) -> None:
+    # kyuz0/amd-r9700-vllm-toolboxes' gpt-oss-20b run on an RTX 3090, vLLM 0.12.0
+    # (tests/data/vllm_startups.json, kyuz0-nvidia-3090-gptoss20b-tp1): 7.12 GiB, 155,584
+    # tokens. 12 sliding + 12 full layers in 2 KV-cache groups; a block is 12 layers x 16
+    # tokens x 8 KV heads x 64 x 2 (K, V) x 2 B = 393,216 B. vLLM logs blocks // 2 groups x 16
+    # (kv_cache_utils.py 0.11.0:1076-1087): 7.12 GiB +- 0.005 -> 19,428 .. 19,456 blocks ->
+    # 155,424 .. 155,648 tokens. The healthy log is no layout difference.
+    log = tmp_path / "gptoss.log"
+    log.write_text(
+        "INFO 12-09 10:00:00 [api_server.py:1] vLLM API server version 0.12.0\n"
+        "INFO 12-09 10:00:00 [utils.py:1] non-default args: {'model': 'openai/gpt-oss-20b', "
+        "'max_model_len': 16384, 'max_num_seqs': 32}\n"
+        "INFO 12-09 10:00:10 [gpu_model_runner.py:1] Model loading took 13.7194 GiB memory\n"
+        "INFO 12-09 10:00:20 [gpu_worker.py:1] Available KV cache memory: 7.12 GiB\n"
+        "INFO 12-09 10:00:20 [kv_cache_utils.py:1] GPU KV cache size: 155,584 tokens\n"
+    )
+    layout = by_kind(diagnose_file(log, gpu=gpu("rtx-3090")).findings)["layout-matches"]
+    assert math.floor(gib(7.115) / 393_216) == 19_428
+    assert math.floor(gib(7.125) / 393_216) == 19_456
+    assert layout.data["expected_tokens_low"] == 19_428 // 2 * 16
+    assert layout.data["expected_tokens_high"] == 19_456 // 2 * 16
+    # bytes per logged token: a block over its 8 tokens of one group's share
+    assert layout.data["plan_bytes_per_token"] == 393_216 * 2 / 16
+
+
 def test_a_wrong_kv_head_count_shows_as_a_layout_difference(tmp_path: Path) -> None:
     # Same memory, twice the tokens: the server stores half the bytes per token (4 KV heads
     # where the plan has 8).

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from planner.budget import logged_kv_tokens
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = json.loads((ROOT / "tests" / "data" / "vllm_startups.json").read_text())
 
@@ -113,6 +115,53 @@ def test_each_logged_term_is_inside_its_stated_range(rec: dict[str, Any], term: 
     assert low - 0.005 <= logged <= high + 0.005, (
         f"{rec['source']}: logged {term} {logged} outside kvplan's {low}-{high}"
     )
+
+
+# Logs whose "GPU KV cache size" kvplan's layout does not reproduce from their "Available KV
+# cache memory", with what is known of the cause.
+TOKEN_MISSES: dict[str, str] = {
+    # TP 2: each rank logs its own available KV and vLLM sizes the pool by the smallest rank
+    # (unify_kv_cache_configs); the logged tokens need 0.2 % less than the logged memory
+    # (gpt-oss-20b: 864,576 tokens = 108,072 blocks of 196,608 B = 19.79 GiB, not 19.83)
+    "kyuz0-amd-r9700-gptoss20b-tp2": "the pool is the other rank's, 0.2 % smaller",
+    "kyuz0-amd-r9700-gemma3-27b-fp8-tp2": "the pool is the other rank's, 0.2 % smaller",
+    "kyuz0-amd-r9700-rocm-atten-gemma3-27b-fp8-tp2": "the pool is the other rank's, 0.2 % smaller",
+    # release unknown, LMCache's connector loaded: 1.1 % fewer tokens than the memory holds
+    "vllm21348-h100-qwen3-235b-fp8-tp4": "not established (LMCache connector, release unknown)",
+}
+TOKEN_RECORDS = [
+    pytest.param(
+        r,
+        id=r["id"],
+        marks=[pytest.mark.xfail(strict=True, reason=TOKEN_MISSES[r["id"]])]
+        if r["id"] in TOKEN_MISSES
+        else [],
+    )
+    for r in RECORDS
+    if r["logged"].get("available_kv_gib") is not None
+    and r["logged"].get("kv_cache_tokens") is not None
+]
+
+
+@pytest.mark.parametrize("rec", TOKEN_RECORDS)
+def test_the_logged_tokens_follow_from_the_logged_kv_memory(rec: dict[str, Any]) -> None:
+    """vLLM's "GPU KV cache size" is its pool's blocks shared out over the KV-cache groups at
+    the smallest block size (kv_cache_utils.py 0.10.0:991-997, 0.11.0:1076-1087, 0.19.0:
+    1297-1311): kvplan's layout (bytes per block, groups) must turn each log's available KV,
+    give or take its 2-decimal rounding, into the tokens that log reports. A hybrid's figure
+    is one group's share: gpt-oss-20b's 2 groups, gemma-3's 7, Qwen3.5's 4."""
+    gpu = BENCH._gpu(rec)
+    if gpu is None:
+        pytest.skip("no GPU total")
+    settings = BENCH._settings(rec, gpu, False)
+    model = BENCH.load_model(BENCH._config_path(rec), offline=True)
+    dep = BENCH.Deployment(model=model, gpu=gpu, settings=settings)
+    layout = BENCH.estimate(dep.spec, settings, gpu, batch_sizes=()).vllm
+    gib = rec["logged"]["available_kv_gib"]
+    low, high = (int((gib + d) * (1 << 30)) // layout.bytes_per_block for d in (-0.005, 0.005))
+    logged = rec["logged"]["kv_cache_tokens"]
+    tokens = (logged_kv_tokens(low, layout), logged_kv_tokens(high, layout))
+    assert tokens[0] <= logged <= tokens[1], f"{rec['source']}: {logged} not in {tokens}"
 
 
 def test_the_held_out_cuda_logs_meet_the_median_goal() -> None:

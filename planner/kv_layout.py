@@ -313,7 +313,8 @@ def estimate(
             "MLA layers only; this model has window or state layers"
         )
     tokens, seqs = settings.batch_defaults(length, gpu)
-    in_flight = (pp + 1) * tokens  # async scheduling: max_concurrent_batches = pp + 1
+    # what window layers reserve: every concurrent batch (async scheduling: pp + 1) from 0.26
+    in_flight = (pp + 1) * tokens if settings.rules.window_in_flight else tokens
     has_state = any(isinstance(s, StateSpec) for s in rank_layers)
     has_attention = any(s is not None and s.bytes_per_token for s in rank_layers)
     mamba_align = engine is Engine.VLLM and prefix_caching and has_state and has_attention

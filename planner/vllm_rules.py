@@ -35,6 +35,19 @@ The scheduler rules :mod:`planner.simulate` replays (``SimConfig`` takes them fr
   (``FreeKVCacheBlockQueue.prepend_n``), cached ones at the back, from 0.24.0 (0.22.0 appended
   all of them; 0.23 was not checked).
 
+The KV layout:
+
+- ``window_in_flight``: a sliding-window (or chunked-local) layer reserves, per request,
+  ``min(W - 1 + T, max_model_len)`` tokens plus one block, where from 0.26.0 ``T`` is
+  ``VllmConfig.max_in_flight_tokens``, every concurrent batch's ``max_num_batched_tokens``
+  (``max_concurrent_batches``: 2 with async scheduling; ``v1/kv_cache_interface.py``
+  0.26.0:568-595, ``config/vllm.py`` 0.26.0:512-533), and through 0.25.0 one batch's
+  (``max_memory_usage_bytes``: ``sliding_window - 1 + max_num_batched_tokens``, 0.10.0:188,
+  0.19.0:262-270, 0.24.0:520-521). Public logs: dennislee22's gpt-oss-120b TP 4 run in
+  0.10.1.1 (2,048 batched tokens) logs a concurrency of 284.25 for 16,384 tokens, 1,024 +
+  137 blocks a request, and parallelworks' H200 TP 2 run in 0.15.1 32.56 for 131,072 (8,192
+  + 521).
+
 The batch defaults themselves (``EngineArgs.get_batch_defaults``, 0.33), by usage context —
 ``vllm serve`` (``OPENAI_API_SERVER``) or the ``LLM`` class (``LLM_CLASS``):
 
@@ -238,6 +251,8 @@ class VllmRules:
     non_torch_comm_bytes: tuple[int, int] = (round(0.42 * GIB), round(0.42 * GIB))
     # the sampler was stated (``--sampler``, or read from a log): no other one may run
     sampler_stated: bool = False
+    # sliding-window and chunked-local layers reserve every concurrent batch's tokens, not one
+    window_in_flight: bool = True
 
     @property
     def native_sampler(self) -> Sampler:
@@ -302,6 +317,7 @@ def _row(
         large_gpu_tier=large,
         one_line_capacity_log=large,
         async_scheduling=sched >= 1,
+        window_in_flight=since >= (0, 26, 0),
         reserve_full_isl=sched >= 2,
         prepend_uncached_free=sched >= 3,
         sampler=sampler,

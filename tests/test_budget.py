@@ -161,10 +161,12 @@ def test_kv_cache_memory_full_attention_qwen3_14b() -> None:
 def test_kv_cache_memory_sliding_window_gemma2() -> None:
     # gemma-2-9b: 2,752,512 B per block (2 groups of 21 layers); 4 GiB -> 1,560 blocks.
     # Request at 8,192: 512 full + 513 sliding blocks = 1,025 (2,048 tokens/step, 2 in flight).
-    # tokens = int(1,560 / 1,025 x 8,192) = int(12,467.5) = 12,467.
+    # vLLM logs the blocks over its 2 groups x 16 (kv_cache_utils.py 0.19.0:1297-1311):
+    # 1,560 // 2 x 16 = 12,480 tokens; 1,560 / 1,025 = 1.52 requests of 8,192.
     cap = kv_plan("gemma-2-9b", 4 * GIB, 8_192)
     assert (cap.num_gpu_blocks, cap.blocks_per_request) == (1_560, 1_025)
-    assert cap.kv_cache_size_tokens == 12_467
+    assert cap.kv_cache_size_tokens == 12_480
+    assert cap.max_concurrency == 1_560 / 1_025
 
 
 def test_kv_cache_memory_mla_deepseek_v2_lite() -> None:
@@ -176,11 +178,13 @@ def test_kv_cache_memory_mla_deepseek_v2_lite() -> None:
 
 def test_kv_cache_memory_mamba_hybrid_nemotron() -> None:
     # Nemotron-H-56B: 169,082,880 B per block (see test_kv_math); 20 GiB -> 127 blocks;
-    # 20 blocks per request -> 6.35x; tokens int(127 / 20 x 8,192) = int(52,019.2) = 52,019.
+    # 20 blocks per request -> 6.35x; vLLM logs the blocks over its 7 groups (6 Mamba, 1
+    # attention) at the 4,128-token block: 127 // 7 x 4,128 = 74,304 tokens.
     # Each decoding sequence needs a Mamba block: max_num_seqs <= 127.
     cap = kv_plan("nemotron-h-56b", 20 * GIB, 8_192)
     assert cap.num_gpu_blocks == 127
-    assert cap.kv_cache_size_tokens == 52_019
+    assert cap.kv_cache_size_tokens == 18 * 4_128 == 74_304
+    assert cap.max_concurrency == 127 / 20
     assert cap.mamba_max_num_seqs == 127
 
 

@@ -177,7 +177,7 @@ def advise(
                 max_num_batched_tokens=max(c.max_num_batched_tokens, seqs),
                 max_model_len=c.max_model_len,
                 roofline=Roofline.constant(0.01),  # at saturation only the order of steps counts
-                prefix_caching=s.enable_prefix_caching,
+                prefix_caching=s.prefix_caching(dep.spec),
                 num_lookahead_tokens=s.num_lookahead_tokens,
                 data_parallel_size=s.dp,
             )

@@ -169,8 +169,10 @@ def engine_commands(
             vllm += ["--max-num-batched-tokens", str(settings.max_num_batched_tokens)]
         if settings.enforce_eager:
             vllm += ["--enforce-eager"]
-        if not settings.enable_prefix_caching:
+        if settings.enable_prefix_caching is False:
             vllm += ["--no-enable-prefix-caching"]
+        elif settings.enable_prefix_caching and not settings.rules.hybrid_prefix_caching:
+            vllm += ["--enable-prefix-caching"]  # a hybrid's default is off before 0.26
         vllm += vllm_memory_flags(settings)
         if settings.enable_lora or settings.cpu_offload_gb or settings.kv_offloading_size:
             notes.append(

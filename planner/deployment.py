@@ -242,7 +242,9 @@ class ServeSettings:
         auto_fit_max_model_len: vLLM's ``--max-model-len -1``: the longest that fits the pool.
         max_num_batched_tokens, max_num_seqs: vLLM's per-step budgets (``vllm serve``'s
             defaults for the GPU when None: see :func:`vllm_batch_defaults`).
-        enable_prefix_caching: hybrids keep extra Mamba pages when on.
+        enable_prefix_caching: vLLM's prefix caching; None is the release's default (on, but
+            off for a hybrid before 0.26: :meth:`prefix_caching`). Hybrids keep an extra
+            Mamba page a request when on.
         gpu_memory_utilization: the engine's memory fraction (vLLM 0.92 when None).
         kv_cache_memory_bytes: vLLM's ``--kv-cache-memory-bytes``: a fixed KV pool per rank.
         cuda_graph_bytes: CUDA-graph memory vLLM subtracts; 0 is ``--enforce-eager``; None
@@ -302,7 +304,7 @@ class ServeSettings:
     auto_fit_max_model_len: bool = False
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: int | None = None
     cuda_graph_bytes: int | None = None
@@ -436,6 +438,15 @@ class ServeSettings:
         """The rules of ``vllm_version`` (the newest kvplan knows when None), with the
         ``--sampler`` the user stated."""
         return rules_for(self.vllm_version).with_sampler(self.sampler)
+
+    def prefix_caching(self, spec: ModelSpec) -> bool:
+        """Whether vLLM caches prefixes for ``spec``: as given, else the release's default,
+        on except for a hybrid (state layers beside attention layers) before 0.26
+        (:attr:`planner.vllm_rules.VllmRules.hybrid_prefix_caching`)."""
+        if self.enable_prefix_caching is not None:
+            return self.enable_prefix_caching
+        hybrid = bool(spec.state_layers) and bool(spec.attention_layers)
+        return not hybrid or self.rules.hybrid_prefix_caching
 
     @property
     def gmu(self) -> float:

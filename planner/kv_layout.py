@@ -251,7 +251,7 @@ def estimate(
     engine, tp, pp = settings.engine, settings.tp, settings.pp
     kv_cache_dtype, block_size = settings.kv_cache_dtype, settings.block_size
     max_model_len = settings.max_model_len
-    prefix_caching = settings.enable_prefix_caching
+    prefix_caching = settings.prefix_caching(spec)
     for b in batch_sizes:
         positive_count("--batch", b)
     warnings: list[str] = []

@@ -48,6 +48,18 @@ The KV layout:
   137 blocks a request, and parallelworks' H200 TP 2 run in 0.15.1 32.56 for 131,072 (8,192
   + 521).
 
+- ``hybrid_prefix_caching``: ``--enable-prefix-caching`` not given, vLLM turns prefix
+  caching on by ``ModelConfig.is_prefix_caching_supported``, which is False for a hybrid
+  model (``attn_type == "hybrid"``: Mamba or linear attention beside attention) through
+  0.25.0 ("Hybrid models do not support prefix caching since the feature is still
+  experimental", ``config/model.py`` 0.19.0:1785-1790, 0.25.0:1883-1887; 0.10.2 logs
+  "Hybrid or mamba-based model detected: disabling prefix caching") and True from 0.26.0
+  (0.26.0:1895-1897). Off, the Mamba cache mode is "none": one state block a request, not
+  "align"'s two (``MambaModelConfig``, ``model_executor/models/config.py`` 0.19.0:436-480;
+  ``MambaSpec.max_memory_usage_bytes``, ``kv_cache_interface.py`` 0.19.0:293-300).
+  leadawon/LAMBO's Qwen3.5-27B runs in 0.19.0 log the concurrency of 45 blocks a request (3
+  Gated DeltaNet groups x 1 + 42), not 48.
+
 The batch defaults themselves (``EngineArgs.get_batch_defaults``, 0.33), by usage context —
 ``vllm serve`` (``OPENAI_API_SERVER``) or the ``LLM`` class (``LLM_CLASS``):
 
@@ -253,6 +265,8 @@ class VllmRules:
     sampler_stated: bool = False
     # sliding-window and chunked-local layers reserve every concurrent batch's tokens, not one
     window_in_flight: bool = True
+    # a hybrid (Mamba / linear attention beside attention) caches prefixes unless told not to
+    hybrid_prefix_caching: bool = True
 
     @property
     def native_sampler(self) -> Sampler:
@@ -318,6 +332,7 @@ def _row(
         one_line_capacity_log=large,
         async_scheduling=sched >= 1,
         window_in_flight=since >= (0, 26, 0),
+        hybrid_prefix_caching=since >= (0, 26, 0),
         reserve_full_isl=sched >= 2,
         prepend_uncached_free=sched >= 3,
         sampler=sampler,

@@ -403,3 +403,18 @@ def test_without_worst_case_or_traffic_every_engine_keeps_its_own_default_limit(
     assert "--max-running-requests" not in check_command(out.commands["sglang"], SGLANG)
     assert "--max_batch_size" not in check_command(out.commands["trtllm"], TRTLLM)
     assert "--max-num-seqs" in out.commands["vllm"]  # no default given to compare with
+
+
+def test_prefix_caching_is_stated_where_the_release_default_differs() -> None:
+    # a hybrid before vLLM 0.26 runs without prefix caching unless told (config/model.py
+    # 0.25.0:1883-1887): the plan follows that default and the command needs no flag for it;
+    # asked for, the plan keeps the extra Mamba pages and the command must ask vLLM too
+    model = MODELS["hybrid"][0]
+    default = _estimate(model, "h200", ["--vllm-version", "0.19.0"])
+    on = _estimate(model, "h200", ["--vllm-version", "0.19.0", "--enable-prefix-caching"])
+    off = _estimate(model, "h200", ["--no-enable-prefix-caching"])
+    assert "prefix-caching" not in default["commands"]["vllm"]
+    assert default["vllm"]["mamba_cache_mode"] == "none"
+    assert on["vllm"]["mamba_cache_mode"] == "align"
+    assert check_command(on["commands"]["vllm"], VLLM)["--enable-prefix-caching"] is True
+    assert "--no-enable-prefix-caching" in off["commands"]["vllm"]

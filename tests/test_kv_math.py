@@ -10,6 +10,7 @@ import pytest
 
 import planner
 from planner import Engine, KVDtype, cdiv
+from planner.deployment import ServeSettings
 from tests.conftest import fixture_config
 
 # (fixture folder, attention layers, attention heads, total KV heads, head size, comment)
@@ -233,6 +234,22 @@ def test_nemotron_h_hybrid_block_alignment_and_padding() -> None:
 def test_nemotron_without_prefix_caching_one_state_page() -> None:
     est = planner.estimate(load("nvidia--Nemotron-H-56B-Base-8K"), prefix_caching=False)
     assert est.vllm is not None and est.vllm.blocks_per_request == 2 + 6 * 1
+
+
+def test_a_hybrids_prefix_caching_default_follows_the_release() -> None:
+    # vLLM turns prefix caching on by default for hybrids from 0.26.0 only (config/model.py
+    # 0.25.0:1883-1887 vs 0.26.0:1895-1897); off, Mamba's cache mode is "none": one state
+    # page a request (kv_cache_interface.py 0.19.0:293-300), as with prefix caching off; on,
+    # "align" keeps 3 for Mamba-2 (2 + a prefill checkpoint page, as above)
+    spec = load("nvidia--Nemotron-H-56B-Base-8K")
+    for version, state_pages in (("0.19.0", 1), ("0.25.0", 1), ("0.26.0", 3), (None, 3)):
+        est = planner.estimate(spec, vllm_version=version)
+        assert est.vllm is not None and est.vllm.blocks_per_request == 2 + 6 * state_pages
+        assert est.vllm.mamba_cache_mode == ("align" if state_pages == 3 else "none")
+    # stated, it holds in every release; a model without state layers is on by default
+    old = planner.estimate(spec, vllm_version="0.19.0", prefix_caching=True)
+    assert old.vllm is not None and old.vllm.blocks_per_request == 2 + 6 * 3
+    assert ServeSettings(vllm_version="0.19.0").prefix_caching(load("Qwen--Qwen3-8B"))
 
 
 def test_qwen3_next_gated_deltanet_state() -> None:

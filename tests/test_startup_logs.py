@@ -165,13 +165,12 @@ def test_the_logged_tokens_follow_from_the_logged_kv_memory(rec: dict[str, Any])
 
 
 CONCURRENCY_MISSES: dict[str, str] = {
-    # Qwen3.5-27B in 0.19.0: the log's concurrency needs 45 blocks a request (3 Gated
-    # DeltaNet groups x 1 state block + 42), kvplan plans 48 (x 2): before 0.26 vLLM turns
-    # prefix caching off by default for hybrids (config/model.py 0.19.0, 0.25.0:1883-1887),
-    # so their Mamba cache mode is "none", one state block a request
-    # (kv_cache_interface.py 0.19.0:293-300); kvplan's default is prefix caching on
-    f"lambo-3090x4-qwen35-27b-tp4-eager{tail}": "hybrid prefix caching is off before 0.26"
-    for tail in ("", "-gmu092", "-seqs1-len50k")
+    # fixed: leadawon/LAMBO's three Qwen3.5-27B runs in 0.19.0 log the concurrency of 45
+    # blocks a request (3 Gated DeltaNet groups x 1 state block + 42) where kvplan planned 48
+    # (x 2): before 0.26 vLLM turns prefix caching off by default for hybrids (config/
+    # model.py 0.19.0:1785-1790, 0.25.0:1883-1887), so their Mamba cache mode is "none", one
+    # state block a request (kv_cache_interface.py 0.19.0:293-300); kvplan's default was on
+    # for every release (planner.vllm_rules, hybrid_prefix_caching)
 }
 CONCURRENCY_RECORDS = [
     pytest.param(

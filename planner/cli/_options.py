@@ -43,10 +43,12 @@ OfflineOpt = Annotated[
     bool, typer.Option("--offline", help="Use only the local HF cache (like HF_HUB_OFFLINE=1).")
 ]
 PrefixOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--enable-prefix-caching/--no-enable-prefix-caching",
-        help="vLLM prefix caching (hybrid models keep extra Mamba pages when on).",
+        help="vLLM prefix caching (hybrid models keep extra Mamba pages when on) [default: "
+        "the release's: on, off for hybrids before 0.26].",
+        show_default=False,
     ),
 ]
 JsonOpt = Annotated[

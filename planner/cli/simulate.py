@@ -60,7 +60,7 @@ def simulate(
             show_default=False,
         ),
     ] = None,
-    enable_prefix_caching: PrefixOpt = True,
+    enable_prefix_caching: PrefixOpt = None,
     compare: Annotated[
         list[str] | None,
         typer.Option(
@@ -232,7 +232,7 @@ def simulate(
             if axes.get(key):
                 raise UsageError(f"{key} is given twice (as --{key} and in --compare)")
             axes[key] = comma_values(rest)
-        if not axes.get("prefix-caching"):
+        if not axes.get("prefix-caching") and enable_prefix_caching is not None:
             axes["prefix-caching"] = ["on" if enable_prefix_caching else "off"]
         base = serve.settings()
         variants, varied = build_settings({k: v for k, v in axes.items() if v}, base)

@@ -464,6 +464,15 @@ def _shared_gpu_finding(log: BootLog, s: ServeSettings) -> Finding | None:
     )
 
 
+def _prefix_caching_on(s: ServeSettings, p: Plan | None) -> bool:
+    """Whether the server caches prefixes: as the log (or the user) says, else the release's
+    default the plan followed (a hybrid's Mamba cache mode "none" before 0.26: off)."""
+    if s.enable_prefix_caching is not None:
+        return s.enable_prefix_caching
+    layout = p.estimate.vllm if p is not None else None
+    return layout is None or layout.mamba_cache_mode != "none"
+
+
 def _usage_findings(
     log: BootLog, p: Plan | None, s: ServeSettings, fp8_caveat: list[str]
 ) -> list[Finding]:
@@ -561,7 +570,7 @@ def _usage_findings(
     slow = _long_prefill_finding(log, p, s, fp8_caveat)
     if slow is not None:
         out.append(slow)
-    if not s.enable_prefix_caching:
+    if not _prefix_caching_on(s, p):
         out.append(
             Finding(
                 kind="prefix-off",

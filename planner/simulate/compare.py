@@ -471,7 +471,7 @@ def simulate_model(
                 max_num_batched_tokens=est.vllm.max_num_batched_tokens,
                 max_model_len=length,
                 roofline=step_times or roofline,
-                prefix_caching=serve.enable_prefix_caching,
+                prefix_caching=serve.prefix_caching(spec),
                 # the scheduler rules of serve.vllm_version (planner.vllm_rules)
                 reserve_full_isl=serve.rules.reserve_full_isl,
                 prepend_uncached_free=serve.rules.prepend_uncached_free,
@@ -504,7 +504,7 @@ def simulate_model(
                     values={a: axis_value(serve, a) for a in axes},
                     block_size=est.block_size,
                     kv_cache_dtype=est.kv_cache_dtype,
-                    prefix_caching=serve.enable_prefix_caching,
+                    prefix_caching=serve.prefix_caching(spec),
                     max_num_seqs=config.max_num_seqs,
                     max_num_batched_tokens=config.max_num_batched_tokens,
                     max_model_len=length,

@@ -387,8 +387,10 @@ def estimate_ranges(cap: VllmCapacity, ranks: int) -> dict[str, tuple[int, int]]
     spread = cap.encoder_activation_bytes // 2
     act_range = (act - min(lm * 8 // 10, ACT_LOW_BYTES) - spread, act + ACT_HIGH_BYTES + spread)
     if cap.activation_range is not None:
+        # the release's spread of the language model's own peak; the encoder's share on top
         lo, hi = cap.activation_range
-        act_range = (lo - spread, hi + spread)
+        enc = cap.encoder_activation_bytes
+        act_range = (lo + enc - spread, hi + enc + spread)
     nt_range = NON_TORCH_RANGE[1 if ranks == 1 else 2]
     nt_range = (min(nt_range[0], nt), max(nt_range[1], nt))
     if cap.non_torch_range is not None:

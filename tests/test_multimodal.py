@@ -450,3 +450,19 @@ def test_text_output_fits_80_columns() -> None:
     assert round((822_083_584 + 458_752 * 35_256) / GIB, 2) == 15.83
     assert any("+" in line and "KV tokens" in line for line in lines)
     assert math.isclose(1_353_100_288 / GIB, 1.26, abs_tol=0.005)
+
+
+def test_the_stated_ranges_hold_the_point_with_the_encoder_in_it() -> None:
+    # the release's activation range is the language model's (planner.budget.term_ranges);
+    # the encoder's profile share sits on top of both ends, as it sits in the point figure
+    # (tsailiming/openshift-ai-bootstrap's L4 Qwen2.5-VL-7B start-up in 0.9.0.1 had a range
+    # of 2.37-5.20 GiB around a point of 1.99 before)
+    for version in (None, "0.9.0.1", "0.19.0"):
+        p = plan_of(QWEN_VL_7B, "l4", max_model_len=2048, vllm_version=version)
+        cap = p.vllm
+        assert cap.encoder_activation_bytes > 0
+        ranges = planner.budget.estimate_ranges(cap, 1)
+        low, high = ranges["activation_peak_bytes"]
+        assert low <= cap.activation_peak_bytes <= high
+        low, high = ranges["available_kv_bytes"]
+        assert low <= cap.available_kv_bytes <= high

@@ -40,6 +40,15 @@ def test_every_record_cites_its_source() -> None:
         assert rec["set"] in ("calibration", "held_out")
 
 
+# A start-up whose profile saw another process's memory change: 1.12 + 8.03 GiB logged is more
+# than 0.75 x 11.63 (the same page's first start-up found 2.6 GiB held by another process)
+AM_DEV_3060 = "another process's memory changed during the profile: not from the settings"
+BUCCANEER_3090 = (
+    "the same command on the same host started in April (5.68 GiB); in July the GPU held "
+    "about 1.5 GiB beyond this process and the two it names (23.54 - 21.72 - 0.22 - 0.14 "
+    "free): the free memory at start-up decides, and the log does not state it"
+)
+
 # Held-out logs the stated range misses, xfail(strict) with what is known of the cause, so that
 # fixing one shows.
 RANGE_MISSES: dict[str, str] = {
@@ -59,6 +68,31 @@ RANGE_MISSES: dict[str, str] = {
     # 128 x 3 x (2,944 x 3,072 - 3,072 x 2,880) x 0.53125 B = 1.34 GiB more (vllm#23278's
     # Marlin H100 run logs "Model loading took 65.97 GiB"). The record states
     # mxfp4_backend marlin (``--mxfp4-backend``): 1.94 GiB, range 1.41-8.30.
+    #
+    # The start-ups added on 2026-12-03 (held out, recorded before any replay) that fall
+    # outside their stated range:
+    "sipeed-3090x4-qwen3-vl-30b-a3b-tp4-len64k": "Qwen3-VL's encoder profile (one video, "
+    "153,600-token encoder budget logged) is not counted without a preprocessor_config.json, "
+    "as kvplan's note says: 0.9 x 23.58 - 14.77 - 2.31 = 4.14 GiB of activation and "
+    "non-torch logged, 1.82 planned; given the log's budget, kvplan's tower estimate is 12.6 "
+    "GiB, five times too much",
+    "joshi-h100x8-qwen3-vl-235b-thinking-fp8-tp8-ep-len128k": "Qwen3-VL's encoder profile, "
+    "as above: +6.3 GiB (42.13 planned with the logged weights, 35.80 logged)",
+    "joshi-h100x4-minimax-m2-fp8-tp4-len128k-seqs16-v016dev": "a nightly (0.16.0rc2.dev305) "
+    "with FlashInfer's all-reduce fusion on (pass_config fuse_allreduce_rms, its SymmDevice "
+    "and lamport workspaces logged), which no rule of kvplan's has; the 0.11.2 start-up of the "
+    "same command is +2.8 %",
+    "llmso-4090-wsl-qwen3-8b-len4096-gmu090": "WSL2: 0.9 x 23.99 - 15.27 - 5.87 = 0.45 GiB "
+    "beside weights and pool, kvplan 0.26 + 0.25 + 0.60 (0.27's graph estimate); the same "
+    "page's Qwen2.5-0.5B start-ups are inside. Not established",
+    "llmso-4090-wsl-qwen3-8b-len4096-gmu085": "the same machine and model at gmu 0.85: -0.65 "
+    "GiB, as at 0.90",
+    "sirzzang-a10g-qwen25-14b-awq-len4k": "AWQ Qwen2.5-14B on an A10G in 0.19.1: 0.9 x 22.06 "
+    "- 9.38 - 9.10 = 1.37 GiB beside weights and pool, kvplan 0.59 + 0.25; the author's "
+    "breakdown puts 0.79 GiB on CUDA graphs, which 0.19 does not subtract. Not established",
+    "sirzzang-a10g-qwen25-14b-awq-gmu05-len16k-kv-refused": "the same pod at gmu 0.5: +0.72 "
+    "GiB, as at 0.9",
+    "am-dev-75-3060-qwen3-06b-gmu075-eager-sampler-oom": AM_DEV_3060,
 }
 
 
@@ -223,11 +257,16 @@ def test_the_held_out_cuda_logs_meet_the_median_goal() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="not met on the start-ups added for issue 23 item 4 (held out before replay): 30 of "
-    "34 CUDA pools within 5 % (88 %). The misses: vllm#27508 (+13.5 %, a 1.71 GiB pool), the "
-    "4 x RTX 3090 TP 4 box in 0.18.1 (-6.4 %), Qwen3-235B-A22B-FP8 at TP 8 over NVLink in "
-    "0.10.0 (+5.2 %, the NVLink TP 4/8 non-torch of RANGE_MISSES) and 2 x T4 at TP 2 in 0.22.0 "
-    "(-8.8 %: 0.66 GiB of activation and non-torch logged, kvplan 0.64 + 0.39, a 4.11 GiB pool)",
+    reason="not met on the public start-ups kvplan was not fitted on: 45 of 60 CUDA pools "
+    "within 5 % (75 %; 30 of 34 before the 26 scored ones added on 2026-12-03). The misses: "
+    "vllm#27508 (+13.5 %), the 4 x RTX 3090 TP 4 box in 0.18.1 (-6.4 %), Qwen3-235B-A22B-FP8 "
+    "at TP 8 over NVLink in 0.10.0 (+5.2 %), 2 x T4 in 0.22.0 (-8.8 %), and of the new ones "
+    "Qwen3-VL's unsized encoder profile (+112.6 %), Qwen2.5-VL-7B's weights on an L4 in "
+    "0.9.0.1 (+10.0 %: 15.45 GiB from the checkpoint, 15.63 logged), two WSL2 RTX 4090 runs "
+    "(-11.1, -14.0 %), a 4090 in 0.24.0 (+9.9 %), AWQ Qwen2.5-14B on an A10G (+6.8 %, and "
+    "+0.72 GiB on a 0.18 GiB pool), a 3060 whose profile saw another process (-15.4 %) and "
+    "three pools under 1 GiB missed by 0.06-0.08 GiB, the spread two identical commands on "
+    "one host logged four minutes apart (0.49 and 0.41 GiB)",
 )
 def test_the_held_out_cuda_logs_meet_the_within_goal() -> None:
     """Issue 23's goal, its other half: >= 90 % of the held-out CUDA pools within +-5 %."""
@@ -250,6 +289,8 @@ KNOWN_MISSES: dict[str, str] = {
     # kvplan's warm-up holds 1.5 fp32 logits copies (the model's and the sampler's fp32 one,
     # v1/sample/sampler.py 0.11.0:86); the log's failing 150 MiB, inside FlashInfer's
     # top_k_top_p_sampling_from_logits, is a third tensor kvplan does not count.
+    "am-dev-75-3060-qwen3-06b-gmu075-eager-sampler-oom": AM_DEV_3060,
+    "buccaneer-3090-llama31-8b-len8k-sampler-oom": BUCCANEER_3090,
 }
 FAILURES = [
     pytest.param(
@@ -325,12 +366,14 @@ def test_a_start_up_refused_for_free_memory_is_refused_for_that(rec: dict[str, A
     def budget(r: dict[str, Any]) -> Any:
         settings = BENCH._settings(r, gpu, False)
         dep = Deployment(model=model, gpu=gpu, settings=settings)
-        weights = dataclasses.replace(
-            for_deployment(dep), bytes_per_rank=int(rec["logged"]["weights_gib"] * BENCH.GIB)
-        )
+        weights = for_deployment(dep)  # a bf16 checkpoint refused before loading: kvplan's
+        if rec["logged"]["weights_gib"] is not None:
+            logged = int(rec["logged"]["weights_gib"] * BENCH.GIB)
+            weights = dataclasses.replace(weights, bytes_per_rank=logged)
         return vllm_budget(dep, estimate(dep.spec, settings, gpu, batch_sizes=()), weights)
 
     refused = budget(rec)
     assert not refused.fits and refused.wont_start_term == "gpu_free_memory", rec["source"]
-    free_gpu = {k: v for k, v in rec.items() if k != "gpu_free_memory_gib"}
-    assert budget(free_gpu).fits, rec["source"]
+    if rec["logged"]["weights_gib"] is not None:  # the same command started elsewhere
+        free_gpu = {k: v for k, v in rec.items() if k != "gpu_free_memory_gib"}
+        assert budget(free_gpu).fits, rec["source"]

@@ -33,6 +33,21 @@ def _bench() -> Any:
 BENCH = _bench()
 
 
+def marked(records: list[dict[str, Any]], misses: dict[str, str]) -> list[Any]:
+    """``records`` as test parameters, each a strict xfail with its cause where ``misses``
+    names it (so that fixing one shows)."""
+    return [
+        pytest.param(
+            r,
+            id=r["id"],
+            marks=[pytest.mark.xfail(strict=True, reason=misses[r["id"]])]
+            if r["id"] in misses
+            else [],
+        )
+        for r in records
+    ]
+
+
 def test_every_record_cites_its_source() -> None:
     assert len(RECORDS) >= 20
     for rec in RECORDS:
@@ -96,19 +111,7 @@ RANGE_MISSES: dict[str, str] = {
 }
 
 
-@pytest.mark.parametrize(
-    "rec",
-    [
-        pytest.param(
-            r,
-            id=r["id"],
-            marks=[pytest.mark.xfail(strict=True, reason=RANGE_MISSES[r["id"]])]
-            if r["id"] in RANGE_MISSES
-            else [],
-        )
-        for r in RECORDS
-    ],
-)
+@pytest.mark.parametrize("rec", marked(RECORDS, RANGE_MISSES))
 def test_the_logged_kv_memory_is_inside_the_stated_range(rec: dict[str, Any]) -> None:
     row = BENCH.predict(rec)
     if row["skipped"] and not rec["weights_from_config"]:
@@ -151,6 +154,33 @@ def test_each_logged_term_is_inside_its_stated_range(rec: dict[str, Any], term: 
     )
 
 
+def logged_params(key: str, misses: dict[str, str]) -> list[Any]:
+    """The records that log both the available KV and ``key``, each a strict xfail with its
+    cause where ``misses`` names it."""
+    logged = [r["logged"] for r in RECORDS]
+    both = [
+        r
+        for r, g in zip(RECORDS, logged, strict=True)
+        if None not in (g.get(key), g.get("available_kv_gib"))
+    ]
+    return marked(both, misses)
+
+
+def logged_blocks(rec: dict[str, Any]) -> tuple[Any, int, int]:
+    """kvplan's vLLM layout for the record's settings, and the blocks its logged available KV
+    holds, give or take the log's 2-decimal rounding."""
+    gpu = BENCH._gpu(rec)
+    if gpu is None:
+        pytest.skip("no GPU total")
+    settings = BENCH._settings(rec, gpu, False)
+    model = BENCH.load_model(BENCH._config_path(rec), offline=True)
+    dep = BENCH.Deployment(model=model, gpu=gpu, settings=settings)
+    layout = BENCH.estimate(dep.spec, settings, gpu, batch_sizes=()).vllm
+    gib = rec["logged"]["available_kv_gib"]
+    low, high = (int((gib + d) * (1 << 30)) // layout.bytes_per_block for d in (-0.005, 0.005))
+    return layout, low, high
+
+
 # Logs whose "GPU KV cache size" kvplan's layout does not reproduce from their "Available KV
 # cache memory", with what is known of the cause.
 TOKEN_MISSES: dict[str, str] = {
@@ -163,18 +193,7 @@ TOKEN_MISSES: dict[str, str] = {
     # release unknown, LMCache's connector loaded: 1.1 % fewer tokens than the memory holds
     "vllm21348-h100-qwen3-235b-fp8-tp4": "not established (LMCache connector, release unknown)",
 }
-TOKEN_RECORDS = [
-    pytest.param(
-        r,
-        id=r["id"],
-        marks=[pytest.mark.xfail(strict=True, reason=TOKEN_MISSES[r["id"]])]
-        if r["id"] in TOKEN_MISSES
-        else [],
-    )
-    for r in RECORDS
-    if r["logged"].get("available_kv_gib") is not None
-    and r["logged"].get("kv_cache_tokens") is not None
-]
+TOKEN_RECORDS = logged_params("kv_cache_tokens", TOKEN_MISSES)
 
 
 @pytest.mark.parametrize("rec", TOKEN_RECORDS)
@@ -184,15 +203,7 @@ def test_the_logged_tokens_follow_from_the_logged_kv_memory(rec: dict[str, Any])
     1297-1311): kvplan's layout (bytes per block, groups) must turn each log's available KV,
     give or take its 2-decimal rounding, into the tokens that log reports. A hybrid's figure
     is one group's share: gpt-oss-20b's 2 groups, gemma-3's 7, Qwen3.5's 4."""
-    gpu = BENCH._gpu(rec)
-    if gpu is None:
-        pytest.skip("no GPU total")
-    settings = BENCH._settings(rec, gpu, False)
-    model = BENCH.load_model(BENCH._config_path(rec), offline=True)
-    dep = BENCH.Deployment(model=model, gpu=gpu, settings=settings)
-    layout = BENCH.estimate(dep.spec, settings, gpu, batch_sizes=()).vllm
-    gib = rec["logged"]["available_kv_gib"]
-    low, high = (int((gib + d) * (1 << 30)) // layout.bytes_per_block for d in (-0.005, 0.005))
+    layout, low, high = logged_blocks(rec)
     logged = rec["logged"]["kv_cache_tokens"]
     tokens = (logged_kv_tokens(low, layout), logged_kv_tokens(high, layout))
     assert tokens[0] <= logged <= tokens[1], f"{rec['source']}: {logged} not in {tokens}"
@@ -206,18 +217,7 @@ CONCURRENCY_MISSES: dict[str, str] = {
     # state block a request (kv_cache_interface.py 0.19.0:293-300); kvplan's default was on
     # for every release (planner.vllm_rules, hybrid_prefix_caching)
 }
-CONCURRENCY_RECORDS = [
-    pytest.param(
-        r,
-        id=r["id"],
-        marks=[pytest.mark.xfail(strict=True, reason=CONCURRENCY_MISSES[r["id"]])]
-        if r["id"] in CONCURRENCY_MISSES
-        else [],
-    )
-    for r in RECORDS
-    if r["logged"].get("available_kv_gib") is not None
-    and r["logged"].get("max_concurrency") is not None
-]
+CONCURRENCY_RECORDS = logged_params("max_concurrency", CONCURRENCY_MISSES)
 
 
 @pytest.mark.parametrize("rec", CONCURRENCY_RECORDS)
@@ -228,18 +228,8 @@ def test_the_logged_concurrency_follows_from_the_logged_kv_memory(rec: dict[str,
     reserve one batch's tokens before 0.26 and every concurrent batch's from it
     (planner.vllm_rules, window_in_flight): dennislee22's gpt-oss-120b in 0.10.1.1 logs
     284.25, parallelworks' in 0.15.1 32.56."""
-    gpu = BENCH._gpu(rec)
-    if gpu is None:
-        pytest.skip("no GPU total")
-    settings = BENCH._settings(rec, gpu, False)
-    model = BENCH.load_model(BENCH._config_path(rec), offline=True)
-    dep = BENCH.Deployment(model=model, gpu=gpu, settings=settings)
-    layout = BENCH.estimate(dep.spec, settings, gpu, batch_sizes=()).vllm
-    gib = rec["logged"]["available_kv_gib"]
-    low, high = (
-        int((gib + d) * (1 << 30)) // layout.bytes_per_block / layout.blocks_per_request
-        for d in (-0.005, 0.005)
-    )
+    layout, blocks_low, blocks_high = logged_blocks(rec)
+    low, high = (b / layout.blocks_per_request for b in (blocks_low, blocks_high))
     logged = rec["logged"]["max_concurrency"]  # 2 decimals
     assert low - 0.005 <= logged <= high + 0.005, f"{rec['source']}: {logged} not in {low}-{high}"
 
@@ -292,17 +282,7 @@ KNOWN_MISSES: dict[str, str] = {
     "am-dev-75-3060-qwen3-06b-gmu075-eager-sampler-oom": AM_DEV_3060,
     "buccaneer-3090-llama31-8b-len8k-sampler-oom": BUCCANEER_3090,
 }
-FAILURES = [
-    pytest.param(
-        rec,
-        id=rec["id"],
-        marks=[pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[rec["id"]])]
-        if rec["id"] in KNOWN_MISSES
-        else [],
-    )
-    for rec in RECORDS
-    if rec["logged"].get("outcome") == "wont_start"
-]
+FAILURES = marked([r for r in RECORDS if r["logged"].get("outcome") == "wont_start"], KNOWN_MISSES)
 
 
 @pytest.mark.parametrize("rec", FAILURES)

@@ -105,6 +105,7 @@ class Weights:
     offloaded_bytes_per_rank: int = 0  # --cpu-offload-gb: moved off the most-loaded GPU
     offloaded_bytes: int = 0  # ... and off every GPU together (pinned host memory)
     tower_bytes: int = 0  # a multimodal model's whole vision tower (whether placed or not)
+    rotary_cache_bytes: int = 0  # vLLM's rotary cos/sin cache's share of bytes_per_rank
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -591,6 +592,79 @@ def with_lora_and_offload(dep: Deployment, target: Weights) -> Weights:
     )
 
 
+# Model types whose attention layers build vLLM's rotary embedding from the config's
+# max_position_embeddings (``get_rope(max_position=config.max_position_embeddings)`` in
+# ``model_executor/models/{llama,llama4,qwen2,qwen2_moe,qwen3,qwen3_moe,qwen3_next,qwen3_5,
+# gpt_oss,gemma2,gemma3,mixtral}.py`` 0.19.0; Mistral and Phi-3 are llama.py's, the Qwen VL
+# models run Qwen2's and Qwen3's). Other families are left at 0 (not checked).
+ROTARY_MODEL_TYPES = frozenset(
+    {
+        "llama",
+        "llama4_text",
+        "mistral",
+        "mixtral",
+        "phi3",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "qwen3_next",
+        "qwen3_5_text",
+        "qwen3_5_moe_text",
+        "qwen2_5_vl",
+        "qwen2_vl",
+        "qwen3_vl_text",
+        "qwen3_vl_moe_text",
+        "gpt_oss",
+        "gemma2",
+        "gemma3_text",
+    }
+)
+
+
+def _rope_positions(c: Mapping[str, Any], rope: Mapping[str, Any], positions: int) -> int | None:
+    """Rows of one rotary cos/sin cache for ``rope`` (None: a rope type not checked)."""
+    kind = str(rope.get("rope_type") or rope.get("type") or "default")
+    factor = rope.get("factor")
+    scale = float(factor) if isinstance(factor, int | float) and factor > 0 else 1.0
+    if kind in ("default", "mrope", "llama3"):
+        rows = positions
+    elif kind in ("linear", "dynamic") and "alpha" not in rope:
+        rows = int(positions * scale)  # linear_scaling_rope.py :86-91, dynamic_ntk :52-62
+    elif kind == "yarn":  # the original length x factor (yarn_scaling_rope.py 0.19.0:77-78)
+        original = rope.get("original_max_position_embeddings") or positions
+        rows = int(int(original) * scale)
+    else:
+        return None
+    # MRoPE keeps 4 x the positions for a video's indices (mrope.py 0.19.0:236-242)
+    return rows * 4 if "mrope_section" in rope else rows
+
+
+def rotary_cache_bytes(spec: ModelSpec) -> int:
+    """vLLM's rotary cos/sin cache on each GPU: ``RotaryEmbedding`` registers a (positions,
+    rotary_dim) buffer in the model dtype at model init (``rotary_embedding/base.py``
+    0.19.0:58-63), one per distinct rope (``get_rope`` caches them), and "Model loading took"
+    counts it. Llama-3.1: 131,072 x 128 x 2 B = 32 MiB; Llama-4 Scout's 10,485,760 positions:
+    2.5 GiB; Gemma 3 builds two (its sliding layers' local rope and the global one,
+    ``gemma3.py`` 0.19.0:176-181). 0 for families not checked and attention-free models."""
+    c = spec.config
+    if spec.model_type not in ROTARY_MODEL_TYPES or not spec.attention_layers:
+        return 0
+    positions = config_int(c, "max_position_embeddings", spec.name)
+    raw = c.get("rope_scaling") or c.get("rope_parameters")
+    rope: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    partial = rope.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0))
+    fraction = float(partial) if isinstance(partial, int | float) and 0 < partial <= 1 else 1.0
+    rotary_dim = int(spec.head_dim * fraction)
+    ropes = [rope]
+    if spec.model_type == "gemma3_text":
+        ropes.append({"rope_type": "default"})  # the sliding layers' local-base rope
+    rows = [_rope_positions(c, r, positions) for r in ropes]
+    if not positions or any(r is None for r in rows):
+        return 0
+    return sum(r or 0 for r in rows) * rotary_dim * 2  # the served dtype (bf16 / fp16)
+
+
 def marlin_mxfp4_extra_bytes(spec: ModelSpec, placement: Placement, source: str) -> int:
     """What vLLM's Marlin MXFP4 MoE backend adds to one rank's routed experts (gpt-oss) over
     what kvplan stores for them (``source`` "config": the expert intermediate padded to a
@@ -659,6 +733,14 @@ def for_deployment(dep: Deployment) -> Weights:
                 stage_bytes=tuple(b + extra for b in target.stage_bytes),
                 detail=f"{target.detail}; + {extra:,} B per GPU of Marlin MXFP4 padding",
             )
+    rotary = rotary_cache_bytes(dep.spec)
+    if rotary:
+        target = replace(
+            target,
+            bytes_per_rank=target.bytes_per_rank + rotary,
+            stage_bytes=tuple(b + rotary for b in target.stage_bytes),
+            rotary_cache_bytes=rotary,
+        )
     target = with_lora_and_offload(dep, target)
     if s.speculative is None or dep.draft is None:
         return target

@@ -36,7 +36,7 @@ from planner.units import GIB, MIB, fmt_bytes
 
 if TYPE_CHECKING:
     from planner.deployment import Deployment
-    from planner.kv_layout import KVEstimate
+    from planner.kv_layout import KVEstimate, VllmLayout
 
 MAX_DECODE_STEPS = 1024  # the planned run proves the pool; more steps only take longer
 DEFAULT_CHUNK_BYTES = 32 << 20  # the most extra memory one attention chunk may take
@@ -81,21 +81,23 @@ def planner_num_gpu_blocks(dep: Deployment, est: KVEstimate) -> int:
     from :func:`planner.budget.vllm_budget`). Used on CUDA, where the claim can be tested
     against the real allocator."""
     from planner.budget import vllm_budget
-    from planner.weights import per_rank
+    from planner.weights import for_deployment
 
-    weights = per_rank(dep.model, tp=dep.settings.tp, pp=dep.settings.pp)
+    weights = for_deployment(dep)  # as every command weighs it (placement, rotary cache, ...)
     return int(vllm_budget(dep, est, weights, estimate_at=lambda n: est).num_gpu_blocks)
 
 
 def capacity(
-    num_blocks: int, *, blocks_per_request: int, max_model_len: int, peak_bytes: int
+    num_blocks: int, *, layout: VllmLayout, blocks_per_request: int, peak_bytes: int
 ) -> Figures:
     """vLLM's capacity report for ``num_blocks`` (``get_max_concurrency_for_kv_cache_config``
-    and ``get_kv_cache_capacity``)."""
+    and its "GPU KV cache size": :func:`planner.budget.logged_kv_tokens`)."""
+    from planner.budget import logged_kv_tokens
+
     concurrency = num_blocks / blocks_per_request if blocks_per_request else 0.0
     return Figures(
         num_gpu_blocks=num_blocks,
-        kv_cache_size_tokens=int(concurrency * max_model_len),
+        kv_cache_size_tokens=logged_kv_tokens(num_blocks, layout),
         max_concurrency=round(concurrency, 4),
         peak_bytes=peak_bytes,
     )

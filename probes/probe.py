@@ -294,16 +294,10 @@ def _probe(
     peak_predicted = non_kv + predicted_blocks * vllm.bytes_per_block
     peak_measured = max(profile_peak, planned_peak or 0) - baseline + non_torch
     predicted = capacity(
-        predicted_blocks,
-        blocks_per_request=bpr,
-        max_model_len=est.max_model_len,
-        peak_bytes=peak_predicted,
+        predicted_blocks, layout=vllm, blocks_per_request=bpr, peak_bytes=peak_predicted
     )
     measured = capacity(
-        search.num_blocks,
-        blocks_per_request=bpr,
-        max_model_len=est.max_model_len,
-        peak_bytes=peak_measured,
+        search.num_blocks, layout=vllm, blocks_per_request=bpr, peak_bytes=peak_measured
     )
     floor = predicted_blocks * (1 - req.tolerance_pct / 100)
     notes = list(est.notes)

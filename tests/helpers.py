@@ -254,6 +254,7 @@ def guide_pool_blocks(max_num_seqs: int) -> int:
 
     requested  ceil(24 GiB x 0.9)                                   = 23,192,823,399 B
     weights    7,615,487,488 parameters (from the config) x 2 B    = 15,230,974,976 B
+               + vLLM's rotary cos/sin cache, 32,768 positions x 128 x 2 B = 8,388,608 B
     activation the larger of the forward over 2,048 tokens, 2,048 x 2 B x (3 x 18,944
                intermediate + 4 x 3,584 hidden), and the sampler warm-up, rows x 152,064
                vocab x 4 B x 1.5 + 2,048 x 3,584 x 2.553 B held; + 27.1 MB. rows =
@@ -264,7 +265,7 @@ def guide_pool_blocks(max_num_seqs: int) -> int:
                a FULL one per size up to max_num_seqs: 51 + 35 at 256, 19 + 11 at 64
     blocks     what is left // 917,504 B (28 layers x 16 tokens x 4 KV heads x 128 x 2 x 2 B)
 
-    256 (vLLM's default) -> 7,487 blocks; 64 -> 7,845; 32 -> 7,922; 16 -> 7,961; 8 -> 7,980.
+    256 (vLLM's default) -> 7,478 blocks; 64 -> 7,836; 32 -> 7,913; 16 -> 7,951; 8 -> 7,971.
     """
     requested = -(-24 * (1 << 30) * 9 // 10)
     rows = min(2048, max_num_seqs)
@@ -276,7 +277,7 @@ def guide_pool_blocks(max_num_seqs: int) -> int:
     grid = [n for n in (1, 2, 4) if n <= top]
     grid += [*range(8, min(top + 1, 256), 8), *range(256, top + 1, 16)]
     graphs = 28 * (len(grid) + len([n for n in grid if n <= max_num_seqs])) * 209_715
-    left = requested - 15_230_974_976 - activation - 268_435_456 - graphs
+    left = requested - 15_230_974_976 - 32_768 * 128 * 2 - activation - 268_435_456 - graphs
     return left // 917_504
 
 

@@ -160,22 +160,22 @@ def test_averages_make_a_workload() -> None:
 
 
 def test_worst_case_basis() -> None:
-    # Qwen2.5-7B, 24 GiB, gmu 0.9: 7,486 usable blocks (tests/helpers.guide_pool_blocks(256)
-    # less the null block), 512 per 8,192-token request: 0.9 x 7,486 // 512 = 13 all fit
+    # Qwen2.5-7B, 24 GiB, gmu 0.9: 7,477 usable blocks (tests/helpers.guide_pool_blocks(256)
+    # less the null block), 512 per 8,192-token request: 0.9 x 7,477 // 512 = 13 all fit
     p = guide_plan(
         max_model_len=8192,
         worst_case=True,
     )
     assert p.recommended is not None
-    assert guide_pool_blocks(256) - 1 == 7_486
+    assert guide_pool_blocks(256) - 1 == 7_477
     assert (p.recommended.basis, p.recommended.max_num_seqs) == ("worst_case", 13)
     assert p.recommended.worst_case_running == 13
 
 
 def test_prefix_sharing_is_stated_as_requests_running_at_once() -> None:
-    # 800 shared tokens = 50 blocks of 16. Without sharing 7,486 // 512 = 14 requests of
+    # 800 shared tokens = 50 blocks of 16. Without sharing 7,477 // 512 = 14 requests of
     # 8,192 tokens fit; with it the first holds 512 blocks and each other 512 - 50 = 462:
-    # 1 + (7,486 - 512) // 462 = 16.
+    # 1 + (7,477 - 512) // 462 = 16.
     p = guide_plan(
         max_model_len=8192,
         shared_prefix_tokens=800,

@@ -43,12 +43,13 @@ PASSING = """\
     max_kv_usage: 0.9
 """
 # long-context: Qwen2.5-7B on an RTX 4090 (23.64 GiB) at gmu 0.92, vLLM 0.33 (the newest
-# kvplan knows): requested ceil(25,382,879,232 x 0.92) - weights 15,230,974,976 - activation
-# - non-torch 0.25 GiB - graphs leaves 6.92 GiB, 8,096 blocks of 896 KiB. The activation peak is
+# kvplan knows): requested ceil(25,382,879,232 x 0.92) - weights 15,230,974,976 and the
+# rotary cache 32,768 x 128 x 2 B - activation - non-torch 0.25 GiB - graphs leaves 6.91 GiB,
+# 8,087 blocks of 896 KiB. The activation peak is
 # the forward over the 2,048-token budget, 2,048 x 2 B x (3 x 18,944 + 4 x 3,584) + 27.1 MB = 0.30
 # GiB (over the sampler's 32 x 152,064 x 4 B x 1.5 + 2,048 x 3,584 x 2.553 B); CUDA graphs 28
 # layers x (11 PIECEWISE sizes 1, 2, 4, 8 ... 64 + 7 FULL up to 32) x 0.20 MiB = 0.10 GiB.
-# 32,768 tokens = 2,048 blocks a request: 8,096 / 2,048 = 3.95x < min_concurrency 5.
+# 32,768 tokens = 2,048 blocks a request: 8,087 / 2,048 = 3.95x < min_concurrency 5.
 FAILING = """\
   - name: long-context
     model: qwen2.5-7b
@@ -214,9 +215,10 @@ def test_junit_format_parses_back(tmp_path: Path) -> None:
     assert failure is not None
     message = failure.get("message", "")
     assert "concurrency 3.95x < 5x required" in message
-    # fp8 halves the block (458,752 B): the same bytes hold 16,199 blocks, 7.91x
-    assert "fix: kv_cache_dtype: fp8 (7.91x" in message
-    assert "6.92 GiB" in (failure.text or "")  # the KV memory behind the verdict
+    # fp8 halves the block (458,752 B): about twice the blocks, 7.90 requests of 32,768
+    # tokens (3.95x in bf16)
+    assert "fix: kv_cache_dtype: fp8 (7.90x" in message
+    assert "6.91 GiB" in (failure.text or "")  # the KV memory behind the verdict
     assert cases[1].get("line") == "14" and cases[1].get("file") == str(path)
     # nothing half-written is left beside the report
     assert [p.name for p in out.parent.iterdir()] == ["kvplan.xml"]
@@ -615,9 +617,13 @@ def test_sglang_fraction_comes_from_gpu_memory_utilization(tmp_path: Path) -> No
     text = entry("engine: sglang", "max_model_len: 8192", "gpu_memory_utilization: 0.8")
     row = check_file(write(tmp_path, text)).results[0]
     assert row.figures is not None and row.figures.setting == "mem_fraction_static=0.8"
-    weights = planner.weights.per_rank(planner.load_model("llama-3.1-8b"), tp=1, pp=1)
-    # SGLang: (total - 0.5 GiB before weights) x 0.8 - weights
-    expected = int((get_gpu("h100").memory_bytes - GIB // 2) * 0.8) - weights.bytes_per_rank
+    model = planner.load_model("llama-3.1-8b")
+    weights = planner.weights.per_rank(model, tp=1, pp=1).bytes_per_rank
+    # SGLang measures the weights after loading, the rotary cos/sin cache with them (131,072
+    # x 128 x 2 B), as vLLM does: (total - 0.5 GiB before weights) x 0.8 - weights
+    weights += planner.weights.rotary_cache_bytes(model.spec)
+    assert planner.weights.rotary_cache_bytes(model.spec) == 131_072 * 128 * 2
+    expected = int((get_gpu("h100").memory_bytes - GIB // 2) * 0.8) - weights
     assert row.figures.available_kv_bytes == expected
 
 

@@ -85,8 +85,9 @@ def test_a_pool_too_small_must_preempt_and_one_that_holds_both_cannot(tmp_path: 
     assert tight["simulated"]["preemptions"] >= 1
     assert (tight["status"], tight["limiting"]) == ("fail", "max_preemptions")
     assert roomy["simulated"]["preemptions"] == 0 and roomy["status"] == "pass"
-    # the peak is at most both requests at full length over the pool
-    assert roomy["simulated"]["usage_max"] <= 2 * (p + 10) / big
+    # the peak is at most both requests at full length over the pool (the figure has 4
+    # decimals)
+    assert roomy["simulated"]["usage_max"] <= round(2 * (p + 10) / big, 4) + 0.00005
     # the failing entry's fix names the replay to compare settings with
     assert "kvplan simulate Qwen/Qwen3-0.6B --gpu l4 -w " in tight["fix"]
 

@@ -112,8 +112,9 @@ def test_unknown_lines_and_colour_codes_are_ignored() -> None:
 
 def test_v1_0_11_log_is_planned_with_its_own_releases_rules() -> None:
     # The log is vLLM 0.11.0, which sizes the KV cache before capturing CUDA graphs: the plan
-    # subtracts none (the log's -0.45 GiB capture is not a budget term) and lands 0.03 GiB
-    # from the log's 51.38 GiB, the difference being the weights (14.99 logged, 14.96 planned).
+    # subtracts none (the log's -0.45 GiB capture is not a budget term) and lands on the
+    # log's 51.38 GiB: the weights are the checkpoint's 16,060,522,496 B plus vLLM's rotary
+    # cache, 131,072 positions x 128 x 2 B = 33,554,432 B (14.99 GiB, as logged).
     dg = diagnose_file(V1_H100, model="llama-3.1-8b", gpu=gpu("h100"))
     p = plan_for(
         planner.load_model_spec("llama-3.1-8b"),
@@ -127,10 +128,11 @@ def test_v1_0_11_log_is_planned_with_its_own_releases_rules() -> None:
     assert terms["available KV"].plan == p.vllm.available_kv_bytes
     assert terms["KV cache tokens"].plan == p.vllm.kv_cache_size_tokens
     assert "not subtracted" in terms["CUDA graphs"].note
-    budget = by_kind(dg.findings)["budget"]
-    assert budget.data["term"] == "weights"
-    assert budget.data["difference_bytes"] == gib(51.38) - p.vllm.available_kv_bytes
-    assert abs(budget.data["difference_bytes"]) < gib(0.05)
+    assert terms["weights"].plan == 16_060_522_496 + 131_072 * 128 * 2
+    assert abs(terms["weights"].log - terms["weights"].plan) < gib(0.005)  # 2 decimals
+    matches = by_kind(dg.findings)["matches"]
+    assert matches.data["difference_bytes"] == gib(51.38) - p.vllm.available_kv_bytes
+    assert abs(matches.data["difference_bytes"]) < gib(0.005)
 
 
 def test_v1_layout_reproduces_the_logged_tokens() -> None:
@@ -308,7 +310,7 @@ def test_cli_diagnose_json() -> None:
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     kinds = [f["kind"] for f in data["findings"]]
-    assert kinds == ["budget", "layout-matches", "kv-pinned"]
+    assert kinds == ["matches", "layout-matches", "kv-pinned"]
     assert data["findings"][0]["text"].startswith("Available KV cache: log 51.38 GiB")
     assert data["log"]["kv_usage_samples"] == 4 and data["log"]["kv_usage_peak_pct"] == 99.1
     terms = {t["name"]: t for t in data["terms"]}

@@ -394,7 +394,7 @@ def test_pool_for_gpu_is_the_planners_vllm_budget() -> None:
     # The simulator's pool is exactly what `kvplan estimate --gpu h100` reports.
     dep = deployment("llama-3.1-8b", "h100", max_model_len=8192)
     est = planner.estimate(dep.spec, dep.settings, dep.gpu)
-    weights = planner.weights.from_config(dep.spec)
+    weights = planner.weights.for_deployment(dep)  # as every command weighs it
     blocks, available = pool_for_gpu(dep, est, weights)
     p = plan_for("llama-3.1-8b", "h100", max_model_len=8192)
     assert (blocks, available) == (p.vllm.num_gpu_blocks, p.vllm.available_kv_bytes)

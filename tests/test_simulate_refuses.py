@@ -26,11 +26,12 @@ def test_a_tp_wider_than_the_node_is_not_replayed() -> None:
 
 
 def test_a_pool_larger_than_the_gpu_is_not_replayed() -> None:
-    # 100 GiB of KV + 14.96 GiB of Llama-3.1-8B's bf16 weights (16,060,522,496 B) > the
+    # 100 GiB of KV + 14.99 GiB of Llama-3.1-8B's bf16 weights (16,060,522,496 B and vLLM's
+    # 33,554,432 B rotary cache) > the
     # H100's 79.18 GiB: vLLM allocates a --kv-cache-memory pool without profiling and OOMs
     code, out = simulate("llama-3.1-8b", "--gpu", "h100", "--kv-cache-memory", "100GiB")
     assert code == 1
-    assert "won't start: --kv-cache-memory 100.00 GiB + weights 14.96 GiB" in out
+    assert "won't start: --kv-cache-memory 100.00 GiB + weights 14.99 GiB" in out
     code, _ = simulate("llama-3.1-8b", "--gpu", "h100", "--kv-cache-memory", "20GiB")
     assert code == 0
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 import planner
+from planner.deployment import Deployment, ServeSettings
+from planner.gpus import get_gpu
 from planner.model.load import load_model, local_headers, with_headers
 from planner.weights import from_config, from_tensors, per_rank, read_safetensors_header
 from tests.conftest import fixture_config
@@ -298,3 +300,34 @@ def test_a_stated_marlin_mxfp4_backend_pads_gpt_oss_on_hopper_too() -> None:
         a100.bytes_per_rank
         == for_deployment(deployment("gpt-oss-120b", gpu="a100-80gb")).bytes_per_rank
     )
+
+
+def test_vllms_rotary_cache_is_in_the_weights_it_measures() -> None:
+    # vLLM's "Model loading took" holds the rotary cos/sin cache each GPU builds at model init:
+    # (positions, rotary_dim) in the model dtype, one per distinct rope (rotary_embedding/
+    # base.py 0.19.0:58-63). Public logs: Llama-3.1-8B loads 14.99 GiB where the checkpoint is
+    # 16,060,522,496 B = 14.96 GiB (tests/data/vllm_startups.json, 20 logs); Qwen3-8B 15.27
+    # where it is 15.26.
+    from planner.weights import rotary_cache_bytes
+
+    def cache(name: str) -> int:
+        return rotary_cache_bytes(planner.load_model_spec(name))
+
+    assert cache("llama-3.1-8b") == 131_072 * 128 * 2  # 32 MiB
+    assert cache("qwen3-8b") == 40_960 * 128 * 2
+    assert cache("llama-4-scout-17b-16e-instruct") == 10_485_760 * 128 * 2  # 2.5 GiB
+    # MRoPE keeps 4 x the positions for a video's indices (mrope.py 0.19.0:236-242)
+    assert cache("qwen3-vl-32b-instruct") == 4 * 262_144 * 128 * 2
+    # YaRN: the original length x factor (yarn_scaling_rope.py 0.19.0:77-78): 4,096 x 32
+    assert cache("gpt-oss-20b") == 4_096 * 32 * 64 * 2
+    # Gemma 3: the global rope (linear, factor 8: linear_scaling_rope.py :86-91) and the
+    # sliding layers' local one (gemma3.py 0.19.0:176-181)
+    assert cache("gemma-3-27b-it") == (131_072 * 8 + 131_072) * 128 * 2
+    # a family whose model file was not read (DeepSeek's YaRN may keep fp32): none claimed
+    assert cache("deepseek-v3") == 0
+    dep = Deployment(
+        model=planner.load_model("llama-3.1-8b"), gpu=get_gpu("h100"), settings=ServeSettings()
+    )
+    w = planner.weights.for_deployment(dep)
+    assert w.rotary_cache_bytes == 131_072 * 128 * 2
+    assert w.bytes_per_rank == 16_060_522_496 + 131_072 * 128 * 2  # 14.99 GiB, as logged

@@ -18,22 +18,22 @@ GIB = 1 << 30
 # The field guide's example: Qwen2.5-7B-Instruct on a 24 GiB card at gpu_memory_utilization 0.9.
 # 28 layers x 16 tokens x 4 KV heads x 128 x 2 (K, V) x 2 B = 917,504 B (896 KiB) per block;
 # the pool depends on max_num_seqs through the sampler warm-up and the captured CUDA-graph
-# graphs (tests/helpers.guide_pool_blocks): 7,845 blocks at 64, 7,922 at 32, 7,961 at 16,
-# 7,980 at 8; one is vLLM's null block.
+# graphs (tests/helpers.guide_pool_blocks): 7,836 blocks at 64, 7,913 at 32, 7,951 at 16,
+# 7,971 at 8; one is vLLM's null block.
 GUIDE = {"gpu_memory_utilization": 0.9}
 
 
 @pytest.mark.parametrize(
     ("max_model_len", "max_num_seqs", "outcome", "running"),
     [
-        # 4,096 tokens = 256 blocks: 7,844 // 256 = 30 at once, fewer than 64
+        # 4,096 tokens = 256 blocks: 7,835 // 256 = 30 at once, fewer than 64
         (4_096, 64, QUEUES_AT_WORST_CASE, 30),
-        # 8,192 tokens = 512 blocks: 7,921 // 512 = 15; 7,844 // 512 = 15
+        # 8,192 tokens = 512 blocks: 7,912 // 512 = 15; 7,835 // 512 = 15
         (8_192, 32, QUEUES_AT_WORST_CASE, 15),
         (8_192, 64, QUEUES_AT_WORST_CASE, 15),
-        # 16,384 tokens = 1,024 blocks: 7,960 // 1,024 = 7
+        # 16,384 tokens = 1,024 blocks: 7,950 // 1,024 = 7
         (16_384, 16, QUEUES_AT_WORST_CASE, 7),
-        # 8 x 512 = 4,096 <= 7,979: all run
+        # 8 x 512 = 4,096 <= 7,970: all run
         (8_192, 8, FITS_AT_WORST_CASE, 8),
     ],
 )
@@ -60,7 +60,7 @@ def _guide_plan(max_model_len: int, max_num_seqs: int):  # type: ignore[no-untyp
 
 def test_halving_the_length_doubles_who_runs_at_once() -> None:
     # 16,384 -> 8,192 tokens halves the blocks per request: vLLM's "Maximum concurrency"
-    # doubles, 7,845 / 1,024 = 7.66x -> 7,845 / 512 = 15.32x; at once 7,844 // 1,024 = 7 ->
+    # doubles, 7,836 / 1,024 = 7.65x -> 7,836 / 512 = 15.30x; at once 7,835 // 1,024 = 7 ->
     # // 512 = 15
     long, short = _guide_plan(16_384, 64), _guide_plan(8_192, 64)
     assert short.vllm.max_concurrency == pytest.approx(2 * long.vllm.max_concurrency)
@@ -72,7 +72,7 @@ def test_the_grid_holds_the_users_column_and_marks_only_wont_start() -> None:
     p = _guide_plan(8_192, 11)
     cells = {(c.max_model_len, c.max_num_seqs): c for c in p.grid}
     assert (8_192, 11) in cells
-    assert cells[(8_192, 11)].outcome == FITS_AT_WORST_CASE  # 11 x 512 = 5,632 <= 7,979
+    assert cells[(8_192, 11)].outcome == FITS_AT_WORST_CASE  # 11 x 512 = 5,632 <= 7,970
     cell = cells[(8_192, 32)]  # 7,921 // 512 = 15
     assert (cell.outcome, cell.worst_case_running, cell.fits) == (QUEUES_AT_WORST_CASE, 15, True)
 
@@ -91,28 +91,29 @@ def test_one_request_too_long_wont_start_and_exits_1() -> None:
     # the L4's budget leaves (vllm serve on it: 2,048 tokens, 256 sequences; vLLM 0.33):
     #   requested  ceil(23,654,532,383 x 0.92)                         = 21,762,169,793
     #   weights    8.03 B parameters x 2 B                             = 16,060,522,496
+    #              + the rotary cache, 131,072 positions x 128 x 2 B   =     33,554,432
     #   activation the forward, 2,048 x 2 x (3 x 14,336 + 4 x 4,096) + 27.1 MB
     #              (over the sampler's 256 x 128,256 x 4 x 1.5 + held)  =    270,369,632
     #   non-torch  0.25 GiB                                            =    268,435,456
     #   graphs     32 layers x (51 + 35) graphs x 209,715 (0.20 MiB)   =    577,135,680
-    # = 4,585,706,529 B; less the 2 MiB null block // 2 MiB = 2,185 blocks x 16 = 34,960
+    # = 4,552,152,097 B; less the 2 MiB null block // 2 MiB = 2,169 blocks x 16 = 34,704
     [line] = result.stderr.splitlines()
     assert line.startswith("Error: meta-llama/Llama-3.1-8B won't start with these settings: ")
-    left = 21_762_169_793 - 16_060_522_496 - 270_369_632 - 268_435_456 - 577_135_680
+    left = 21_762_169_793 - 16_060_522_496 - 33_554_432 - 270_369_632 - 268_435_456 - 577_135_680
     assert 2048 * 2 * (3 * 14_336 + 4 * 4096) + 27_100_000 == 270_369_632
-    assert data["available_kv_bytes"] == left == 4_585_706_529
-    assert (left - 2 * 2**20) // 2**21 * 16 == 34_960
-    # the change: 34,960 rounded down to a multiple of 1,024 (34 x 1,024 = 34,816), and -1
+    assert data["available_kv_bytes"] == left == 4_552_152_097
+    assert (left - 2 * 2**20) // 2**21 * 16 == 34_704
+    # the change: 34,704 rounded down to a multiple of 1,024 (33 x 1,024 = 33,792), and -1
     assert line.endswith(
-        "the estimated maximum model length is 34960. Try increasing "
+        "the estimated maximum model length is 34704. Try increasing "
         "`gpu_memory_utilization` or decreasing `max_model_len` when "
-        "initializing the engine; try --max-model-len 34816 (or -1: vLLM fits 34,960)"
+        "initializing the engine; try --max-model-len 33792 (or -1: vLLM fits 34,704)"
     )
     rec = data["recommended"]
-    assert (rec["max_model_len"], rec["auto_fit_max_model_len"]) == (34_816, 34_960)
-    assert parse_command(data["commands"]["vllm"])["max-model-len"] == "34816"
+    assert (rec["max_model_len"], rec["auto_fit_max_model_len"]) == (33_792, 34_704)
+    assert parse_command(data["commands"]["vllm"])["max-model-len"] == "33792"
     shorter = runner.invoke(
-        app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "34816", "--json"]
+        app, ["estimate", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "33792", "--json"]
     )
     assert shorter.exit_code == 0  # the printed command starts
     # the auto-fit length starts
@@ -166,10 +167,10 @@ def test_text_output_opens_the_plan_with_the_verdict() -> None:
     )
     assert lines[0].startswith("Qwen/Qwen2.5-7B-Instruct on custom (24.00 GiB), vLLM")
     # 57,344 B = 56.0 KiB per token; 8,192 x 57,344 B = 448 MiB per request; the pool at
-    # max_num_seqs 32 is 7,922 blocks (guide_pool_blocks) = 7,922 x 16 = 126,752 tokens
-    assert guide_pool_blocks(32) == 7_922
+    # max_num_seqs 32 is 7,913 blocks (guide_pool_blocks) = 7,913 x 16 = 126,608 tokens
+    assert guide_pool_blocks(32) == 7_913
     assert (
-        lines[2] == "  KV: 56.0 KiB/token, 448.00 MiB/request; pool 126,752 tokens = 7,922 blocks"
+        lines[2] == "  KV: 56.0 KiB/token, 448.00 MiB/request; pool 126,608 tokens = 7,913 blocks"
     )
     assert lines[3].startswith("Recommended (no workload given): keep max_model_len 8,192")
     command = next(i for i, line in enumerate(lines) if "vllm serve" in line)

@@ -54,6 +54,7 @@ def report_dict(rep: Report) -> dict[str, Any]:
         weights_total_bytes=p.weights.total_bytes,
         weights_source=p.weights.source,
         parameter_count=p.weights.parameter_count,
+        rotary_cache_bytes=p.weights.rotary_cache_bytes,
         activation_peak_bytes=cap.activation_peak_bytes,
         non_torch_bytes=cap.non_torch_bytes,
         cuda_graph_bytes=cap.cuda_graph_bytes,

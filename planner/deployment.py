@@ -440,13 +440,17 @@ class ServeSettings:
         return rules_for(self.vllm_version).with_sampler(self.sampler)
 
     def prefix_caching(self, spec: ModelSpec) -> bool:
-        """Whether vLLM caches prefixes for ``spec``: as given, else the release's default,
-        on except for a hybrid (state layers beside attention layers) before 0.26
+        """Whether vLLM caches prefixes for ``spec``: as given, else the release's default
+        (``ModelConfig.is_prefix_caching_supported``): on, but off for a model of state
+        layers alone in every release ("Attention free models do not support prefix
+        caching", ``config/model.py`` 0.19.0:1791-1796, 0.33.0:2280-2285) and for a hybrid
+        (state layers beside attention layers) before 0.26
         (:attr:`planner.vllm_rules.VllmRules.hybrid_prefix_caching`)."""
         if self.enable_prefix_caching is not None:
             return self.enable_prefix_caching
-        hybrid = bool(spec.state_layers) and bool(spec.attention_layers)
-        return not hybrid or self.rules.hybrid_prefix_caching
+        if not spec.state_layers:
+            return True
+        return bool(spec.attention_layers) and self.rules.hybrid_prefix_caching
 
     @property
     def gmu(self) -> float:

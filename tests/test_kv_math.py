@@ -250,6 +250,11 @@ def test_a_hybrids_prefix_caching_default_follows_the_release() -> None:
     old = planner.estimate(spec, vllm_version="0.19.0", prefix_caching=True)
     assert old.vllm is not None and old.vllm.blocks_per_request == 2 + 6 * 3
     assert ServeSettings(vllm_version="0.19.0").prefix_caching(load("Qwen--Qwen3-8B"))
+    # a model of state layers alone is off in every release ("Attention free models do not
+    # support prefix caching", config/model.py 0.19.0:1791-1796, 0.33.0:2280-2285)
+    mamba = planner.load_model_spec("mamba-2.8b-hf")
+    assert not ServeSettings().prefix_caching(mamba)
+    assert ServeSettings(enable_prefix_caching=True).prefix_caching(mamba)
 
 
 def test_qwen3_next_gated_deltanet_state() -> None:

@@ -622,7 +622,7 @@ ROTARY_MODEL_TYPES = frozenset(
 )
 
 
-def _rope_positions(c: Mapping[str, Any], rope: Mapping[str, Any], positions: int) -> int | None:
+def _rope_positions(rope: Mapping[str, Any], positions: int) -> int | None:
     """Rows of one rotary cos/sin cache for ``rope`` (None: a rope type not checked)."""
     kind = str(rope.get("rope_type") or rope.get("type") or "default")
     factor = rope.get("factor")
@@ -651,6 +651,8 @@ def rotary_cache_bytes(spec: ModelSpec) -> int:
     if spec.model_type not in ROTARY_MODEL_TYPES or not spec.attention_layers:
         return 0
     positions = config_int(c, "max_position_embeddings", spec.name)
+    if not positions:
+        return 0
     raw = c.get("rope_scaling") or c.get("rope_parameters")
     rope: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     partial = rope.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0))
@@ -659,10 +661,13 @@ def rotary_cache_bytes(spec: ModelSpec) -> int:
     ropes = [rope]
     if spec.model_type == "gemma3_text":
         ropes.append({"rope_type": "default"})  # the sliding layers' local-base rope
-    rows = [_rope_positions(c, r, positions) for r in ropes]
-    if not positions or any(r is None for r in rows):
-        return 0
-    return sum(r or 0 for r in rows) * rotary_dim * 2  # the served dtype (bf16 / fp16)
+    total = 0
+    for r in ropes:
+        rows = _rope_positions(r, positions)
+        if rows is None:
+            return 0  # a rope type not checked: none claimed
+        total += rows
+    return total * rotary_dim * 2  # the served dtype (bf16 / fp16)
 
 
 def marlin_mxfp4_extra_bytes(spec: ModelSpec, placement: Placement, source: str) -> int:
@@ -715,6 +720,16 @@ def _marlin_mxfp4(dep: Deployment) -> bool:
     return cc < (9, 0) or dep.settings.mxfp4_backend == "marlin"
 
 
+def _on_every_gpu(target: Weights, extra: int, **changes: Any) -> Weights:
+    """``target`` with ``extra`` bytes more on every GPU of every stage (and ``changes``)."""
+    return replace(
+        target,
+        bytes_per_rank=target.bytes_per_rank + extra,
+        stage_bytes=tuple(b + extra for b in target.stage_bytes),
+        **changes,
+    )
+
+
 def for_deployment(dep: Deployment) -> Weights:
     """The weights on the most-loaded GPU of ``dep``: the target as its settings place it,
     less what ``--cpu-offload-gb`` moves to the host (up to X GiB of each GPU's own weights),
@@ -727,20 +742,11 @@ def for_deployment(dep: Deployment) -> Weights:
     if _marlin_mxfp4(dep):
         extra = marlin_mxfp4_extra_bytes(dep.spec, where, target.source)
         if extra:
-            target = replace(
-                target,
-                bytes_per_rank=target.bytes_per_rank + extra,
-                stage_bytes=tuple(b + extra for b in target.stage_bytes),
-                detail=f"{target.detail}; + {extra:,} B per GPU of Marlin MXFP4 padding",
-            )
+            padding = f"{target.detail}; + {extra:,} B per GPU of Marlin MXFP4 padding"
+            target = _on_every_gpu(target, extra, detail=padding)
     rotary = rotary_cache_bytes(dep.spec)
     if rotary:
-        target = replace(
-            target,
-            bytes_per_rank=target.bytes_per_rank + rotary,
-            stage_bytes=tuple(b + rotary for b in target.stage_bytes),
-            rotary_cache_bytes=rotary,
-        )
+        target = _on_every_gpu(target, rotary, rotary_cache_bytes=rotary)
     target = with_lora_and_offload(dep, target)
     if s.speculative is None or dep.draft is None:
         return target

@@ -157,11 +157,8 @@ def test_each_logged_term_is_inside_its_stated_range(rec: dict[str, Any], term: 
 def logged_params(key: str, misses: dict[str, str]) -> list[Any]:
     """The records that log both the available KV and ``key``, each a strict xfail with its
     cause where ``misses`` names it."""
-    logged = [r["logged"] for r in RECORDS]
     both = [
-        r
-        for r, g in zip(RECORDS, logged, strict=True)
-        if None not in (g.get(key), g.get("available_kv_gib"))
+        r for r in RECORDS if None not in (r["logged"].get(key), r["logged"]["available_kv_gib"])
     ]
     return marked(both, misses)
 

@@ -47,7 +47,7 @@ PrefixOpt = Annotated[
     typer.Option(
         "--enable-prefix-caching/--no-enable-prefix-caching",
         help="vLLM prefix caching (hybrid models keep extra Mamba pages when on) [default: "
-        "the release's: on, off for hybrids before 0.26].",
+        "the release's: on; off for Mamba-only models, and for hybrids before 0.26].",
         show_default=False,
     ),
 ]

@@ -49,6 +49,7 @@ from planner.gpus import Gpu, get_gpu  # noqa: E402
 from planner.kv_layout import estimate  # noqa: E402
 from planner.model.load import load_model  # noqa: E402
 from planner.model.specs import KVDtype  # noqa: E402
+from planner.multimodal import parse_tokens  # noqa: E402
 from planner.weights import for_deployment  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "vllm_startups.json"
@@ -130,6 +131,9 @@ def _settings(rec: dict[str, Any], gpu: Gpu, batch_from_version: bool) -> ServeS
     if "gpu_free_memory_bytes" in fields and rec.get("gpu_free_memory_gib") is not None:
         # memory free on the GPU at start-up, as vLLM logged it ('Free memory on device (X/Y GiB)')
         kw["gpu_free_memory_bytes"] = int(rec["gpu_free_memory_gib"] * GIB)
+    if "mm_tokens_per_item" in fields and rec.get("mm_tokens_per_item") is not None:
+        # the largest multimodal item, where the log states it (its encoder budget line)
+        kw["mm_tokens_per_item"] = parse_tokens(rec["mm_tokens_per_item"])
     if "mxfp4_backend" in fields and rec.get("mxfp4_backend"):
         kw["mxfp4_backend"] = rec["mxfp4_backend"]  # the MoE kernel the log's install runs
     return ServeSettings(**kw)

@@ -28,6 +28,10 @@ sources named below).
   GPU while the language model's dummy batch runs, then the cache is cleared. The activation
   peak is therefore ``encoder outputs + max(tower activations, language-model activations)``.
   ``--skip-mm-profiling`` leaves both out (vLLM: the user owns the risk).
+- **Releases** (:mod:`planner.vllm_rules`): in 0.11-0.12 Qwen3-VL's video item counts 12.5
+  tokens of timestamp text per encoder token (``qwen3_vl_video_text``), and the cached
+  outputs are padded, to the encoder budget in 0.11 and to the largest item in 0.12
+  (``encoder_output_padding``); the tower still encodes the item's own tokens.
 
 Worked example (Qwen2.5-VL-7B, its ``preprocessor_config.json``: max_pixels 12,845,056, patch
 14, merge 2, temporal patch 2; max_model_len 128,000): an image of at most 12,845,056 / 28^2
@@ -42,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from planner.config.multimodal import DEFAULT_LIMIT as DEFAULT_LIMIT
@@ -72,6 +76,9 @@ QWEN_MAX_ASPECT = 200  # get_image_size_with_most_features: no aspect ratio abov
 # during attention, whichever is larger; one layer at a time (inference frees the previous).
 # The pixels arrive as float32 and are cast to the model dtype (both alive).
 PIXEL_BYTES = 4
+# Qwen3-VL's video item in 0.11-0.12: tokens counted per encoder token, its timestamp text
+# included (planner.vllm_rules, ``qwen3_vl_video_text``)
+VIDEO_TEXT_PER_TOKEN = 12.5
 
 
 # --------------------------------------------------------------------------- tokens per item
@@ -141,6 +148,12 @@ class ItemTokens:
 
     tokens: dict[str, int | None]
     how: dict[str, str]
+    # rows the encoder outputs for the largest item, where they differ from ``tokens``
+    # (Qwen3-VL's video in 0.11-0.12 counts its timestamp text: ``qwen3_vl_video_text``)
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def encoder_rows(self, modality: str) -> int | None:
+        return self.rows.get(modality, self.tokens.get(modality))
 
 
 def tokens_per_item(t: VisionTower, s: ServeSettings, max_model_len: int) -> ItemTokens:
@@ -198,7 +211,16 @@ def tokens_per_item(t: VisionTower, s: ServeSettings, max_model_len: int) -> Ite
             how["image"] = f"{tiles} tiles + 1 global of {t.fixed_tokens} tokens (max_patches)"
     for m in t.modalities:
         tokens.setdefault(m, None)
-    return ItemTokens(tokens=tokens, how=how)
+    rows: dict[str, int] = {}
+    clip = tokens.get("video")
+    if t.family == "qwen3_vl" and s.rules.qwen3_vl_video_text and clip is not None:
+        if how.get("video") == "--mm-tokens-per-item":  # vLLM's figure, the text counted
+            rows["video"] = max(1, round(clip / VIDEO_TEXT_PER_TOKEN))
+        else:
+            rows["video"] = clip
+            tokens["video"] = int(clip * VIDEO_TEXT_PER_TOKEN)
+            how["video"] += f" (x {VIDEO_TEXT_PER_TOKEN} for its timestamp text)"
+    return ItemTokens(tokens=tokens, how=how, rows=rows)
 
 
 # --------------------------------------------------------------------------- the profile
@@ -378,12 +400,22 @@ def profile(
     modality, per_item = max(known.items(), key=lambda kv: (kv[1], kv[0]))
     per_prompt = max(1, min(limits[modality], max_model_len // per_item))
     items = max(1, min(budget // per_item, max_num_seqs * per_prompt))
-    out = items * per_item * t.out_width * t.dtype_bytes
+    rows = found.encoder_rows(modality) or per_item
+    padding = s.rules.encoder_output_padding
+    cached = max(rows, budget if padding == "budget" else per_item if padding == "item" else 0)
+    out = items * cached * t.out_width * t.dtype_bytes
+    if cached > rows:
+        to = "the encoder budget" if padding == "budget" else "the largest item's tokens"
+        release = "0.11" if padding == "budget" else "0.12"
+        notes.append(
+            f"vLLM {release}'s profile run pads each {modality} item's {rows:,} encoder "
+            f"outputs to {cached:,} rows ({to}) before caching them"
+        )
     if s.mm_encoder_activation_bytes is not None:
         tower_act, act_how = s.mm_encoder_activation_bytes, "--mm-encoder-activation"
     else:
         on_rank = -(-items // tp) if mode == "data" else items
-        positions = math.ceil(on_rank * per_item * t.positions_per_token)
+        positions = math.ceil(on_rank * rows * t.positions_per_token)
         tower_act = tower_activation(t, positions, 1 if mode == "data" else tp)
         act_how = f"estimate over {positions:,} ViT positions"
     added = out + max(0, tower_act - lm_activation_bytes) if not s.skip_mm_profiling else 0

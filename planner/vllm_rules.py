@@ -60,6 +60,31 @@ The KV layout:
   leadawon/LAMBO's Qwen3.5-27B runs in 0.19.0 log the concurrency of 45 blocks a request (3
   Gated DeltaNet groups x 1 + 42), not 48.
 
+The multimodal encoder's share of the profile run (:mod:`planner.multimodal`):
+
+- ``encoder_output_padding``: what the profile run keeps in the encoder cache while the
+  language model's dummy batch runs. Through 0.10 and from 0.13.0 the dummy items' outputs
+  as the tower returns them (``self.encoder_cache["tmp"] = dict(enumerate(
+  dummy_encoder_outputs))``, ``v1/worker/gpu_model_runner.py`` 0.10.2:3025-3027;
+  ``self.encoder_cache[f"tmp_{i}"] = output``, 0.13.0:4470-4471, 0.19.0:5778-5779). In 0.11
+  each output shorter than the encoder budget is first copied into a zeroed tensor of
+  ``encoder_budget`` rows (``"budget"``: ``output.new_zeros((encoder_budget, ...))``,
+  0.11.0:3369-3384, 0.11.2:4113-4129), in 0.12 of the modality's largest-item rows
+  (``"item"``: ``max_mm_tokens_per_item``, 0.12.0:4331-4351). Qwen3-VL's video in 0.11-0.12
+  is the case that pads (next rule): sipeed's 4 x RTX 3090 Qwen3-VL-30B-A3B start-up in
+  0.11.0 (held out) leaves 4.14 GiB beside weights and pool where the language model's
+  activation and non-torch take 1.82: the 2.32 GiB difference is 153,600 rows x 8,192 x 2 B
+  = 2.34 GiB.
+- ``qwen3_vl_video_text``: Qwen3-VL's largest video item counts its timestamp text, 12.5
+  tokens for each token the encoder outputs ("one video token is converted to '<{timestamp}
+  seconds>' (on average 9.5 tokens) + vision_start_token + video_token + vision_end_token",
+  ``formatted_video_soft_tokens = video_soft_tokens * 12.5``, ``models/qwen3_vl.py``
+  0.11.0:674, 0.11.2:715, 0.12.0:708), so the encoder budget is 12,288 x 12.5 = 153,600
+  tokens with the checkpoint's video processor (its ``longest_edge`` 25,165,824 pixels over 2
+  frames of 32-pixel tokens: 12,288), the figure both public 0.11 start-ups log, while the
+  tower encodes 12,288 tokens; from 0.13.0 the item is the encoder's tokens
+  (``get_max_video_tokens``, 0.13.0:710-722, 0.19.0:786-812).
+
 The batch defaults themselves (``EngineArgs.get_batch_defaults``, 0.33), by usage context —
 ``vllm serve`` (``OPENAI_API_SERVER``) or the ``LLM`` class (``LLM_CLASS``):
 
@@ -267,6 +292,11 @@ class VllmRules:
     window_in_flight: bool = True
     # a hybrid (Mamba / linear attention beside attention) caches prefixes unless told not to
     hybrid_prefix_caching: bool = True
+    # the profile's cached encoder outputs are padded to the encoder budget (0.11) or to the
+    # largest item (0.12), or kept as the tower returns them
+    encoder_output_padding: Literal["budget", "item"] | None = None
+    # Qwen3-VL's video item counts 12.5 tokens (its timestamp text) per encoder token
+    qwen3_vl_video_text: bool = False
 
     @property
     def native_sampler(self) -> Sampler:
@@ -333,6 +363,14 @@ def _row(
         async_scheduling=sched >= 1,
         window_in_flight=since >= (0, 26, 0),
         hybrid_prefix_caching=since >= (0, 26, 0),
+        encoder_output_padding=(
+            "budget"
+            if (0, 11) <= since < (0, 12)
+            else "item"
+            if (0, 12) <= since < (0, 13)
+            else None
+        ),
+        qwen3_vl_video_text=(0, 11) <= since < (0, 13),
         reserve_full_isl=sched >= 2,
         prepend_uncached_free=sched >= 3,
         sampler=sampler,
@@ -346,6 +384,10 @@ def _row(
 RULES: tuple[VllmRules, ...] = (
     _row((0, 8, 5), 0.9, a100_small=False),
     _row((0, 9, 0), 0.9),
+    # the encoder-output padding and Qwen3-VL's video text (module docstring) change here
+    _row((0, 11, 0), 0.9),
+    _row((0, 12, 0), 0.9),
+    _row((0, 13, 0), 0.9),
     _row((0, 14, 0), 0.9, sched=1),
     _row((0, 17, 0), 0.9, sched=1, sampler="triton"),
     _row((0, 19, 0), 0.9, sched=2, sampler="triton", reuse=False, non_torch=_NT19),

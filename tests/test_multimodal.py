@@ -312,6 +312,85 @@ def test_qwen3_vl_outputs_carry_the_deepstack_levels() -> None:
     assert mm.encoder_output_bytes == 2 * 4096 * 5120 * 4 * 2
 
 
+# Qwen3-VL checkpoints' processor files (the values every Qwen3-VL release ships): images up
+# to 16,777,216 pixels, a video's two profiled frames up to 25,165,824 together; 16-pixel
+# patches merged 2 x 2, 2 frames a temporal patch
+QWEN3_VL_IMAGE = {
+    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
+    "patch_size": 16,
+    "merge_size": 2,
+    "temporal_patch_size": 2,
+}
+QWEN3_VL_VIDEO = {
+    "size": {"longest_edge": 25165824, "shortest_edge": 4096},
+    "patch_size": 16,
+    "merge_size": 2,
+    "temporal_patch_size": 2,
+}
+
+
+def qwen3_vl_dir(tmp_path: Path) -> str:
+    folder = tmp_path / "qwen3-vl-32b"
+    folder.mkdir()
+    folder.joinpath("config.json").write_bytes(
+        fixture_config("Qwen--Qwen3-VL-32B-Instruct").read_bytes()
+    )
+    folder.joinpath("preprocessor_config.json").write_text(json.dumps(QWEN3_VL_IMAGE))
+    folder.joinpath("video_preprocessor_config.json").write_text(json.dumps(QWEN3_VL_VIDEO))
+    return str(folder)
+
+
+def test_qwen3_vl_video_counts_its_timestamp_text_in_011_and_012(tmp_path: Path) -> None:
+    model = qwen3_vl_dir(tmp_path)
+    # the encoder's tokens: 2 frames (one temporal patch) of 25,165,824 / 2 = 12,582,912
+    # pixels, 32 x 32 pixels a token: 12,288; an image: 16,777,216 / 1,024 = 16,384
+    new = plan_of(model, "h200", vllm_version="0.13.0", max_model_len=131072)
+    assert new.mm is not None
+    assert new.mm.tokens_per_item == {"image": 16384, "video": 12288}
+    assert new.mm.profiled_modality == "image"  # 16,384 > 12,288
+    # 0.11-0.12: the video item is 12.5 tokens an encoder token (models/qwen3_vl.py
+    # 0.11.0:674): 153,600, the budget both public 0.11 start-ups log, and now the largest
+    width = 5120 * 4  # out_hidden_size x (1 + 3 deepstack levels)
+    for version in ("0.11.0", "0.12.0"):
+        old = plan_of(model, "h200", vllm_version=version, max_model_len=131072)
+        mm = old.mm
+        assert mm is not None and mm.tokens_per_item == {"image": 16384, "video": 153600}
+        assert (mm.profiled_modality, mm.profile_items) == ("video", 1)
+        assert mm.encoder_budget_tokens == 153600  # max(8,192 batched, 153,600)
+        # the one item's 12,288 outputs are padded to 153,600 rows before they are cached:
+        # to the encoder budget in 0.11 (gpu_model_runner.py 0.11.0:3369-3384), to the
+        # largest item in 0.12 (0.12.0:4331-4351), the same here
+        assert mm.encoder_output_bytes == 153600 * width * 2
+        # the tower still encodes 12,288 tokens: 49,152 ViT positions
+        assert mm.tower_activation_source == "estimate over 49,152 ViT positions"
+        assert any(
+            "pads each video item's 12,288 encoder outputs to 153,600 rows" in n for n in mm.notes
+        )
+    # a logged item (--mm-tokens-per-item, vLLM's figure) is taken with its text counted
+    told = plan_of(
+        model,
+        "h200",
+        vllm_version="0.11.0",
+        max_model_len=131072,
+        mm_tokens_per_item=parse_tokens("153600"),
+    )
+    assert told.mm is not None and told.mm.profiled_modality == "video"
+    assert told.mm.tower_activation_source == "estimate over 49,152 ViT positions"
+
+
+def test_gemma3_outputs_are_padded_to_the_budget_in_011_only() -> None:
+    # 256 tokens an image, 8,192 batched tokens on an H100: 32 images profiled; vLLM 0.11
+    # pads each image's 256 outputs to the 8,192-token budget, 0.12 to the largest item (256:
+    # nothing), 0.13 keeps them as they are
+    width = 5376
+    padded = plan_of("gemma-3-27b-it", vllm_version="0.11.2")
+    assert padded.mm is not None and padded.mm.profile_items == 32
+    assert padded.mm.encoder_output_bytes == 32 * 8192 * width * 2
+    for version in ("0.12.0", "0.13.0", "0.10.2"):
+        kept = plan_of("gemma-3-27b-it", vllm_version=version)
+        assert kept.mm is not None and kept.mm.encoder_output_bytes == 32 * 256 * width * 2
+
+
 def test_skip_mm_profiling_reserves_nothing_and_says_so() -> None:
     p = plan_of(QWEN_VL_7B, skip_mm_profiling=True)
     assert p.mm is not None and not p.mm.profiled and p.mm.encoder_budget_tokens == 114_688

@@ -119,6 +119,13 @@ def test_a_command_takes_every_setting_declared_for_it(command: str) -> None:
     flags = {opt for p in click.params for opt in (*p.opts, *p.secondary_opts)}
     for s in for_command(command):  # type: ignore[arg-type]
         assert set(s.flags) <= flags, f"{command} lacks {s.flags}"
+    # and takes it as the registry declares it, not as a second hand-written option whose
+    # help and default text must be kept in step (kvplan simulate's --enable-prefix-caching was)
+    helps = {p.name: p.help or "" for p in click.params}
+    for s in for_command(command):  # type: ignore[arg-type]
+        assert helps[s.name].startswith(s.help), f"{command} declares {s.cli} itself"
+        if s.default:
+            assert f"[default: {s.default}]" in helps[s.name], f"{command} {s.cli}"
 
 
 def _commands(settings: ServeSettings) -> dict[str, dict[str, object]]:

@@ -42,15 +42,6 @@ RevisionOpt = Annotated[
 OfflineOpt = Annotated[
     bool, typer.Option("--offline", help="Use only the local HF cache (like HF_HUB_OFFLINE=1).")
 ]
-PrefixOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--enable-prefix-caching/--no-enable-prefix-caching",
-        help="vLLM prefix caching (hybrid models keep extra Mamba pages when on) [default: "
-        "the release's: on; off for Mamba-only models, and for hybrids before 0.26].",
-        show_default=False,
-    ),
-]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print JSON (integer bytes) instead of tables.")
 ]

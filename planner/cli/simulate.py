@@ -12,7 +12,6 @@ from planner.cli._options import (
     JsonOpt,
     ModelArg,
     OfflineOpt,
-    PrefixOpt,
     RevisionOpt,
     ServeArgs,
     comma_values,
@@ -60,7 +59,6 @@ def simulate(
             show_default=False,
         ),
     ] = None,
-    enable_prefix_caching: PrefixOpt = None,
     compare: Annotated[
         list[str] | None,
         typer.Option(
@@ -232,8 +230,9 @@ def simulate(
             if axes.get(key):
                 raise UsageError(f"{key} is given twice (as --{key} and in --compare)")
             axes[key] = comma_values(rest)
-        if not axes.get("prefix-caching") and enable_prefix_caching is not None:
-            axes["prefix-caching"] = ["on" if enable_prefix_caching else "off"]
+        prefix = serve.values.get("enable_prefix_caching")  # the declared --enable-prefix-caching
+        if not axes.get("prefix-caching") and prefix is not None:
+            axes["prefix-caching"] = ["on" if prefix else "off"]
         base = serve.settings()
         variants, varied = build_settings({k: v for k, v in axes.items() if v}, base)
         gpu_ = get_gpu(gpu) if gpu else None

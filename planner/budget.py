@@ -425,6 +425,13 @@ def logged_kv_tokens(num_blocks: int, layout: VllmLayout, dcp: int = 1) -> int:
     return num_blocks // len(layout.groups) * min_group_block_size(layout) * dcp
 
 
+def bytes_per_logged_token(bytes_per_block: int, layout: VllmLayout, dcp: int = 1) -> float:
+    """The pool bytes behind each token of "GPU KV cache size" (:func:`logged_kv_tokens`'s
+    inverse): a block of every group per ``min_block_size x dcp`` tokens logged."""
+    groups = len(layout.groups) or 1
+    return bytes_per_block * groups / (min_group_block_size(layout) * dcp)
+
+
 def min_group_block_size(layout: VllmLayout) -> int:
     """The smallest block size of the layout's KV-cache groups (vLLM's ``min_block_size``)."""
     return min((g.block_size for g in layout.groups), default=1)

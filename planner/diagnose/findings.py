@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from planner.budget import logged_kv_tokens, min_group_block_size
+from planner.budget import bytes_per_logged_token, logged_kv_tokens
 from planner.deployment import SPELLINGS, as_flags, fp8_kv_caveat
 from planner.diagnose.kinds import KINDS, Source, finding_text
 from planner.diagnose.log_figures import BootLog
@@ -186,8 +186,7 @@ def _layout(log: BootLog, p: Plan) -> Finding | None:
         # vLLM's "GPU KV cache size" of the plan's pool: its blocks over the KV-cache groups
         expect_lo = logged_kv_tokens(lo // cap.bytes_per_block, layout, cap.dcp)
         expect_hi = logged_kv_tokens(hi // cap.bytes_per_block, layout, cap.dcp)
-        groups = len(layout.groups) or 1
-        per_token_plan = cap.bytes_per_block * groups / (min_group_block_size(layout) * cap.dcp)
+        per_token_plan = bytes_per_logged_token(cap.bytes_per_block, layout, cap.dcp)
         line = log.lines["kv_cache_tokens"]
     elif log.num_gpu_blocks is not None and log.available_kv_bytes is not None:
         logged_tokens = log.num_gpu_blocks * block

@@ -214,7 +214,7 @@ def tokens_per_item(t: VisionTower, s: ServeSettings, max_model_len: int) -> Ite
     rows: dict[str, int] = {}
     clip = tokens.get("video")
     if t.family == "qwen3_vl" and s.rules.qwen3_vl_video_text and clip is not None:
-        if how.get("video") == "--mm-tokens-per-item":  # vLLM's figure, the text counted
+        if told and told.get("video") is not None:  # vLLM's figure, the text counted
             rows["video"] = max(1, round(clip / VIDEO_TEXT_PER_TOKEN))
         else:
             rows["video"] = clip
@@ -406,10 +406,9 @@ def profile(
     out = items * cached * t.out_width * t.dtype_bytes
     if cached > rows:
         to = "the encoder budget" if padding == "budget" else "the largest item's tokens"
-        release = "0.11" if padding == "budget" else "0.12"
         notes.append(
-            f"vLLM {release}'s profile run pads each {modality} item's {rows:,} encoder "
-            f"outputs to {cached:,} rows ({to}) before caching them"
+            f"vLLM {s.vllm_version or s.rules.name}'s profile run pads each {modality} "
+            f"item's {rows:,} encoder outputs to {cached:,} rows ({to}) before caching them"
         )
     if s.mm_encoder_activation_bytes is not None:
         tower_act, act_how = s.mm_encoder_activation_bytes, "--mm-encoder-activation"

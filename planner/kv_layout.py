@@ -280,6 +280,8 @@ def estimate(
             "transformers' default DynamicCache has no fp8 layout; "
             "sized as if a quantized cache stored 1 byte per element"
         )
+    if engine is Engine.HF:
+        notes.extend(spec.hf_notes)
     if engine is Engine.HF and tp > 1:
         notes.append("transformers shards KV heads only when loaded with a tp_plan")
     bs = block_size or engine.default_block_size

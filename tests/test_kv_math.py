@@ -381,16 +381,29 @@ def test_hf_qwen3_next_recurrent_state_is_float32() -> None:
 @pytest.mark.parametrize(
     ("folder", "hf_bytes", "vllm_bytes"),
     [
-        # 80 layers x 232 query heads x 64 x 2 (K, V) x 2 B = 4,751,360 (transformers
-        # broadcasts K/V to every query head); vLLM 80 x 8 KV heads x 64 x 2 x 2 B = 163,840.
-        ("tiiuae--falcon-180B-chat", 4_751_360, 163_840),
+        # Falcon's remote code (modelling_RW.py, model_type RefinedWeb) broadcasts K/V to every
+        # query head before caching: 60 layers x 128 heads x 64 x 2 (K, V) x 2 B = 1,966,080;
+        # vLLM caches the 8 KV heads: 60 x 8 x 64 x 2 x 2 B = 122,880.
+        ("tiiuae--falcon-40b", 1_966_080, 122_880),
+        # transformers' built-in falcon caches the KV heads from 5.25 (modeling_falcon.py
+        # 5.25.0:297-301): 80 layers x 8 x 64 x 2 x 2 B = 163,840 on both engines.
+        ("tiiuae--falcon-180B-chat", 163_840, 163_840),
         # falcon-7b is multi-query and not the new architecture: 32 x 1 x 64 x 2 x 2 B both.
         ("tiiuae--falcon-7b-instruct", 8_192, 8_192),
     ],
 )
-def test_hf_falcon_new_architecture_caches_every_query_head(
+def test_hf_falcon_remote_code_caches_every_query_head(
     folder: str, hf_bytes: int, vllm_bytes: int
 ) -> None:
     spec = load(folder)
     assert planner.estimate(spec, engine=Engine.HF).kv_bytes_per_token == hf_bytes
     assert planner.estimate(spec).kv_bytes_per_token == vllm_bytes
+
+
+def test_hf_falcon_note_names_the_older_transformers_layout() -> None:
+    # up to transformers 5.24 (modeling_falcon.py 5.24.0:257-261) _split_heads broadcast K and
+    # V to all 232 query heads: 232 / 8 = 29x the 5.25 bytes. The note is for --engine hf only.
+    spec = load("tiiuae--falcon-180B-chat")
+    hf = planner.estimate(spec, engine=Engine.HF)
+    assert any("before 5.25" in n and "all 232 query heads (29x" in n for n in hf.notes)
+    assert not any("5.25" in n for n in planner.estimate(spec).notes)

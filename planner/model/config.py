@@ -322,6 +322,7 @@ def parse_config(
     f.defaults_used.extend(_nested_defaults_used(nested) if nested is not None else [])
     model_type = f.model_type
     notes: list[str] = []
+    hf_notes: list[str] = []
 
     num_layers = _num_layers(f)
     is_mla = model_type in MLA_MODEL_TYPES and f.get("kv_lora_rank") is not None
@@ -340,13 +341,23 @@ def parse_config(
     kinds = _layer_kinds(f, num_layers, notes)
     layers = _layer_specs(f, kinds, num_kv_heads, head_dim, dtype_bytes, is_mla, notes)
     if f.model_type in FALCON_MODEL_TYPES and _falcon_new_arch(f, hidden):
-        # NOTE: Falcon 40B/180B. transformers' FalconAttention._split_heads broadcasts K and V
-        # to every query head before caching them, so --engine hf holds num_attention_heads
-        # heads; vLLM caches num_kv_heads.
-        layers = [
-            replace(s, hf_num_kv_heads=num_heads) if isinstance(s, FullAttention) else s
-            for s in layers
-        ]
+        if f.model_type == "falcon":
+            # NOTE: Falcon 40B/180B in transformers' own FalconAttention: from 5.25 it caches
+            # num_kv_heads (modeling_falcon.py 5.25.0:297-301); up to 5.24 _split_heads
+            # broadcast K and V to every query head first (5.24.0:257-261).
+            hf_notes.append(
+                f"transformers before 5.25 caches K and V for all {num_heads} query heads "
+                f"({num_heads // num_kv_heads}x these --engine hf bytes); 5.25 and later cache "
+                f"the {num_kv_heads} KV heads"
+            )
+        else:
+            # NOTE: RefinedWeb (Falcon's remote code, modelling_RW.py) broadcasts K and V to
+            # every query head before caching them, so --engine hf holds num_attention_heads
+            # heads; vLLM caches num_kv_heads.
+            layers = [
+                replace(s, hf_num_kv_heads=num_heads) if isinstance(s, FullAttention) else s
+                for s in layers
+            ]
     kv_auto, quant = _kv_dtype_auto(f, dtype, notes)
     if f.defaults_used:
         notes.append("transformers defaults used for: " + ", ".join(sorted(set(f.defaults_used))))
@@ -381,6 +392,7 @@ def parse_config(
         mha_kv_width=_mha_kv_width(f, head_dim, is_mla),
         quantization=quant,
         notes=tuple(notes),
+        hf_notes=tuple(hf_notes),
         config=dict(text),
         vision=vision,
     )

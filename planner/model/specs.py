@@ -457,6 +457,8 @@ class ModelSpec:
     mha_kv_width: int = 0
     quantization: str | None = None
     notes: tuple[str, ...] = ()
+    # notes that hold only for --engine hf (how a transformers release caches this model)
+    hf_notes: tuple[str, ...] = ()
     config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
     # a multimodal model's vision tower and processor (planner.multimodal); None for text
     vision: VisionTower | None = field(default=None, compare=False, hash=False, repr=False)

@@ -738,3 +738,109 @@ def test_diagnose_replans_with_the_mxfp4_backend_the_log_names(tmp_path: Path) -
     assert (dg.settings["mxfp4_backend"], dg.sources["mxfp4_backend"]) == ("marlin", "log line 1")
     plain = diagnose_file(V1_H100, model="llama-3.1-8b", gpu=gpu("h100"))
     assert "mxfp4_backend" not in plain.settings
+
+
+# ------------------------------------------------------------------ vLLM >= 0.27's budget line
+# From 0.27 the start-up summary reads "Actual usage is X GiB for consumed memory (weights +
+# non-torch), Y GiB for peak activation, and Z GiB for CUDAGraph memory" (gpu_worker.py
+# 0.31.0:930-955): Y is the transient peak plus the graph estimate the budget subtracted
+# (peak_activation_memory = transient_peak_headroom + cudagraph_memory_estimate_applied,
+# 0.27.1:527-529, 0.31.0:668-670) and Z the graphs captured after sizing. The estimate itself
+# is "Estimated CUDA graph memory: E GiB total" (gpu_model_runner.py 0.31.0:6747-6750), and
+# VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 turns it off with a warning (gpu_worker.py
+# 0.31.0:724-733). The log below is the 0.11 fixture's start-up re-dated to 0.31.0 with those
+# lines: 71.26 requested - 15.26 consumed - 1.44 peak (0.94 + the 0.50 estimate) = 54.56 GiB.
+ESTIMATE_LINE = (
+    "(EngineCore pid=4187) INFO 10-06 17:00:31 [gpu_model_runner.py:6748] "
+    "Estimated CUDA graph memory: 0.50 GiB total"
+)
+DISABLED_LINE = (
+    "(EngineCore pid=4187) WARNING 10-06 17:00:31 [gpu_worker.py:725] CUDA graph memory "
+    "profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Without it, CUDA graph "
+    "memory is not accounted for during KV cache allocation, which may require lowering "
+    "--gpu-memory-utilization to avoid OOM."
+)
+CONSUMED_LINE = (
+    "(EngineCore pid=4187) INFO 10-06 17:00:41 [gpu_worker.py:955] Free memory on device "
+    "(78.69/79.18 GiB) on startup. Desired GPU memory utilization is (0.9, 71.26 GiB). Actual "
+    "usage is 15.26 GiB for consumed memory (weights + non-torch), 1.44 GiB for peak "
+    "activation, and 0.23 GiB for CUDAGraph memory. Replace gpu_memory_utilization config "
+    "with `--kv-cache-memory=58416203776` (54.40 GiB) to fit into requested memory."
+)
+
+
+def v031_log(tmp_path: Path, *extra: str) -> Path:
+    kept = [
+        line.replace("0.11.0", "0.31.0")
+        for line in V1_H100.read_text(encoding="utf-8").splitlines()
+        if "DEBUG" not in line and "for weight, " not in line and "Graph capturing" not in line
+    ]
+    # 54.56 GiB of 2 MiB blocks: 27,934 blocks, 446,944 tokens, 27.93 of 16,000 tokens
+    for old, new in (
+        ("Available KV cache memory: 51.38", "Available KV cache memory: 54.56"),
+        ("GPU KV cache size: 420,880", "GPU KV cache size: 446,944"),
+        ("per request: 26.30x", "per request: 27.93x"),
+    ):
+        kept = [line.replace(old, new) for line in kept]
+    path = tmp_path / "v031.log"
+    path.write_text("\n".join([*kept, *extra, CONSUMED_LINE]) + "\n", encoding="utf-8")
+    return path
+
+
+def v031_plan(**settings: object) -> planner.Plan:
+    """The plan for the log's settings: Llama-3.1-8B on an H100, 16,000 tokens, gmu 0.9."""
+    return plan_for(
+        planner.load_model_spec("llama-3.1-8b"),
+        gpu("h100"),
+        max_model_len=16_000,
+        gpu_memory_utilization=0.9,
+        vllm_version="0.31.0",
+        **settings,
+    )
+
+
+def test_a_027_peak_activation_is_read_less_the_graph_estimate(tmp_path: Path) -> None:
+    log = parse_log(v031_log(tmp_path, ESTIMATE_LINE).read_text(encoding="utf-8"))
+    assert (log.consumed_bytes, log.activation_bytes) == (gib(15.26), gib(1.44))
+    assert log.cuda_graph_capture_bytes == gib(0.23) and log.cuda_graph_bytes is None
+    assert log.activation_includes_graph_estimate
+    assert log.budget_activation == (gib(1.44) - gib(0.50), False)  # 0.94 GiB of peak
+    assert log.budget_graphs == gib(0.50)
+
+    dg = diagnose_file(v031_log(tmp_path, ESTIMATE_LINE), model="llama-3.1-8b", gpu=gpu("h100"))
+    terms = {t.name: t for t in dg.terms}
+    assert terms["activation peak"].log == gib(1.44) - gib(0.50)
+    assert terms["CUDA graphs"].log == gib(0.50) and "estimate" in terms["CUDA graphs"].note
+    p = v031_plan()
+    assert terms["activation peak"].plan == p.vllm.activation_peak_bytes
+    assert terms["CUDA graphs"].plan == p.vllm.cuda_graph_bytes > 0  # 0.31 subtracts them
+
+
+def test_a_027_peak_without_the_estimate_line_is_set_against_activation_and_graphs(
+    tmp_path: Path,
+) -> None:
+    dg = diagnose_file(v031_log(tmp_path), model="llama-3.1-8b", gpu=gpu("h100"))
+    terms = {t.name: t for t in dg.terms}
+    cap = v031_plan().vllm
+    both = terms["activation peak + graph estimate"]
+    assert (both.log, both.plan) == (gib(1.44), cap.activation_peak_bytes + cap.cuda_graph_bytes)
+    assert "activation peak" not in terms
+    graphs = terms["CUDA graphs"]
+    assert graphs.log == gib(0.23) and "captured after sizing" in graphs.note
+    budget = by_kind(dg.findings)["budget"]
+    # the shares: requested (71.26 logged against the plan's), weights + non-torch (15.26
+    # against 14.99 + 0.25) and one for activation + graphs (1.44 against the plan's two
+    # terms), no graph share apart; the last is the largest here
+    assert budget.data["term"] == "activation peak + graph estimate"
+    assert budget.data["term_plan_bytes"] == cap.activation_peak_bytes + cap.cuda_graph_bytes
+
+
+def test_a_disabled_graph_estimate_plans_no_graph_term(tmp_path: Path) -> None:
+    dg = diagnose_file(
+        v031_log(tmp_path, ESTIMATE_LINE, DISABLED_LINE), model="llama-3.1-8b", gpu=gpu("h100")
+    )
+    log = parse_log(v031_log(tmp_path, ESTIMATE_LINE, DISABLED_LINE).read_text("utf-8"))
+    assert log.graph_estimate_disabled
+    assert log.budget_activation == (gib(1.44), False) and log.budget_graphs == 0
+    assert {t.name: t for t in dg.terms}["CUDA graphs"].plan == 0
+    assert {t.name: t for t in dg.terms}["activation peak"].log == gib(1.44)

@@ -76,6 +76,29 @@ def _g(i: int, unit: int | None = None) -> Callable[[re.Match[str]], int]:
     return lambda m: _gib(m.group(i), m.group(unit) if unit else "GiB")
 
 
+def _flag(name: str) -> Handler:
+    def handler(log: BootLog, m: re.Match[str], line: int) -> None:
+        setattr(log, name, True)
+        log.lines[name] = line
+
+    return handler
+
+
+_consumed_figures = _many(
+    ("consumed_bytes", _g(1)),
+    ("activation_bytes", _g(2)),
+    ("cuda_graph_capture_bytes", _g(3)),
+)
+
+
+def _consumed(log: BootLog, m: re.Match[str], line: int) -> None:
+    """vLLM >= 0.27's "Actual usage is X GiB for consumed memory (weights + non-torch), Y GiB
+    for peak activation, and Z GiB for CUDAGraph memory": Y holds the subtracted graph
+    estimate, Z is the capture after sizing (:class:`BootLog`)."""
+    _consumed_figures(log, m, line)
+    log.activation_includes_graph_estimate = True
+
+
 def _config(log: BootLog, m: re.Match[str], line: int) -> None:
     """``Initializing a V1 LLM engine (v0.10.1) with config: model='...', max_seq_len=...``."""
     log.engine = "V0" if "an LLM engine" in m.group(0) else "V1"
@@ -475,11 +498,17 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
             rf"Actual usage is {_NUM} GiB for consumed memory \(weights \+ non-torch\), "
             rf"{_NUM} GiB for peak activation, and {_NUM} GiB for CUDAGraph memory"
         ),
-        _many(
-            ("consumed_bytes", _g(1)),
-            ("activation_bytes", _g(2)),
-            ("cuda_graph_bytes", _g(3)),
-        ),
+        _consumed,
+    ),
+    (
+        "Estimated CUDA graph memory",
+        re.compile(rf"Estimated CUDA graph memory: {_NUM} GiB total"),
+        _set("cuda_graph_estimate_bytes", _g(1)),
+    ),
+    (
+        "CUDA graph memory profiling is disabled",
+        re.compile(r"CUDA graph memory profiling is disabled"),
+        _flag("graph_estimate_disabled"),
     ),
     (
         "Free memory on device",

@@ -24,6 +24,7 @@ from planner.units import GIB
 from planner.vllm_rules import rules_for
 
 if TYPE_CHECKING:
+    from planner.budget import VllmCapacity
     from planner.multimodal import MMProfile
     from planner.plan_types import Plan
 
@@ -328,8 +329,9 @@ def plan_for(
         return None, settings
     while True:
         serve = settings.serve
-        if log.engine == "V0":
-            # NOTE: V0 captured CUDA graphs after sizing the KV cache, so they never reduced it.
+        if log.engine == "V0" or log.graph_estimate_disabled:
+            # NOTE: V0 captured CUDA graphs after sizing the KV cache, so they never reduced
+            # it; nor does V1 under VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (its warning).
             serve = serve.but(cuda_graph_bytes=0)
         options = PlanOptions(
             batch_sizes=(), grid_lens=[serve.max_model_len or loaded.spec.max_model_len]
@@ -361,6 +363,19 @@ def plan_for(
             settings = layer_settings(log, given, defaults_for=from_log)
 
 
+def _activation_term(log: BootLog, cap: VllmCapacity | None) -> Term:
+    """The activation peak the budget subtracted, logged against planned; a >= 0.27 log whose
+    peak holds the graph estimate it does not state apart is set against the plan's
+    activation + CUDA graphs (:attr:`BootLog.budget_activation`)."""
+    logged, with_graphs = log.budget_activation
+    if cap is None:
+        planned = None
+    else:
+        planned = cap.activation_peak_bytes + (cap.cuda_graph_bytes if with_graphs else 0)
+    name = "activation peak + graph estimate" if with_graphs else "activation peak"
+    return Term(name, "bytes", logged, planned)
+
+
 def _terms(log: BootLog, p: Plan | None) -> list[Term]:
     cap = p.vllm if p else None
 
@@ -371,16 +386,20 @@ def _terms(log: BootLog, p: Plan | None) -> list[Term]:
         Term("GPU total", "bytes", log.total_gpu_bytes, plan_of("gpu_memory_bytes")),
         Term("requested", "bytes", log.requested_bytes, plan_of("requested_bytes")),
         Term("weights", "bytes", log.weights_bytes, plan_of("weights_bytes")),
-        Term("activation peak", "bytes", log.activation_bytes, plan_of("activation_peak_bytes")),
+        _activation_term(log, cap),
         Term("non-torch", "bytes", log.non_torch_bytes, plan_of("non_torch_bytes")),
     ]
     if log.consumed_bytes is not None:
         both = cap.weights_bytes + cap.non_torch_bytes if cap else None
         terms.append(Term("weights + non-torch", "bytes", log.consumed_bytes, both))
-    graphs = log.cuda_graph_bytes
+    graphs = log.budget_graphs
     note = ""
-    if graphs is None and log.cuda_graph_capture_bytes is not None:
+    if log.cuda_graph_estimate_bytes is not None and not log.graph_estimate_disabled:
+        note = "vLLM's estimate before sizing"
+    elif graphs is None and log.cuda_graph_capture_bytes is not None:
         graphs, note = log.cuda_graph_capture_bytes, "captured after sizing"
+        if log.budget_activation[1]:
+            note += "; its estimate is inside the activation figure"
     elif graphs is not None and p is not None and cap is not None and cap.cuda_graph_bytes == 0:
         if not rules_for(p.vllm_version or None).subtracts_cuda_graphs:
             note = f"vLLM {p.vllm_version} sizes the KV cache first: not subtracted"

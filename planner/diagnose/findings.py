@@ -135,10 +135,18 @@ def explain(log: BootLog, p: Plan) -> list[Finding]:
                 ("weights", log.weights_bytes, cap.weights_bytes),
                 ("non-torch", log.non_torch_bytes, cap.non_torch_bytes),
             ]
-        terms.append(("activation peak", log.activation_bytes, cap.activation_peak_bytes))
-        # V0, and V1 before 0.20, captured graphs after sizing the cache: not a budget term
-        if log.engine != "V0" and _subtracts_graphs(p):
-            terms.append(("CUDA graphs", log.cuda_graph_bytes, cap.cuda_graph_bytes))
+        peak, with_graphs = log.budget_activation
+        graphs_subtracted = log.engine != "V0" and _subtracts_graphs(p)
+        if with_graphs:  # >= 0.27, no estimate line: one figure for both terms
+            both_terms = cap.activation_peak_bytes + (
+                cap.cuda_graph_bytes if graphs_subtracted else 0
+            )
+            terms.append(("activation peak + graph estimate", peak, both_terms))
+        else:
+            terms.append(("activation peak", peak, cap.activation_peak_bytes))
+            # V0, and V1 before 0.20, captured graphs after sizing the cache: not a budget term
+            if graphs_subtracted:
+                terms.append(("CUDA graphs", log.budget_graphs, cap.cuda_graph_bytes))
         for name, term_log, term_plan in terms:
             if term_log is None:
                 unlogged.append(name)

@@ -23,6 +23,7 @@ RANK_FIELDS = {
     "consumed_bytes": "consumed_bytes",
     "cuda_graph_bytes": "cuda_graph_bytes",
     "cuda_graph_capture_bytes": "cuda_graph_capture_bytes",
+    "cuda_graph_estimate_bytes": "cuda_graph_estimate_bytes",
     "available_kv_bytes": "available_kv_bytes",
     "kv_cache_tokens": "kv_cache_size_tokens",
     "max_concurrency": "max_concurrency",
@@ -56,6 +57,7 @@ class RankFigures:
     consumed_bytes: int | None = None
     cuda_graph_bytes: int | None = None
     cuda_graph_capture_bytes: int | None = None
+    cuda_graph_estimate_bytes: int | None = None
     available_kv_bytes: int | None = None
     kv_cache_size_tokens: int | None = None
     max_concurrency: float | None = None
@@ -122,6 +124,16 @@ class BootLog:
     consumed_bytes: int | None = None  # weights + non-torch, as vLLM >= 0.2x logs it
     cuda_graph_bytes: int | None = None
     cuda_graph_capture_bytes: int | None = None  # "Graph capturing finished ..., took X GiB"
+    # vLLM >= 0.21 "Estimated CUDA graph memory: X GiB total" (gpu_model_runner.py 0.31.0:
+    # 6747-6750): the graph memory the budget subtracts before the pool, unless
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (``graph_estimate_disabled``, its warning)
+    cuda_graph_estimate_bytes: int | None = None
+    graph_estimate_disabled: bool = False
+    # vLLM >= 0.27 logs "X GiB for consumed memory (weights + non-torch), Y GiB for peak
+    # activation, and Z GiB for CUDAGraph memory": Y is the transient peak plus the subtracted
+    # graph estimate (gpu_worker.py 0.27.1:527-529, 0.31.0:668-670), Z the graphs captured
+    # after sizing (cuda_graph_capture_bytes); 0.11-0.26 log the peak alone ("for weight, ...")
+    activation_includes_graph_estimate: bool = False
     available_kv_bytes: int | None = None
     num_gpu_blocks: int | None = None
     kv_cache_tokens: int | None = None
@@ -185,6 +197,34 @@ class BootLog:
             return "CUDA-graph capture"
         steps = {k: v for k, v in self.milestones.items() if k != "serving"}
         return max(steps, key=lambda k: steps[k]) if steps else "start-up"
+
+    @property
+    def budget_activation(self) -> tuple[int | None, bool]:
+        """The activation peak the budget subtracted, as logged, and whether that figure still
+        holds the subtracted graph estimate: a >= 0.27 line's peak less the "Estimated CUDA
+        graph memory" line when both are logged (and the estimate applied), else the peak as
+        printed. Worked example (0.31.0, Llama-3.1-8B, A100): 1.44 GiB for peak activation
+        with an estimate of 0.50 is a 0.94 GiB peak; without the estimate line, (1.44, True)."""
+        peak = self.activation_bytes
+        if peak is None or not self.activation_includes_graph_estimate:
+            return peak, False
+        if self.graph_estimate_disabled:
+            return peak, False
+        if self.cuda_graph_estimate_bytes is not None:
+            return peak - self.cuda_graph_estimate_bytes, False
+        return peak, True
+
+    @property
+    def budget_graphs(self) -> int | None:
+        """The CUDA-graph memory the budget subtracted, as logged: the estimate line (0 when
+        VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 turned it off), else the "for weight"
+        line's graphs (0.11-0.26: the capture, which the 0.20-0.26 estimate stands for); None
+        when the only figure is inside the activation peak (:attr:`budget_activation`)."""
+        if self.graph_estimate_disabled:
+            return 0
+        if self.cuda_graph_estimate_bytes is not None:
+            return self.cuda_graph_estimate_bytes
+        return self.cuda_graph_bytes
 
     @property
     def served(self) -> bool:

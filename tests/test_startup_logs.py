@@ -113,6 +113,13 @@ RANGE_MISSES: dict[str, str] = {
     "sirzzang-a10g-qwen25-14b-awq-gmu05-len16k-kv-refused": "the same pod at gmu 0.5: +0.72 "
     "GiB, as at 0.9",
     "am-dev-75-3060-qwen3-06b-gmu075-eager-sampler-oom": AM_DEV_3060,
+    # added on 2026-12-04 (held out, recorded before any replay):
+    "kubesimplify-2xrtxpro6000-qwen3-32b-tp2-gmu0426-len32k": "Qwen3-32B at TP 2 over PCIe on "
+    "two RTX PRO 6000 (0.27.1, gmu 0.426): 0.426 x 95.01 - 30.59 - 8.22 = 1.66 GiB beside "
+    "weights and pool, kvplan 0.99 + 0.39 + 1.27 of CUDA graphs (its per-layer capture model; "
+    "0.21+ subtracts vLLM's own sampled estimate, gpu_model_runner.py 0.31.0:6667-6750), and "
+    "its lowest activation + graphs, 1.87, is above the whole 1.66. The PP 2 start-up of the "
+    "same model and cards is inside (+9.2 %). Not established",
 }
 
 
@@ -249,15 +256,17 @@ def test_the_held_out_cuda_logs_meet_the_median_goal() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="not met on the public start-ups kvplan was not fitted on: 46 of 60 CUDA pools "
-    "within 5 % (77 %). The 14 misses: vllm#27508 (+12.5 %, 0.21 GiB of a 1.71 GiB pool), the "
+    reason="not met on the public start-ups kvplan was not fitted on: 50 of 67 CUDA pools "
+    "within 5 % (75 %). The 17 misses: vllm#27508 (+12.5 %, 0.21 GiB of a 1.71 GiB pool), the "
     "4 x RTX 3090 TP 4 eager box in 0.18.1 (-6.5 %) and 2 x T4 TP 2 eager in 0.22.0 (-9.0 %), "
     "both over PCIe, Qwen3-235B-A22B-FP8 at TP 8 over NVLink in 0.10.0 (+5.1 %), Qwen3-VL-30B "
     "on a stand-in config without its MRoPE rope_scaling (+8.5 %), two WSL2 RTX 4090 runs "
-    "(-11.3 %, -14.2 %), a 4090 in 0.24.0 (+9.8 %), AWQ Qwen2.5-14B on an A10G (+6.7 %, and "
-    "+0.71 GiB on a 0.18 GiB pool), a 3060 whose profile saw another process (-15.5 %) and "
-    "three pools under 1 GiB missed by 0.08-0.09 GiB, among them the spread two identical "
-    "commands on one host logged four minutes apart (0.49 and 0.41 GiB)",
+    "(-11.3 %, -14.2 %) and a WSL2 RTX 4070 Laptop in 0.30.0 (+31.8 %; eager, +0.1 %), a 4090 "
+    "in 0.24.0 (+9.8 %), AWQ Qwen2.5-14B on an A10G (+6.7 %, and +0.71 GiB on a 0.18 GiB "
+    "pool), a 3060 whose profile saw another process (-15.5 %), Qwen3-32B over two PCIe RTX PRO "
+    "6000 in 0.27.1 at TP 2 (-11.3 %) and PP 2 (+9.2 %), and three pools under 1 GiB missed by "
+    "0.08-0.09 GiB, among them the spread two identical commands on one host logged four "
+    "minutes apart (0.49 and 0.41 GiB)",
 )
 def test_the_held_out_cuda_logs_meet_the_within_goal() -> None:
     """Issue 23's goal, its other half: >= 90 % of the held-out CUDA pools within +-5 %."""

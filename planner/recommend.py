@@ -260,9 +260,11 @@ def plan(dep: Deployment, options: PlanOptions | None = None) -> Plan:
             running_with=with_,
         )
     naive = _naive(est, avg, recommended)
+    # no recommendation (the settings won't start): the command is the user's own settings,
+    # their max_num_seqs or vLLM's default for them, not a placeholder
     target = recommended or Recommended(
         max_model_len=length,
-        max_num_seqs=1,
+        max_num_seqs=s.max_num_seqs or s.default_max_num_seqs(length, dep.gpu),
         gpu_memory_utilization=s.gmu,
         block_size=est.block_size,
         kv_cache_dtype=est.kv_cache_dtype,

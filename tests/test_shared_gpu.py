@@ -160,3 +160,19 @@ def test_diagnose_text_and_json_say_what_starts(tmp_path: Path) -> None:
     (shared,) = [f for f in data["findings"] if f["kind"] == "gpu-shared"]
     assert shared["data"]["starting_gpu_memory_utilization"] == 0.75
     assert data["outcome"] == "wont_start"
+
+
+def test_with_nothing_that_starts_the_command_is_the_users_own_settings() -> None:
+    # 10 GiB free less the 0.5 GiB context cannot hold Llama-3.1-8B's 14.99 GiB of weights at
+    # any fraction: no recommendation, and the command shown is the user's settings (vLLM's
+    # default max_num_seqs, so no --max-num-seqs flag), labelled as one that won't start
+    code, data = estimate("--gpu-free-memory", "10GiB")
+    assert code == 1 and data["outcome"] == "wont_start" and data["recommended"] is None
+    assert "--max-num-seqs" not in data["commands"]["vllm"]
+    assert "--gpu-memory-utilization 0.92" in data["commands"]["vllm"]
+    words = ["estimate", "llama-3.1-8b", "--gpu", "h100", "--max-model-len", "8192"]
+    text = runner.invoke(app, [*words, "--gpu-free-memory", "10GiB"], env=ENV).stdout
+    assert "Recommended: none on this GPU" in text
+    assert "your settings as a command (this won't start):" in text
+    code, data = estimate("--gpu-free-memory", "10GiB", "--max-num-seqs", "64")
+    assert "--max-num-seqs 64" in data["commands"]["vllm"]

@@ -411,6 +411,7 @@ def _plan(p: Plan, show_grid: bool, compared: bool = False) -> None:
             )
     elif p.outcome == "wont_start":
         out.print("[bold]Recommended:[/] none on this GPU; see the error below")
+        out.print("  your settings as a command (this won't start):", markup=False)
     if p.node_commands:
         _print_nodes(out, p.node_commands)
         if p.node_docker_commands:  # an AMD GPU: each node's command in vLLM's ROCm image

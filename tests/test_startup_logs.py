@@ -143,8 +143,22 @@ def test_the_logged_kv_memory_is_inside_the_stated_range(rec: dict[str, Any]) ->
 
 # The log's own terms where it states them: "peak activation" (with the CUDA-graph estimate
 # where the release logs them together, ``activation_includes_graph_estimate``) and non-torch.
+# A logged term outside its range, xfail(strict) with what is known of the cause.
+TERM_MISSES: dict[str, str] = {
+    "akiyax-4080-qwen25-7b-awq-activation_peak_gib": "0.26 logs the bare torch peak (gpu_worker.py "
+    "0.26.0:526) and subtracts the graph estimate apart (:541-545), yet the transcribed 1.04 "
+    "GiB leaves no room for one (0.9 x 15.99 - 5.29 - 0.06 - 1.04 = 8.00): against kvplan's "
+    "activation alone it is outside; the record's figures and release do not agree",
+}
 TERMS = [
-    pytest.param(rec, term, id=f"{rec['id']}-{term}")
+    pytest.param(
+        rec,
+        term,
+        id=f"{rec['id']}-{term}",
+        marks=[pytest.mark.xfail(strict=True, reason=TERM_MISSES[f"{rec['id']}-{term}"])]
+        if f"{rec['id']}-{term}" in TERM_MISSES
+        else [],
+    )
     for rec in RECORDS
     for term in ("activation_peak_gib", "non_torch_gib")
     if rec["logged"].get(term) is not None
@@ -367,3 +381,13 @@ def test_a_start_up_refused_for_free_memory_is_refused_for_that(rec: dict[str, A
     if rec["logged"]["weights_gib"] is not None:  # the same command started elsewhere
         free_gpu = {k: v for k, v in rec.items() if k != "gpu_free_memory_gib"}
         assert budget(free_gpu).fits, rec["source"]
+
+
+def test_the_held_out_table_in_the_docs_is_current() -> None:
+    """docs/budget-held-out.md is ``benchmarks/budget_accuracy.py --terms``'s output (issue 23
+    item 7's term-by-term table): regenerate it when a record or the budget changes."""
+    rows = [BENCH.predict(rec) for rec in RECORDS]
+    table = BENCH.TERMS_HEADER + BENCH.render_terms(rows, RECORDS) + "\n"
+    assert (ROOT / "docs" / "budget-held-out.md").read_text(encoding="utf-8") == table
+    scored = [r for r in rows if r["set"] == "held_out" and r["release_known"]]
+    assert table.count("\n| [") == sum(r["error_pct"] is not None for r in scored)

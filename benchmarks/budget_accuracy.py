@@ -230,6 +230,9 @@ def predict(
         term_ranges_gib={
             "activation_peak_gib": (round(act_lo / GIB, 2), round(act_hi / GIB, 2)),
             "non_torch_gib": tuple(round(b / GIB, 2) for b in ranges["non_torch_bytes"]),
+            # the CUDA-graph memory the budget subtracts (0.20 on): what a log's "Estimated
+            # CUDA graph memory: X GiB total" line states (0, 0 where none is subtracted)
+            "cuda_graph_estimate_gib": tuple(round(b / GIB, 2) for b in ranges["cuda_graph_bytes"]),
         },
     )
     row.update(

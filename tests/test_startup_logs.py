@@ -180,6 +180,32 @@ def test_each_logged_term_is_inside_its_stated_range(rec: dict[str, Any], term: 
     )
 
 
+# Logs of releases that subtract the CUDA graphs before sizing (0.20 on) that state vLLM's own
+# estimate ("Estimated CUDA graph memory: X GiB total", gpu_model_runner.py 0.24.0:6589): it is
+# the budget's graph term, so it must fall inside kvplan's range for that term.
+GRAPH_ESTIMATES = [
+    pytest.param(rec, id=rec["id"])
+    for rec in RECORDS
+    if rec["logged"].get("cuda_graph_estimate_gib") is not None
+    and BENCH._version(rec.get("vllm_version")) is not None
+    and BENCH._version(rec["vllm_version"]) >= (0, 20)
+    and not rec["enforce_eager"]
+]
+
+
+@pytest.mark.parametrize("rec", GRAPH_ESTIMATES)
+def test_each_logged_graph_estimate_is_inside_its_stated_range(rec: dict[str, Any]) -> None:
+    row = BENCH.predict(rec)
+    if row["skipped"] and not rec["weights_from_config"]:
+        row = BENCH.predict(rec, use_logged_weights=True)  # the graphs do not need the weights
+    assert not row["skipped"], row["skipped"]
+    low, high = row["term_ranges_gib"]["cuda_graph_estimate_gib"]
+    logged = rec["logged"]["cuda_graph_estimate_gib"]
+    assert low - 0.005 <= logged <= high + 0.005, (
+        f"{rec['source']}: logged graph estimate {logged} outside kvplan's {low}-{high}"
+    )
+
+
 def logged_params(key: str, misses: dict[str, str]) -> list[Any]:
     """The records that log both the available KV and ``key``, each a strict xfail with its
     cause where ``misses`` names it."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from planner.errors import InputFileError, KvplanError, UsageError
+from planner.errors import InputFileError, KvplanError, UsageError, one_line
 from planner.notes import say
 from planner.secrets import redact
 
@@ -250,7 +250,8 @@ def _where(name: str, line: int | None, key: str) -> str:
     head = f"{name}:{line}" if line is not None else name
     if len(key) > 80:  # a path 100 levels deep: its start says where
         key = key[:60] + "..."
-    return f"{head}: {key}" if key else head
+    # the key path is the file's own text: a key "\n" is written as an escape, not a break
+    return f"{head}: {one_line(key)}" if key else head
 
 
 def loads_json(

@@ -324,6 +324,8 @@ def test_a_fifo_nobody_named_is_refused_without_waiting(tmp_path: Path) -> None:
         ('{"x": -9223372036854775809}', "f.json:1: x: -9223372036854775809 is out of range"),
         ("[" * 50_000 + "]" * 50_000, "f.json:1: nested more than 100 levels deep"),
         ('{"a":\n' + '{"a":' * 120 + "1" + "}" * 121, "f.json:2: a.a.a.a.a"),
+        # a key that is a line break (found by test_saved_plan_files_long): one line still
+        ('{"\\n": {"": 9223372036854775808}}', "f.json:1: \\n.: 9223372036854775808 is out"),
     ],
 )
 def test_loads_json_names_file_line_and_key(text: str, message: str) -> None:

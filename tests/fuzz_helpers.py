@@ -183,8 +183,23 @@ def assert_clean(result: Any, args: list[str], *, codes: tuple[int, ...] = (0, 1
         lines = result.stderr.splitlines()
         errors = [line for line in lines if line.startswith("Error:")]
         assert errors, (args, result.exit_code, result.stderr)
-    if result.exit_code == 0 and ("--json" in args or "json" in args):
+    if result.exit_code == 0 and _wants_json(args):
         json.loads(result.stdout or "null", parse_constant=_no_constant)  # strict JSON
+
+
+def _wants_json(args: list[str]) -> bool:
+    """Whether ``args`` ask for JSON: ``--json``, or ``--format json`` as the last ``--format``
+    (Click keeps the last); a bare ``json`` that is another option's value is not (drawn:
+    ``estimate llama-3.2-1b --tp json --tp 1`` prints the table)."""
+    if "--json" in args:
+        return True
+    fmt = None
+    for i, arg in enumerate(args):
+        if arg == "--format" and i + 1 < len(args):
+            fmt = args[i + 1]
+        elif arg.startswith("--format="):
+            fmt = arg.removeprefix("--format=")
+    return fmt == "json"
 
 
 def _no_constant(name: str) -> Any:

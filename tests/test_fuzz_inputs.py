@@ -592,6 +592,13 @@ def test_argument_lists(args: list[str]) -> None:
     check_argv(args)
 
 
+def test_a_json_value_of_another_option_is_not_a_json_request() -> None:
+    # drawn by test_argument_lists_long: the later --tp 1 wins, so this prints the table; the
+    # harness used to read the bare "json" as a request for JSON and fail on the table
+    check_argv(["estimate", "llama-3.2-1b", "--tp", "json", "--tp", "1"])
+    check_argv(["estimate", "llama-3.2-1b", "--tp", "1", "--json"])  # this one is JSON
+
+
 @pytest.mark.slow
 @SLOW
 @given(argv())

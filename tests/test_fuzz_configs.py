@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import planner
 from tests.conftest import all_fixture_folders, fixture_config
-from tests.fuzz_helpers import LONG_EXAMPLES, mutate_mapping
+from tests.fuzz_helpers import LONG_EXAMPLES, RANDOM, mutate_mapping
 
 CONFIGS = {f: json.loads(fixture_config(f).read_text()) for f in all_fixture_folders()}
 KEYS = sorted({k for c in CONFIGS.values() for k in (c.get("text_config") or c)})
@@ -46,14 +46,24 @@ def check(raw: dict[str, Any]) -> None:
         assert str(exc) and "\n" not in str(exc)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=not RANDOM,
+)
 @given(mutated())
 def test_mutated_configs_never_crash(raw: dict[str, Any]) -> None:
     check(raw)
 
 
 @pytest.mark.slow
-@settings(max_examples=LONG_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=LONG_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=not RANDOM,
+)
 @given(mutated())
 def test_mutated_configs_never_crash_long(raw: dict[str, Any]) -> None:
     check(raw)

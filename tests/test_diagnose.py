@@ -844,3 +844,55 @@ def test_a_disabled_graph_estimate_plans_no_graph_term(tmp_path: Path) -> None:
     assert log.budget_activation == (gib(1.44), False) and log.budget_graphs == 0
     assert {t.name: t for t in dg.terms}["CUDA graphs"].plan == 0
     assert {t.name: t for t in dg.terms}["activation peak"].log == gib(1.44)
+
+
+# "Current kv cache memory in use is X GiB" ends the same summary line and is the available KV
+# itself (available_kv_cache_memory_bytes, gpu_worker.py 0.20.0:659-660, 0.27.1:785-786,
+# 0.31.0:951-952). kubesimplify's post on Qwen3-235B-A22B-FP8 over four RTX PRO 6000 at TP 4
+# (vLLM 0.27.1, the record kubesimplify-4xrtxpro6000-qwen3-235b-fp8-tp4-len32k in
+# tests/data/vllm_startups.json) quotes that line and not the "Available KV cache memory" one.
+KUBESIMPLIFY_TP4 = """\
+(APIServer pid=1) INFO 08-21 18:17:00 [api_server.py:1839] vLLM API server version 0.27.1
+(Worker_TP0 pid=770) INFO 08-21 18:18:05 [gpu_model_runner.py:5405] Model loading took 55.19 GiB \
+memory and 48.502592 seconds
+(EngineCore pid=558) INFO 08-21 18:21:55 [kv_cache_utils.py:2235] GPU KV cache size: 621,392 \
+tokens
+(EngineCore pid=558) INFO 08-21 18:21:55 [kv_cache_utils.py:2236] Maximum concurrency for \
+32,768 tokens per request: 18.96x
+(Worker_TP1 pid=771) INFO 08-21 18:22:06 [gpu_worker.py:789] Free memory on device \
+(94.05/95.01 GiB) on startup. Desired GPU memory utilization is (0.9, 85.51 GiB). Actual usage \
+is 56.89 GiB for consumed memory (weights + non-torch), 0.76 GiB for peak activation, and 0.32 \
+GiB for CUDAGraph memory. Replace gpu_memory_utilization config with \
+`--kv-cache-memory=29407858586` (27.39 GiB) to fit into requested memory, or \
+`--kv-cache-memory=38581581312` (35.93 GiB) to fully utilize gpu memory. Current kv cache memory \
+in use is 27.85 GiB.
+"""
+
+
+def test_the_kv_memory_in_use_stands_for_the_available_kv(tmp_path: Path) -> None:
+    path = tmp_path / "tp4.log"
+    path.write_text(KUBESIMPLIFY_TP4, encoding="utf-8")
+    log = parse_log(KUBESIMPLIFY_TP4)
+    assert log.kv_in_use_bytes == log.available_kv_bytes == gib(27.85)
+    assert log.available_from_in_use and log.lines["available_kv_bytes"] == 5
+    dg = diagnose_file(
+        path,
+        model="qwen3-235b-a22b-fp8",
+        gpu=gpu("rtx-pro-6000"),
+        tp=4,
+        max_model_len=32_768,
+        max_num_seqs=32,
+    )
+    terms = {t.name: t for t in dg.terms}
+    assert terms["available KV"].log == gib(27.85) and "in use" in terms["available KV"].note
+    budget = by_kind(dg.findings)["budget"]
+    # 56.89 GiB of weights + non-torch logged against the plan's weights + 0.39 non-torch a
+    # rank (0.25 + 0.14 over PCIe) is the largest share; the 0.76 peak holds the estimate
+    assert budget.data["term"] == "weights + non-torch"
+    assert budget.data["term_log_bytes"] == gib(56.89)
+    # an "Available KV cache memory" line, where there is one, is the figure read
+    both = parse_log(
+        KUBESIMPLIFY_TP4 + "(Worker_TP0 pid=770) INFO 08-21 18:22:06 "
+        "[gpu_worker.py:692] Available KV cache memory: 27.86 GiB\n"
+    )
+    assert both.available_kv_bytes == gib(27.86) and not both.available_from_in_use

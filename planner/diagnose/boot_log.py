@@ -446,6 +446,11 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         _set("available_kv_bytes", _g(1)),
     ),
     (
+        "Current kv cache memory in use",
+        re.compile(rf"Current kv cache memory in use is {_NUM} ?GiB"),
+        _set("kv_in_use_bytes", _g(1)),
+    ),
+    (
         "GPU KV cache size",
         re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
         _set("kv_cache_tokens", lambda m: _int(m.group(1))),
@@ -710,6 +715,14 @@ def parse_log(text: str) -> BootLog:
         _rank_zero(log)
     else:
         log.ranks.clear()
+    for figures in log.ranks.values():
+        if figures.available_kv_bytes is None and figures.kv_in_use_bytes is not None:
+            figures.available_kv_bytes = figures.kv_in_use_bytes
+            figures.lines["available_kv_bytes"] = figures.lines.get("kv_in_use_bytes", 0)
+    if log.available_kv_bytes is None and log.kv_in_use_bytes is not None:
+        log.available_kv_bytes = log.kv_in_use_bytes  # the same figure (BootLog)
+        log.lines["available_kv_bytes"] = log.lines["kv_in_use_bytes"]
+        log.available_from_in_use = True
     if log.engine is None:
         if log.num_gpu_blocks is not None:
             log.engine = "V0"

@@ -405,7 +405,13 @@ def _terms(log: BootLog, p: Plan | None) -> list[Term]:
             note = f"vLLM {p.vllm_version} sizes the KV cache first: not subtracted"
     terms += [
         Term("CUDA graphs", "bytes", graphs, plan_of("cuda_graph_bytes"), note),
-        Term("available KV", "bytes", log.available_kv_bytes, plan_of("available_kv_bytes")),
+        Term(
+            "available KV",
+            "bytes",
+            log.available_kv_bytes,
+            plan_of("available_kv_bytes"),
+            "the log's 'kv cache memory in use'" if log.available_from_in_use else "",
+        ),
         Term("GPU blocks", "blocks", log.num_gpu_blocks, plan_of("num_gpu_blocks")),
         Term("KV cache tokens", "tokens", log.kv_cache_tokens, plan_of("kv_cache_size_tokens")),
         Term("max concurrency", "x", log.max_concurrency, plan_of("max_concurrency")),

@@ -25,6 +25,7 @@ RANK_FIELDS = {
     "cuda_graph_capture_bytes": "cuda_graph_capture_bytes",
     "cuda_graph_estimate_bytes": "cuda_graph_estimate_bytes",
     "available_kv_bytes": "available_kv_bytes",
+    "kv_in_use_bytes": "kv_in_use_bytes",
     "kv_cache_tokens": "kv_cache_size_tokens",
     "max_concurrency": "max_concurrency",
     "concurrency_len": "max_model_len",
@@ -59,6 +60,7 @@ class RankFigures:
     cuda_graph_capture_bytes: int | None = None
     cuda_graph_estimate_bytes: int | None = None
     available_kv_bytes: int | None = None
+    kv_in_use_bytes: int | None = None
     kv_cache_size_tokens: int | None = None
     max_concurrency: float | None = None
     max_model_len: int | None = None
@@ -135,6 +137,11 @@ class BootLog:
     # after sizing (cuda_graph_capture_bytes); 0.11-0.26 log the peak alone ("for weight, ...")
     activation_includes_graph_estimate: bool = False
     available_kv_bytes: int | None = None
+    # "Current kv cache memory in use is X GiB", the start-up summary's last words: vLLM prints
+    # available_kv_cache_memory_bytes there (gpu_worker.py 0.20.0:659-660, 0.31.0:951-952), so
+    # a log that quotes only it has its available KV read from it (``available_from_in_use``)
+    kv_in_use_bytes: int | None = None
+    available_from_in_use: bool = False
     num_gpu_blocks: int | None = None
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None

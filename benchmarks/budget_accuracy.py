@@ -18,8 +18,9 @@ apart.
 ``--use-logged-weights`` isolates the activation, non-torch and CUDA-graph terms: the weights
 then are what vLLM measured. Records whose checkpoint has no config (AWQ/GPTQ stand-ins) need
 it; without it they are skipped. A record with neither a logged total nor a catalog GPU is
-skipped too. Rows whose log quotes only the KV memory in use (not "Available") are marked
-``*``: the pool vLLM allocated, a little under the available memory.
+skipped too. Rows whose log quotes only "Current kv cache memory in use" (not "Available")
+are marked ``*``: vLLM prints the same available_kv_cache_memory_bytes there
+(``gpu_worker.py`` 0.11.0:390-391, 0.31.0:951-952).
 
 ``--batch-from-version`` fills ``max_num_batched_tokens`` / ``max_num_seqs`` the record leaves
 unset from ``EngineArgs.get_batch_defaults`` of the record's release and entrypoint (``LLM``
@@ -345,7 +346,8 @@ the log does not state the term. Activation marked `+g` is a release that logs t
 CUDA-graph estimate inside its peak activation (0.27 on), set against
 kvplan's activation + graphs. The logged CUDA-graph figure is what the log calls CUDAGraph
 memory or an estimate line; before 0.20 graphs were captured after sizing and kvplan subtracts
-none (0.00). Available KV marked `*` is the KV memory in use the log quotes instead. The
+none (0.00). Available KV marked `*` is the log's "Current kv cache memory in use", the same
+figure (gpu_worker.py 0.11.0:390-391). The
 summary and the other sets: [vllm-budget.md](vllm-budget.md#how-far-off).
 
 """

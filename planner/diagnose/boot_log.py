@@ -716,13 +716,8 @@ def parse_log(text: str) -> BootLog:
     else:
         log.ranks.clear()
     for figures in log.ranks.values():
-        if figures.available_kv_bytes is None and figures.kv_in_use_bytes is not None:
-            figures.available_kv_bytes = figures.kv_in_use_bytes
-            figures.lines["available_kv_bytes"] = figures.lines.get("kv_in_use_bytes", 0)
-    if log.available_kv_bytes is None and log.kv_in_use_bytes is not None:
-        log.available_kv_bytes = log.kv_in_use_bytes  # the same figure (BootLog)
-        log.lines["available_kv_bytes"] = log.lines["kv_in_use_bytes"]
-        log.available_from_in_use = True
+        _available_from_in_use(figures)
+    log.available_from_in_use = _available_from_in_use(log)
     if log.engine is None:
         if log.num_gpu_blocks is not None:
             log.engine = "V0"
@@ -737,6 +732,16 @@ def parse_log(text: str) -> BootLog:
         log.settings["max_model_len"] = log.error_max_model_len
         log.lines["max_model_len"] = log.lines["error_max_model_len"]
     return log
+
+
+def _available_from_in_use(figures: BootLog | RankFigures) -> bool:
+    """Take "Current kv cache memory in use" as the available KV (the same figure,
+    :class:`BootLog`) where no "Available KV cache memory" line gave it; whether it did."""
+    if figures.available_kv_bytes is not None or figures.kv_in_use_bytes is None:
+        return False
+    figures.available_kv_bytes = figures.kv_in_use_bytes
+    figures.lines["available_kv_bytes"] = figures.lines.get("kv_in_use_bytes", 0)
+    return True
 
 
 def _budget(log: BootLog) -> list[tuple[Any, int | None]]:

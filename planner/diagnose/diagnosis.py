@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from planner.deployment import Deployment
 from planner.diagnose.boot_log import parse_log
-from planner.diagnose.findings import Finding, explain, troubleshoot
+from planner.diagnose.findings import Finding, activation_term, explain, troubleshoot
 from planner.diagnose.log_figures import BootLog
 from planner.diagnose.ranks import DataParallel, data_parallel, rank_findings
 from planner.diagnose.settings import COMMAND_LINE, PlanSettings, layer_settings
@@ -24,7 +24,6 @@ from planner.units import GIB
 from planner.vllm_rules import rules_for
 
 if TYPE_CHECKING:
-    from planner.budget import VllmCapacity
     from planner.multimodal import MMProfile
     from planner.plan_types import Plan
 
@@ -363,30 +362,18 @@ def plan_for(
             settings = layer_settings(log, given, defaults_for=from_log)
 
 
-def _activation_term(log: BootLog, cap: VllmCapacity | None) -> Term:
-    """The activation peak the budget subtracted, logged against planned; a >= 0.27 log whose
-    peak holds the graph estimate it does not state apart is set against the plan's
-    activation + CUDA graphs (:attr:`BootLog.budget_activation`)."""
-    logged, with_graphs = log.budget_activation
-    if cap is None:
-        planned = None
-    else:
-        planned = cap.activation_peak_bytes + (cap.cuda_graph_bytes if with_graphs else 0)
-    name = "activation peak + graph estimate" if with_graphs else "activation peak"
-    return Term(name, "bytes", logged, planned)
-
-
 def _terms(log: BootLog, p: Plan | None) -> list[Term]:
     cap = p.vllm if p else None
 
     def plan_of(attr: str) -> float | None:
         return getattr(cap, attr) if cap is not None else None
 
+    act_name, act_log, act_plan, act_holds_graphs = activation_term(log, cap)
     terms = [
         Term("GPU total", "bytes", log.total_gpu_bytes, plan_of("gpu_memory_bytes")),
         Term("requested", "bytes", log.requested_bytes, plan_of("requested_bytes")),
         Term("weights", "bytes", log.weights_bytes, plan_of("weights_bytes")),
-        _activation_term(log, cap),
+        Term(act_name, "bytes", act_log, act_plan),
         Term("non-torch", "bytes", log.non_torch_bytes, plan_of("non_torch_bytes")),
     ]
     if log.consumed_bytes is not None:
@@ -398,7 +385,7 @@ def _terms(log: BootLog, p: Plan | None) -> list[Term]:
         note = "vLLM's estimate before sizing"
     elif graphs is None and log.cuda_graph_capture_bytes is not None:
         graphs, note = log.cuda_graph_capture_bytes, "captured after sizing"
-        if log.budget_activation[1]:
+        if act_holds_graphs:
             note += "; its estimate is inside the activation figure"
     elif graphs is not None and p is not None and cap is not None and cap.cuda_graph_bytes == 0:
         if not rules_for(p.vllm_version or None).subtracts_cuda_graphs:

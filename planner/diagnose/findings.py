@@ -21,6 +21,7 @@ from planner.units import GIB
 from planner.vllm_rules import rules_for
 
 if TYPE_CHECKING:
+    from planner.budget import VllmCapacity
     from planner.deployment import ServeSettings
     from planner.gpus import Gpu
     from planner.plan_types import Plan
@@ -96,6 +97,20 @@ def _subtracts_graphs(p: Plan) -> bool:
     return rules_for(p.vllm_version or None).subtracts_cuda_graphs
 
 
+def activation_term(
+    log: BootLog, cap: VllmCapacity | None
+) -> tuple[str, int | None, int | None, bool]:
+    """The activation peak the budget subtracted, logged against planned (None without a
+    plan): (name, logged, planned, whether it holds the graphs). A >= 0.27 log whose peak holds
+    the graph estimate it does not state apart (:attr:`BootLog.budget_activation`) is set
+    against the plan's activation + CUDA graphs, one term for both."""
+    peak, with_graphs = log.budget_activation
+    if with_graphs:
+        both = cap.activation_peak_bytes + cap.cuda_graph_bytes if cap else None
+        return "activation peak + graph estimate", peak, both, True
+    return "activation peak", peak, cap.activation_peak_bytes if cap else None, False
+
+
 def explain(log: BootLog, p: Plan) -> list[Finding]:
     """Which budget term explains the available-KV difference, and whether the layout (bytes per
     token) matches given the KV memory the log reports.
@@ -135,18 +150,12 @@ def explain(log: BootLog, p: Plan) -> list[Finding]:
                 ("weights", log.weights_bytes, cap.weights_bytes),
                 ("non-torch", log.non_torch_bytes, cap.non_torch_bytes),
             ]
-        peak, with_graphs = log.budget_activation
-        graphs_subtracted = log.engine != "V0" and _subtracts_graphs(p)
-        if with_graphs:  # >= 0.27, no estimate line: one figure for both terms
-            both_terms = cap.activation_peak_bytes + (
-                cap.cuda_graph_bytes if graphs_subtracted else 0
-            )
-            terms.append(("activation peak + graph estimate", peak, both_terms))
-        else:
-            terms.append(("activation peak", peak, cap.activation_peak_bytes))
-            # V0, and V1 before 0.20, captured graphs after sizing the cache: not a budget term
-            if graphs_subtracted:
-                terms.append(("CUDA graphs", log.budget_graphs, cap.cuda_graph_bytes))
+        name, peak, planned, with_graphs = activation_term(log, cap)
+        assert planned is not None  # a plan's vLLM budget
+        terms.append((name, peak, planned))
+        # V0, and V1 before 0.20, captured graphs after sizing the cache: not a budget term
+        if not with_graphs and log.engine != "V0" and _subtracts_graphs(p):
+            terms.append(("CUDA graphs", log.budget_graphs, cap.cuda_graph_bytes))
         for name, term_log, term_plan in terms:
             if term_log is None:
                 unlogged.append(name)

@@ -215,7 +215,7 @@ class BootLog:
         peak = self.activation_bytes
         if peak is None or not self.activation_includes_graph_estimate:
             return peak, False
-        if self.graph_estimate_disabled:
+        if self.graph_estimate_disabled:  # none applied: the peak is the peak
             return peak, False
         if self.cuda_graph_estimate_bytes is not None:
             return peak - self.cuda_graph_estimate_bytes, False

@@ -292,6 +292,11 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _logged_kv(r: dict[str, Any]) -> str:
+    """The row's logged KV in GiB, ``*`` where the log quotes the KV memory in use."""
+    return f"{r['logged_gib']:.2f}" + ("*" if r["logged_is_kv_in_use"] else "")
+
+
 def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "~"
 
@@ -303,7 +308,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         logged = "-"  # a start-up that failed before the line
         if r["logged_gib"] is not None:
-            logged = f"{r['logged_gib']:.2f}" + ("*" if r["logged_is_kv_in_use"] else "")
+            logged = _logged_kv(r)
         if r["skipped"]:
             pred, err = "-", f"skip: {r['skipped']}"
         else:
@@ -375,7 +380,7 @@ def render_terms(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> s
         if logged.get("activation_includes_graph_estimate"):
             act_planned = round(act_planned + r["predicted_cuda_graph_gib"], 2)
             act_note = " +g"
-        kv = f"{r['logged_gib']:.2f}" + ("*" if r["logged_is_kv_in_use"] else "")
+        kv = _logged_kv(r)
         cells = [
             f"[{r['id']}]({r['source']})",
             str(r["vllm_version"]),

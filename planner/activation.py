@@ -4,6 +4,7 @@ runs them, and the CUDA-graph estimate (:func:`cuda_graph_estimate_bytes`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from planner.kv_layout import KVEstimate
@@ -146,41 +147,157 @@ def activation_peak_bytes(
 GRAPH_LAYER_BYTES = round(0.20 * MIB)
 GRAPH_LAYER_NCCL_BYTES = round(0.19 * MIB)
 
-# (first release, FULL decode graphs by default, multiples of 16 from 256): see above
-_GRAPH_RULES: tuple[tuple[tuple[int, ...], bool, bool], ...] = (
-    ((0, 8, 5), False, False),
-    ((0, 11, 0), True, False),
-    ((0, 11, 1), True, True),
+
+@dataclass(frozen=True)
+class GraphRules:
+    """Which graphs a release captures by default, from its ``since`` release until the next
+    row's (read in vLLM's released sources; the line each rests on beside it):
+
+    - ``full_decode``: FULL graphs for uniform decode besides the PIECEWISE ones (0.11.0);
+    - ``step16``: sizes from 256 in steps of 16, not 8 (0.11.1);
+    - ``lora_cases``: with LoRA on, every graph twice, without adapters and with
+      ``max_loras + 1`` (``cudagraph_specialize_lora`` True, ``specialize_active_lora``
+      False by default; ``v1/cudagraph_dispatcher.py`` 0.19.0:110-126, 180-223, 0.33.0 the
+      same; ``lora/utils.py`` 0.19.0:50-65). Releases before 0.19.0 were not checked;
+    - ``batched_tokens_size``: ``max_num_batched_tokens`` captured too when it is under the
+      largest size (``config/vllm.py`` 0.21.0:1580-1584, 0.30.0:2344-2349);
+    - ``blackwell_1024``: the largest size is 1,024, not 512, on data-center Blackwell
+      (compute capability 10.x: ``is_device_capability_family(100)``; 0.28.0:1936-1939);
+    - ``decode_request_sizes``: with speculative decoding, the request counts 1, 2, 4, 8,
+      ... up to ``max_num_seqs`` times the query length ``1 + k`` (0.29.0:2030-2090, 2143);
+      before, only the token grid up to ``2 x max_num_seqs x (1 + k)``;
+    - ``seqs_size``: without speculation, ``max_num_seqs`` itself (0.33.0:2549-2550).
+    """
+
+    since: tuple[int, ...]
+    full_decode: bool = False
+    step16: bool = False
+    lora_cases: bool = False
+    batched_tokens_size: bool = False
+    blackwell_1024: bool = False
+    decode_request_sizes: bool = False
+    seqs_size: bool = False
+
+
+_GRAPH_RULES: tuple[GraphRules, ...] = (
+    GraphRules((0, 8, 5)),
+    GraphRules((0, 11, 0), full_decode=True),
+    GraphRules((0, 11, 1), full_decode=True, step16=True),
+    GraphRules((0, 19, 0), full_decode=True, step16=True, lora_cases=True),
+    GraphRules(
+        (0, 21, 0), full_decode=True, step16=True, lora_cases=True, batched_tokens_size=True
+    ),
+    GraphRules(
+        (0, 28, 0),
+        full_decode=True,
+        step16=True,
+        lora_cases=True,
+        batched_tokens_size=True,
+        blackwell_1024=True,
+    ),
+    GraphRules(
+        (0, 29, 0),
+        full_decode=True,
+        step16=True,
+        lora_cases=True,
+        batched_tokens_size=True,
+        blackwell_1024=True,
+        decode_request_sizes=True,
+    ),
+    GraphRules(
+        (0, 33, 0),
+        full_decode=True,
+        step16=True,
+        lora_cases=True,
+        batched_tokens_size=True,
+        blackwell_1024=True,
+        decode_request_sizes=True,
+        seqs_size=True,
+    ),
 )
 
 
-def _graph_rules(release: tuple[int, ...] | None) -> tuple[bool, bool]:
-    """(FULL decode graphs, 16-steps from 256) of ``release`` (None: the newest)."""
+def graph_rules(release: tuple[int, ...] | None) -> GraphRules:
+    """The :class:`GraphRules` row of ``release`` (None: the newest)."""
     chosen = _GRAPH_RULES[-1]
     if release is not None:
         chosen = _GRAPH_RULES[0]
         for row in _GRAPH_RULES:
-            if row[0] <= release:
+            if row.since <= release:
                 chosen = row
-    return chosen[1], chosen[2]
+    return chosen
 
 
-def cuda_graph_sizes(
-    max_num_seqs: int, max_num_batched_tokens: int, release: tuple[int, ...] | None = None
-) -> list[int]:
-    """The batch sizes ``release`` (None: the newest) captures by default
-    (``VllmConfig._set_cudagraph_sizes``): 1, 2, 4, then multiples of 8 (through 0.11.0) or
-    multiples of 8 below 256 and of 16 from 256 (0.11.1 on), up to
-    ``min(2 x max_num_seqs, 512, max_num_batched_tokens)``. 256 sequences -> 67 sizes in
-    0.11.0, 51 from 0.11.1."""
-    top = min(2 * max_num_seqs, 512, max_num_batched_tokens)
-    step16 = _graph_rules(release)[1]
+def _grid(top: int, step16: bool) -> list[int]:
+    """1, 2, 4, then multiples of 8 up to ``top`` (of 16 from 256 with ``step16``)."""
     sizes = [n for n in (1, 2, 4) if n <= top]
     if not step16:
         return sizes + list(range(8, top + 1, 8))
-    sizes += list(range(8, min(top + 1, 256), 8))
-    sizes += list(range(256, top + 1, 16))
-    return sizes
+    return sizes + list(range(8, min(top + 1, 256), 8)) + list(range(256, top + 1, 16))
+
+
+def cuda_graph_sizes(
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    release: tuple[int, ...] | None = None,
+    *,
+    decode_query_len: int = 1,
+    blackwell: bool = False,
+) -> list[int]:
+    """The batch sizes, in tokens, ``release`` (None: the newest) captures by default
+    (``VllmConfig._set_cudagraph_sizes``; :class:`GraphRules`): 1, 2, 4, then multiples of 8
+    (through 0.11.0) or multiples of 8 below 256 and of 16 from 256 (0.11.1 on), up to
+    ``min(2 x max_num_seqs x q, 512 (1,024 on data-center Blackwell from 0.28),
+    max_num_batched_tokens)`` for query length ``q = decode_query_len``; from 0.21 the batched
+    tokens themselves when under it, from 0.29 the decode request counts times ``q > 1``,
+    from 0.33 ``max_num_seqs`` when ``q`` is 1. 256 sequences -> 67 sizes in 0.11.0, 51 from
+    0.11.1; 100 sequences, 8,192 tokens: 1, 2, 4, 8 ... 200, and 100 from 0.33."""
+    r = graph_rules(release)
+    seqs, q = max_num_seqs, decode_query_len
+    ceiling = 1024 if (blackwell and r.blackwell_1024) else 512
+    widest = min(2 * seqs * q, ceiling)
+    top = min(widest, max_num_batched_tokens)
+    sizes = set(_grid(top, r.step16))
+    if r.batched_tokens_size and max_num_batched_tokens <= top:
+        sizes.add(max_num_batched_tokens)
+    if q > 1 and r.decode_request_sizes:
+        reqs = min(seqs, ceiling)
+        counts = set(_grid(reqs, True)) | {reqs}
+        sizes |= {n * q for n in counts if n * q <= widest and n * q <= max_num_batched_tokens}
+    elif q == 1 and r.seqs_size and seqs <= widest and seqs <= max_num_batched_tokens:
+        sizes.add(seqs)
+    return sorted(sizes)
+
+
+def cuda_graph_modes(
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    decode_query_len: int = 1,
+    release: tuple[int, ...] | None = None,
+    runner: str = "generate",
+    *,
+    blackwell: bool = False,
+    lora: bool = False,
+) -> dict[str, tuple[int, int]]:
+    """The graphs ``release`` captures, per mode, as ``{mode: (count, largest size in
+    tokens)}`` (what vLLM >= 0.21 logs as "Profiling CUDA graph memory: PIECEWISE=51
+    (largest=512), FULL=35 (largest=256)"): a PIECEWISE one per size
+    (:func:`cuda_graph_sizes`), and from 0.11.0 (not for a pooling model) a FULL one per
+    uniform-decode size, ``decode_query_len`` to ``max_num_seqs x`` it tokens
+    (``v1/cudagraph_dispatcher.py`` 0.19.0:208-223); with ``lora`` (from 0.19) each twice.
+    256 sequences, 2,048 tokens from 0.11.1: ``{"PIECEWISE": (51, 512), "FULL": (35, 256)}``."""
+    r = graph_rules(release)
+    seqs, q = max_num_seqs, decode_query_len
+    sizes = cuda_graph_sizes(
+        seqs, max_num_batched_tokens, release, decode_query_len=q, blackwell=blackwell
+    )
+    cases = 2 if (lora and r.lora_cases) else 1
+    modes = {"PIECEWISE": (len(sizes) * cases, max(sizes))} if sizes else {}
+    full = r.full_decode and runner != "pooling"
+    decode = [n for n in sizes if q <= n <= seqs * q] if full else []
+    if decode:
+        modes["FULL"] = (len(decode) * cases, max(decode))
+    return modes
 
 
 def cuda_graph_count(
@@ -189,20 +306,22 @@ def cuda_graph_count(
     decode_query_len: int = 1,
     release: tuple[int, ...] | None = None,
     runner: str = "generate",
+    *,
+    blackwell: bool = False,
+    lora: bool = False,
 ) -> int:
-    """The graphs ``release`` captures: a PIECEWISE one per size, and from 0.11.0 (not for a
-    pooling model) a FULL one per uniform-decode size, ``decode_query_len`` to
-    ``max_num_seqs x decode_query_len`` tokens (see the constants). 256 sequences, 2,048
-    tokens: 67 + 35 = 102 in 0.11.0, 51 + 35 = 86 from 0.11.1, 67 in 0.10."""
-    seqs, q = max_num_seqs, decode_query_len
-    sizes = set(cuda_graph_sizes(seqs * q, max_num_batched_tokens, release))
-    if q > 1:
-        # speculative decoding: decode batches are 1 + k tokens per sequence; vLLM 0.33
-        # appends those sizes (request counts x query length) to the token grid
-        sizes |= {n * q for n in cuda_graph_sizes(seqs, 512, release)}
-    full = _graph_rules(release)[0] and runner != "pooling"
-    decode = [n for n in sizes if q <= n <= seqs * q] if full else []
-    return len(sizes) + len(decode)
+    """The graphs ``release`` captures, all modes together (:func:`cuda_graph_modes`). 256
+    sequences, 2,048 tokens: 67 + 35 = 102 in 0.11.0, 51 + 35 = 86 from 0.11.1, 67 in 0.10."""
+    modes = cuda_graph_modes(
+        max_num_seqs,
+        max_num_batched_tokens,
+        decode_query_len,
+        release,
+        runner,
+        blackwell=blackwell,
+        lora=lora,
+    )
+    return sum(count for count, _ in modes.values())
 
 
 def cuda_graph_estimate_bytes(
@@ -212,15 +331,23 @@ def cuda_graph_estimate_bytes(
     release: tuple[int, ...] | None = None,
     runner: str = "generate",
     nccl_all_reduce: bool = False,
+    blackwell: bool = False,
+    lora: bool = False,
+    graphs: int | None = None,
 ) -> int:
-    """The CUDA graphs ``release`` (None: the newest) captures, estimated: 0.20 MiB per layer of
-    the rank's pipeline stage per graph (:func:`cuda_graph_count`), 0.39 where the graphs'
-    all-reduces are NCCL's (see the constants). Llama-3.1-8B (32 layers) at 256 sequences:
-    32 x 86 x 0.20 MiB = 0.54 GiB from 0.11.1; Qwen3-30B-A3B (48 layers) at TP 4 over PCIe,
-    0.11.0: 48 x 102 x 0.39 MiB = 1.86 GiB (vllm#27782 logs 1.88)."""
+    """The CUDA graphs ``release`` (None: the newest) captures (``graphs`` of them when given),
+    estimated: 0.20 MiB per layer of the rank's pipeline stage per graph
+    (:func:`cuda_graph_count`, on data-center Blackwell with ``blackwell``, with LoRA on with
+    ``lora``), 0.39 where the graphs' all-reduces are NCCL's (see the constants).
+    Llama-3.1-8B (32 layers) at 256 sequences: 32 x 86 x 0.20 MiB = 0.54 GiB from 0.11.1;
+    Qwen3-30B-A3B (48 layers) at TP 4 over PCIe, 0.11.0: 48 x 102 x 0.39 MiB = 1.86 GiB
+    (vllm#27782 logs 1.88)."""
     assert est.vllm is not None
     layers = est.pp_layers[1] - est.pp_layers[0]
     seqs, tokens = est.vllm.max_num_seqs, est.vllm.max_num_batched_tokens
-    graphs = cuda_graph_count(seqs, tokens, decode_query_len, release, runner)
+    if graphs is None:
+        graphs = cuda_graph_count(
+            seqs, tokens, decode_query_len, release, runner, blackwell=blackwell, lora=lora
+        )
     per = GRAPH_LAYER_BYTES + (GRAPH_LAYER_NCCL_BYTES if nccl_all_reduce else 0)
     return layers * graphs * per

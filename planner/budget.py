@@ -31,6 +31,7 @@ from planner.activation import (
     ACT_HIDDEN_MILLI_BYTES,
     activation_peak_bytes,
     cuda_graph_estimate_bytes,
+    cuda_graph_modes,
     forward_peak_bytes,
     sampler_bytes,
 )
@@ -39,6 +40,7 @@ from planner.deployment import (
     CUDA_GRAPH_DEFAULT_BYTES,
     VLLM_DEFAULT_GMU,
     Deployment,
+    ServeSettings,
     check_gmu,
 )
 from planner.kv_layout import KVEstimate, VllmLayout, estimate
@@ -120,6 +122,14 @@ def is_rocm(gpu: Gpu | None) -> bool:
         return True
     name = gpu.name.lower()
     return gpu.interconnect == "xgmi" or any(w in name for w in _ROCM_WORDS)
+
+
+def data_center_blackwell(gpu: Gpu | None) -> bool:
+    """An NVIDIA GPU of compute capability 10.x (B200, GB200, B300): vLLM's
+    ``is_device_capability_family(100)`` (``platforms/interface.py`` 0.30.0:481-493), where
+    its CUDA graphs reach 1,024 tokens from 0.28 (:class:`planner.activation.GraphRules`)."""
+    cc = gpu.cuda_capability if gpu is not None else None
+    return cc is not None and cc[0] == 10
 
 
 def custom_all_reduce_runs(gpu: Gpu | None) -> bool:
@@ -780,22 +790,44 @@ def graph_bytes(dep: Deployment, est: KVEstimate) -> int:
 
 
 def _graph_estimate(dep: Deployment, est: KVEstimate) -> int:
-    """:func:`cuda_graph_estimate_bytes` for ``dep``: its release's sizes and modes, its
-    speculative tokens, and whether the graphs' all-reduces are NCCL's (a TP group without
-    vLLM's custom all-reduce: more than two PCIe GPUs, a GPU it does not run on (ROCm outside
-    gfx94x/gfx95x, :func:`custom_all_reduce_runs`), or ``--disable-custom-all-reduce``;
+    """:func:`cuda_graph_estimate_bytes` for ``dep``: the graphs :func:`graph_modes` counts,
+    and whether their all-reduces are NCCL's (a TP group without vLLM's custom all-reduce: more
+    than two PCIe GPUs, a GPU it does not run on (ROCm outside gfx94x/gfx95x,
+    :func:`custom_all_reduce_runs`), or ``--disable-custom-all-reduce``;
     ``custom_all_reduce.py`` 0.19.0:153-158)."""
     s = dep.settings
-    k = s.speculative.num_speculative_tokens if s.speculative and s.speculative.has_drafter else 0
+    assert est.vllm is not None
     link = s.interconnect or (dep.gpu.interconnect if dep.gpu else None) or DEFAULT_INTERCONNECT
     nccl = s.tp > 1 and (
         s.disable_custom_all_reduce
         or not custom_all_reduce_runs(dep.gpu)
         or (link == "pcie" and s.tp > 2)
     )
+    modes = graph_modes(s, dep.gpu, est.vllm.max_num_seqs, est.vllm.max_num_batched_tokens)
+    graphs = sum(count for count, _ in modes.values())
+    return cuda_graph_estimate_bytes(est, nccl_all_reduce=nccl, graphs=graphs)
+
+
+def graph_modes(
+    s: ServeSettings, gpu: Gpu | None, max_num_seqs: int, max_num_batched_tokens: int
+) -> dict[str, tuple[int, int]]:
+    """The CUDA graphs the budget counts for ``s`` on ``gpu`` at the resolved batch settings,
+    per mode (:func:`planner.activation.cuda_graph_modes`: its release's sizes, a drafter's
+    ``1 + k`` query length, data-center Blackwell, LoRA); empty with ``--enforce-eager``.
+    What vLLM >= 0.21 logs as "Profiling CUDA graph memory: PIECEWISE=51 (largest=512),
+    FULL=35 (largest=256)" for Llama-3.1-8B at 256 sequences and 2,048 tokens."""
+    if s.enforce_eager:
+        return {}
+    k = s.speculative.num_speculative_tokens if s.speculative and s.speculative.has_drafter else 0
     release = parse_version(s.vllm_version) if s.vllm_version else None
-    return cuda_graph_estimate_bytes(
-        est, 1 + k, release=release, runner=s.runner, nccl_all_reduce=nccl
+    return cuda_graph_modes(
+        max_num_seqs,
+        max_num_batched_tokens,
+        1 + k,
+        release,
+        s.runner,
+        blackwell=data_center_blackwell(gpu),
+        lora=s.enable_lora,
     )
 
 

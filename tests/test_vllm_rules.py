@@ -14,6 +14,7 @@ from planner.activation import (
     activation_peak_bytes,
     cuda_graph_count,
     cuda_graph_estimate_bytes,
+    cuda_graph_modes,
     cuda_graph_sizes,
 )
 from planner.budget import estimate_ranges
@@ -206,6 +207,72 @@ def test_cuda_graphs_count_both_modes_from_0110() -> None:
     assert cuda_graph_estimate_bytes(est) == 32 * 86 * round(0.20 * 2**20)
     nccl = cuda_graph_estimate_bytes(est, nccl_all_reduce=True)
     assert nccl == 32 * 86 * (round(0.20 * 2**20) + round(0.19 * 2**20))
+
+
+def test_the_capture_sizes_follow_each_releases_rules() -> None:
+    # 0.21.0 captures max_num_batched_tokens itself when it is under the largest size
+    # (config/vllm.py 0.21.0:1580-1584): 256 sequences, 300 tokens -> the grid up to 300
+    # (8 ... 248, 256, 272, 288) and 300
+    grid = [1, 2, 4, *range(8, 256, 8), 256, 272, 288]
+    assert cuda_graph_sizes(256, 300, (0, 20, 0)) == grid
+    assert cuda_graph_sizes(256, 300, (0, 21, 0)) == [*grid, 300]
+    # 0.28.0: data-center Blackwell (compute capability 10.x) captures up to 1,024 tokens, not
+    # 512 (config/vllm.py 0.28.0:1936-1939): 3 + 31 + (1,024 - 256) / 16 + 1 = 83 sizes
+    assert len(cuda_graph_sizes(1024, 8192, (0, 28, 0), blackwell=True)) == 3 + 31 + 49 == 83
+    assert len(cuda_graph_sizes(1024, 8192, (0, 27, 1), blackwell=True)) == 51
+    assert len(cuda_graph_sizes(1024, 8192, (0, 28, 0))) == 51  # not Blackwell
+    # 0.29.0: a drafter's query length q = 1 + k adds the request counts times q that fit
+    # under 2 x seqs x q (config/vllm.py 0.29.0:2030-2090): 4 sequences, k = 2 -> the grid up
+    # to 24 and 3 x (1, 2, 4) = 3, 6, 12
+    assert cuda_graph_sizes(4, 8192, (0, 28, 0), decode_query_len=3) == [1, 2, 4, 8, 16, 24]
+    spec = cuda_graph_sizes(4, 8192, (0, 29, 0), decode_query_len=3)
+    assert spec == [1, 2, 3, 4, 6, 8, 12, 16, 24]
+    # 0.33.0: max_num_seqs itself, off the grid (config/vllm.py 0.33.0:2549-2550): 100
+    # sequences -> 1, 2, 4, 8 ... 200 and 100
+    assert 100 not in cuda_graph_sizes(100, 8192, (0, 30, 0))
+    assert 100 in cuda_graph_sizes(100, 8192, (0, 33, 0))
+    assert len(cuda_graph_sizes(100, 8192, (0, 33, 0))) == 3 + 25 + 1
+
+
+def test_the_graph_modes_as_vllm_logs_them() -> None:
+    # vllm#48214 (a pooling model, 0.24.0's gpu_model_runner.py:6483): "Profiling CUDA graph
+    # memory: PIECEWISE=51 (largest=512)", no FULL graphs for a pooling runner
+    assert cuda_graph_modes(256, 8192, release=(0, 24, 0), runner="pooling") == {
+        "PIECEWISE": (51, 512)
+    }
+    assert cuda_graph_modes(256, 2048, release=(0, 24, 0)) == {
+        "PIECEWISE": (51, 512),
+        "FULL": (35, 256),
+    }
+    # LoRA on: every graph without adapters and with max_loras + 1 (cudagraph_specialize_lora
+    # True by default; v1/cudagraph_dispatcher.py 0.19.0:110-126, 180-223)
+    lora = cuda_graph_modes(256, 2048, release=(0, 19, 0), lora=True)
+    assert lora == {"PIECEWISE": (2 * 51, 512), "FULL": (2 * 35, 256)}
+    assert cuda_graph_count(256, 2048, release=(0, 19, 0), lora=True) == 2 * 86
+    # releases before 0.19 were not read: LoRA leaves the count as it is
+    assert cuda_graph_count(256, 2048, release=(0, 18, 0), lora=True) == 86
+
+
+def test_an_l4_with_lora_budgets_twice_the_graphs() -> None:
+    # Llama-3.1-8B on an L4 (newest rules, 256 sequences, 2,048 batched tokens): 32 layers x
+    # 2 x (51 + 35) graphs x 0.20 MiB
+    plain = plan_for("llama-3.1-8b", "l4", max_model_len=8192)
+    lora = plan_for("llama-3.1-8b", "l4", max_model_len=8192, enable_lora=True, max_loras=4)
+    per = round(0.20 * 2**20)
+    assert (plain.vllm.max_num_seqs, plain.vllm.max_num_batched_tokens) == (256, 2048)
+    assert plain.vllm.cuda_graph_bytes == 32 * 86 * per
+    assert lora.vllm.cuda_graph_bytes == 32 * 2 * 86 * per
+
+
+def test_a_b200_from_028_budgets_the_graphs_up_to_1024_tokens() -> None:
+    # Llama-3.1-8B on a B200 (compute capability 10.0; >= 160 GiB: 16,384 batched tokens and
+    # 1,024 sequences from 0.28): 83 PIECEWISE + 83 FULL graphs against 51 + 51 in 0.27.1
+    per = round(0.20 * 2**20)
+    new = plan_for("llama-3.1-8b", "b200", max_model_len=8192, vllm_version="0.28.0")
+    old = plan_for("llama-3.1-8b", "b200", max_model_len=8192, vllm_version="0.27.1")
+    assert new.vllm.max_num_seqs == old.vllm.max_num_seqs == 1024
+    assert new.vllm.cuda_graph_bytes == 32 * (83 + 83) * per
+    assert old.vllm.cuda_graph_bytes == 32 * (51 + 51) * per
 
 
 def test_the_27782_graph_capture_is_modelled_by_its_graph_count() -> None:

@@ -846,6 +846,110 @@ def test_a_disabled_graph_estimate_plans_no_graph_term(tmp_path: Path) -> None:
     assert {t.name: t for t in dg.terms}["activation peak"].log == gib(1.44)
 
 
+# vLLM >= 0.21 logs the graphs it will capture per mode before it estimates them, and after the
+# capture what they took beside the estimate (gpu_model_runner.py 0.30.0:6683-6697,
+# gpu_worker.py 0.30.0:818-833). The line formats are vLLM's; the figures here are the v031
+# log's own (an estimate of 0.50 GiB, a capture of 0.23).
+MODES_LINE = (
+    "(EngineCore pid=4187) INFO 10-06 17:00:30 [gpu_model_runner.py:6681] Profiling CUDA graph "
+    "memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)"
+)
+
+
+def pool_line(actual: str, estimated: str) -> str:
+    return (
+        "(EngineCore pid=4187) INFO 10-06 17:00:40 [gpu_worker.py:826] CUDA graph pool memory: "
+        f"{actual} GiB (actual), {estimated} GiB (estimated), difference: 0.27 GiB (117.4%)."
+    )
+
+
+def pool_log(tmp_path: Path, actual: str, estimated: str, *extra: str) -> Path:
+    """The v031 log with the pool line and its summary's CUDAGraph figure (the same capture,
+    gpu_worker.py 0.30.0:853-882) at ``actual``."""
+    path = v031_log(tmp_path, *extra, pool_line(actual, estimated))
+    text = path.read_text("utf-8").replace("0.23 GiB for CUDAGraph", f"{actual} GiB for CUDAGraph")
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_graph_modes_and_the_pool_line_are_read(tmp_path: Path) -> None:
+    log = parse_log(
+        pool_log(tmp_path, "0.23", "0.50", MODES_LINE, ESTIMATE_LINE).read_text("utf-8")
+    )
+    assert log.cuda_graph_modes == {"PIECEWISE": (51, 512), "FULL": (35, 256)}
+    assert (log.cuda_graph_estimate_bytes, log.cuda_graph_capture_bytes) == (gib(0.50), gib(0.23))
+    encoder = parse_log(
+        "Profiling CUDA graph memory: PIECEWISE=3 (largest=4), ENCODER=2 (largest=16384)\n"
+    )
+    assert encoder.cuda_graph_modes == {"PIECEWISE": (3, 4), "ENCODER": (2, 16384)}
+
+
+def test_the_logged_graph_counts_are_set_against_the_plans(tmp_path: Path) -> None:
+    # Llama-3.1-8B at 256 sequences, vLLM 0.31 (above 512 batched tokens): 1, 2, 4, 8 ... 248,
+    # 256 ... 512 = 3 + 31 + 17 = 51 PIECEWISE sizes, and the 35 of them up to 256 as FULL
+    # decode graphs
+    path = v031_log(tmp_path, MODES_LINE)
+    dg = diagnose_file(path, model="llama-3.1-8b", gpu=gpu("h100"), max_num_seqs=256)
+    terms = {t.name: t for t in dg.terms}
+    assert (terms["CUDA graphs (PIECEWISE)"].log, terms["CUDA graphs (FULL)"].log) == (51, 35)
+    planned = (terms["CUDA graphs (PIECEWISE)"].plan, terms["CUDA graphs (FULL)"].plan)
+    assert planned == (51, 35) and terms["CUDA graphs (FULL)"].note == ""
+    # at vLLM's H100 default of 1,024 sequences every size is a decode size: 51 FULL graphs
+    wide = diagnose_file(path, model="llama-3.1-8b", gpu=gpu("h100"), max_num_seqs=1024)
+    full = {t.name: t for t in wide.terms}["CUDA graphs (FULL)"]
+    assert (full.log, full.plan) == (35, 51)
+    assert full.note == "largest 256 tokens logged, 512 planned"
+
+
+def test_an_estimate_above_the_capture_is_kv_memory_the_gpu_had(tmp_path: Path) -> None:
+    path = pool_log(tmp_path, "0.23", "0.50", ESTIMATE_LINE)
+    f = by_kind(diagnose_file(path, model="llama-3.1-8b", gpu=gpu("h100")).findings)
+    over = f["graph-estimate"]
+    assert over.severity == "warning"
+    assert over.data["gap_bytes"] == gib(0.50) - gib(0.23)
+    # 0.27 GiB of the log's 446,944 tokens in 54.56 GiB: 2,212 tokens
+    assert over.data["gap_tokens"] == round((gib(0.50) - gib(0.23)) * 446_944 / gib(54.56))
+    # the pool the budget held: 54.56 + 0.50 - 0.23 GiB less vLLM's 150 MiB margin
+    kv = gib(54.56) + gib(0.50) - gib(0.23) - 150 * 2**20
+    assert over.data["kv_cache_memory_bytes"] == kv
+    assert over.fix[0].startswith(f"--kv-cache-memory-bytes {kv} (54.68 GiB")
+    assert "0.27 GiB (2,212 tokens) smaller than the GPU allows" in over.text()
+
+
+def test_a_capture_above_the_estimate_runs_past_the_budget(tmp_path: Path) -> None:
+    # vllm#57936's B200 figures (57.45 GiB estimated and applied, 63.99 captured) in the v031
+    # log's lines: the capture took 6.54 GiB more than the budget held; on 79.18 GiB at gmu 0.9,
+    # 0.9 - 6.54 / 79.18 = 0.817 -> 0.81 keeps it inside
+    path = pool_log(tmp_path, "63.99", "57.45")
+    under = by_kind(diagnose_file(path, model="llama-3.1-8b", gpu=gpu("h100")).findings)
+    g = under["graph-estimate"]
+    assert g.data["gap_bytes"] == gib(57.45) - gib(63.99) < 0
+    assert g.data["fitting_gpu_memory_utilization"] == 0.81
+    assert g.fix == [
+        "gpu_memory_utilization 0.81 keeps the capture inside the budget",
+        "--enforce-eager (no graphs)",
+    ]
+    assert "runs 6.54 GiB past gpu_memory_utilization's budget" in g.text()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # within 0.2 GiB: vllm#50576 logs "2.51 GiB (actual), 2.44 GiB (estimated)"
+        ("2.51", "2.44"),
+        # the estimate was not applied: wtdcode/vllm-backport#34 logs "0.1 GiB (actual), 0.58
+        # GiB (estimated)" beside VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0's warning
+        ("0.1", "0.58", DISABLED_LINE),
+        # a free-memory reading that went backwards (vllm#44740: -20.50 GiB estimated on GB10)
+        ("0.73", "-20.50"),
+    ],
+)
+def test_no_graph_estimate_finding_when_it_says_nothing(tmp_path: Path, extra: tuple[str]) -> None:
+    path = pool_log(tmp_path, *extra)
+    kinds = by_kind(diagnose_file(path, model="llama-3.1-8b", gpu=gpu("h100")).findings)
+    assert "graph-estimate" not in kinds
+
+
 # "Current kv cache memory in use is X GiB" ends the same summary line and is the available KV
 # itself (available_kv_cache_memory_bytes, gpu_worker.py 0.20.0:659-660, 0.27.1:785-786,
 # 0.31.0:951-952). kubesimplify's post on Qwen3-235B-A22B-FP8 over four RTX PRO 6000 at TP 4

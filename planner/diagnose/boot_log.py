@@ -99,6 +99,17 @@ def _consumed(log: BootLog, m: re.Match[str], line: int) -> None:
     log.activation_includes_graph_estimate = True
 
 
+def _graph_modes(log: BootLog, m: re.Match[str], line: int) -> None:
+    """vLLM >= 0.21's "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35
+    (largest=256)" (``gpu_model_runner.py`` 0.30.0:6683-6697): each mode's graph count and its
+    largest size, in tokens (``ENCODER`` for a vision encoder's graphs)."""
+    log.cuda_graph_modes = {
+        mode: (int(count), int(largest))
+        for mode, count, largest in re.findall(r"([A-Z_]+)=(\d+) \(largest=(\d+)\)", m.group(1))
+    }
+    log.lines["cuda_graph_modes"] = line
+
+
 def _config(log: BootLog, m: re.Match[str], line: int) -> None:
     """``Initializing a V1 LLM engine (v0.10.1) with config: model='...', max_seq_len=...``."""
     log.engine = "V0" if "an LLM engine" in m.group(0) else "V1"
@@ -509,6 +520,16 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         "Estimated CUDA graph memory",
         re.compile(rf"Estimated CUDA graph memory: {_NUM} GiB total"),
         _set("cuda_graph_estimate_bytes", _g(1)),
+    ),
+    (
+        "Profiling CUDA graph memory",
+        re.compile(r"Profiling CUDA graph memory: ((?:[A-Z_]+=\d+ \(largest=\d+\)(?:, )?)+)"),
+        _graph_modes,
+    ),
+    (
+        "CUDA graph pool memory",
+        re.compile(rf"CUDA graph pool memory: {_NUM} GiB \(actual\), {_NUM} GiB \(estimated\)"),
+        _many(("cuda_graph_capture_bytes", _g(1)), ("cuda_graph_estimate_bytes", _g(2))),
     ),
     (
         "CUDA graph memory profiling is disabled",

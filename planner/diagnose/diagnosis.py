@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from planner.budget import graph_modes
 from planner.deployment import Deployment
 from planner.diagnose.boot_log import parse_log
 from planner.diagnose.findings import Finding, activation_term, explain, troubleshoot
@@ -24,6 +25,7 @@ from planner.units import GIB
 from planner.vllm_rules import rules_for
 
 if TYPE_CHECKING:
+    from planner.deployment import ServeSettings
     from planner.multimodal import MMProfile
     from planner.plan_types import Plan
 
@@ -192,7 +194,7 @@ def diagnose_file(
         notes.append("no model: pass --model (the log names none) to compare with the plan")
     else:
         notes.append("no GPU: pass --gpu or --gpu-memory (the log states no total) to compare")
-    terms = _terms(log, the_plan)
+    terms = _terms(log, the_plan, settings.serve)
     if the_plan is not None:
         findings += explain(log, the_plan)
     findings += troubleshoot(log, the_plan, settings.serve, gpu)
@@ -362,7 +364,7 @@ def plan_for(
             settings = layer_settings(log, given, defaults_for=from_log)
 
 
-def _terms(log: BootLog, p: Plan | None) -> list[Term]:
+def _terms(log: BootLog, p: Plan | None, serve: ServeSettings | None = None) -> list[Term]:
     cap = p.vllm if p else None
 
     def plan_of(attr: str) -> float | None:
@@ -399,6 +401,7 @@ def _terms(log: BootLog, p: Plan | None) -> list[Term]:
             plan_of("available_kv_bytes"),
             "the log's 'kv cache memory in use'" if log.available_from_in_use else "",
         ),
+        *_graph_mode_terms(log, p, serve),
         Term("GPU blocks", "blocks", log.num_gpu_blocks, plan_of("num_gpu_blocks")),
         Term("KV cache tokens", "tokens", log.kv_cache_tokens, plan_of("kv_cache_size_tokens")),
         Term("max concurrency", "x", log.max_concurrency, plan_of("max_concurrency")),
@@ -420,6 +423,39 @@ def _terms(log: BootLog, p: Plan | None) -> list[Term]:
         ),
     ]
     return [t for t in terms if t.log is not None or (t.plan is not None and t.plan != 0)]
+
+
+def _graph_mode_terms(log: BootLog, p: Plan | None, serve: ServeSettings | None) -> list[Term]:
+    """One row per mode of vLLM >= 0.21's "Profiling CUDA graph memory: PIECEWISE=51
+    (largest=512), FULL=35 (largest=256)" against the graphs the plan counts
+    (:func:`planner.budget.graph_modes`), each note the largest size of both when they differ:
+    a count that differs is a setting the plan does not share (max_num_seqs, the capture sizes,
+    a drafter, LoRA)."""
+    if not log.cuda_graph_modes:
+        return []
+    planned: dict[str, tuple[int, int]] = {}
+    has_plan = p is not None and serve is not None
+    if p is not None and serve is not None:
+        planned = graph_modes(serve, p.gpu, p.vllm.max_num_seqs, p.vllm.max_num_batched_tokens)
+    terms = []
+    for mode in sorted(set(log.cuda_graph_modes) | set(planned), key=_MODE_ORDER.index):
+        logged, plan_mode = log.cuda_graph_modes.get(mode), planned.get(mode)
+        note = ""
+        if logged and plan_mode and logged[1] != plan_mode[1]:
+            note = f"largest {logged[1]:,} tokens logged, {plan_mode[1]:,} planned"
+        terms.append(
+            Term(
+                f"CUDA graphs ({mode})",
+                "graphs",
+                logged[0] if logged else None,
+                plan_mode[0] if plan_mode else (0 if has_plan and mode != "ENCODER" else None),
+                note,
+            )
+        )
+    return terms
+
+
+_MODE_ORDER = ["PIECEWISE", "FULL", "ENCODER"]
 
 
 def _profiled_note(log: BootLog, mm: MMProfile | None) -> str:

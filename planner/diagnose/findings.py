@@ -297,6 +297,9 @@ def troubleshoot(
             out.append(shared)
     if log.oom_tried_bytes is not None:
         out.append(_oom_finding(log, p))
+    graphs = _graph_estimate_finding(log, s)
+    if graphs is not None:
+        out.append(graphs)
     if log.encoder_budget_tokens is not None:
         out.append(_encoder_finding(log, p))
     out += _usage_findings(log, p, s, caveat)
@@ -478,6 +481,70 @@ def _shared_gpu_finding(log: BootLog, s: ServeSettings) -> Finding | None:
         fix=fix,
         lines=[log.lines.get("startup_free_bytes", 0)],
     )
+
+
+# vLLM >= 0.21 subtracts its own CUDA-graph estimate before it sizes the pool, then captures the
+# graphs and logs both: "CUDA graph pool memory: A GiB (actual), B GiB (estimated)"
+# (gpu_worker.py 0.24.0:660-674, 0.30.0:818-833). The estimate is each mode's first capture plus
+# (graphs - 1) x its second (gpu_model_runner.py 0.30.0:6742-6818): the graphs share one pool
+# and reuse its blocks, so the linear sum over-reserves as the count grows (vllm#45178: 245,840
+# KV tokens with it, 769,888 without, on a B200), and it can fall short of the capture
+# (vllm#57475: gmu 0.98 sized the pool, then the capture ran out of memory). A gap past this
+# is worth saying; the log rounds each figure to 0.01 GiB.
+GRAPH_GAP_BYTES = GIB // 5
+# vLLM's own margin in the --kv-cache-memory it suggests (gpu_worker.py 0.30.0:848)
+KV_MEMORY_MARGIN_BYTES = 150 << 20
+
+
+def _graph_estimate_finding(log: BootLog, s: ServeSettings) -> Finding | None:
+    """A release that subtracted its CUDA-graph estimate and logged what the capture took,
+    when the two are more than :data:`GRAPH_GAP_BYTES` apart: over, the pool is that much
+    smaller than the GPU allows (``--kv-cache-memory-bytes`` takes it back: vLLM then sizes
+    nothing); under, the server runs that much past gpu_memory_utilization's budget, which a
+    higher setting turns into an out-of-memory error in the capture (a lower one keeps it
+    inside). Worked example: 0.65 GiB estimated, 0.09 captured, 1.74 GiB available: 0.56 GiB
+    over; ``--kv-cache-memory-bytes`` 1.74 + 0.56 - 0.15 = 2.15 GiB."""
+    est, got = log.cuda_graph_estimate_bytes, log.cuda_graph_capture_bytes
+    available = log.available_kv_bytes
+    if est is None or got is None or log.graph_estimate_disabled or available is None:
+        return None
+    if est < 0 or got < 0:
+        # the free-memory reading went backwards (GB10's unified memory: vllm#44740 logs an
+        # estimate of -20.50 GiB): neither figure says what the graphs hold
+        return None
+    gap = est - got
+    if abs(gap) <= GRAPH_GAP_BYTES:
+        return None
+    tokens = None
+    if log.kv_cache_tokens and available > 0:
+        tokens = round(abs(gap) * log.kv_cache_tokens / available)
+    data: dict[str, Any] = {
+        "estimate_bytes": est,
+        "capture_bytes": got,
+        "gap_bytes": gap,
+        "gap_tokens": tokens,
+        "graph_modes": {mode: list(v) for mode, v in log.cuda_graph_modes.items()},
+    }
+    lines = sorted(
+        {log.lines.get(k, 0) for k in ("cuda_graph_estimate_bytes", "cuda_graph_capture_bytes")}
+    )
+    if gap > 0:
+        kv_memory = available + gap - KV_MEMORY_MARGIN_BYTES
+        data["kv_cache_memory_bytes"] = kv_memory
+        fix = [
+            f"--kv-cache-memory-bytes {kv_memory} ({kv_memory / GIB:.2f} GiB, the pool "
+            "the budget holds: vLLM then skips its estimate; keep the other settings)",
+            "fewer cudagraph_capture_sizes (the estimate grows with each graph)",
+        ]
+        return Finding(kind="graph-estimate", severity="warning", data=data, fix=fix, lines=lines)
+    total = log.total_gpu_bytes
+    fix = []
+    if total:
+        lower = math.floor((s.gmu - (-gap) / total) * 100) / 100
+        data["fitting_gpu_memory_utilization"] = lower
+        fix.append(f"gpu_memory_utilization {lower:g} keeps the capture inside the budget")
+    fix.append("--enforce-eager (no graphs)")
+    return Finding(kind="graph-estimate", severity="warning", data=data, fix=fix, lines=lines)
 
 
 def _prefix_caching_on(s: ServeSettings, p: Plan | None) -> bool:

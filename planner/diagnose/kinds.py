@@ -222,6 +222,29 @@ class StartupCrash(Kind):
 
 
 @registered
+class GraphEstimate(Kind):
+    names = ("graph-estimate",)
+
+    def log(self, f: Finding) -> str:
+        d = f.data
+        gap = d["gap_bytes"]
+        tokens = f" ({d['gap_tokens']:,} tokens)" if d.get("gap_tokens") is not None else ""
+        head = (
+            f"vLLM set aside {size_text(d['estimate_bytes'], 'bytes')} for CUDA graphs before "
+            f"sizing the KV cache; the capture took {size_text(d['capture_bytes'], 'bytes')}"
+        )
+        if gap > 0:
+            return (
+                f"{head}: the pool is {size_text(gap, 'bytes')}{tokens} smaller than the GPU "
+                "allows (vLLM's estimate extrapolates its second graph to all of them)."
+            )
+        return (
+            f"{head}: the server runs {size_text(-gap, 'bytes')} past gpu_memory_utilization's "
+            "budget, and a higher setting runs out of memory capturing them."
+        )
+
+
+@registered
 class GpuShared(Kind):
     names = ("gpu-shared",)
 

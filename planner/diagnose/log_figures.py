@@ -131,6 +131,10 @@ class BootLog:
     # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0 (``graph_estimate_disabled``, its warning)
     cuda_graph_estimate_bytes: int | None = None
     graph_estimate_disabled: bool = False
+    # vLLM >= 0.21 "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35
+    # (largest=256)" (gpu_model_runner.py 0.30.0:6697): the graphs of each mode it will capture,
+    # as {mode: (count, largest size in tokens)}
+    cuda_graph_modes: dict[str, tuple[int, int]] = field(default_factory=dict)
     # vLLM >= 0.27 logs "X GiB for consumed memory (weights + non-torch), Y GiB for peak
     # activation, and Z GiB for CUDAGraph memory": Y is the transient peak plus the subtracted
     # graph estimate (gpu_worker.py 0.27.1:527-529, 0.31.0:668-670), Z the graphs captured

@@ -4,8 +4,8 @@ runs them, and the CUDA-graph estimate (:func:`cuda_graph_estimate_bytes`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from planner.kv_layout import KVEstimate
 from planner.layer_shapes import num_experts_of
@@ -179,41 +179,22 @@ class GraphRules:
     seqs_size: bool = False
 
 
-_GRAPH_RULES: tuple[GraphRules, ...] = (
-    GraphRules((0, 8, 5)),
-    GraphRules((0, 11, 0), full_decode=True),
-    GraphRules((0, 11, 1), full_decode=True, step16=True),
-    GraphRules((0, 19, 0), full_decode=True, step16=True, lora_cases=True),
-    GraphRules(
-        (0, 21, 0), full_decode=True, step16=True, lora_cases=True, batched_tokens_size=True
-    ),
-    GraphRules(
-        (0, 28, 0),
-        full_decode=True,
-        step16=True,
-        lora_cases=True,
-        batched_tokens_size=True,
-        blackwell_1024=True,
-    ),
-    GraphRules(
-        (0, 29, 0),
-        full_decode=True,
-        step16=True,
-        lora_cases=True,
-        batched_tokens_size=True,
-        blackwell_1024=True,
-        decode_request_sizes=True,
-    ),
-    GraphRules(
-        (0, 33, 0),
-        full_decode=True,
-        step16=True,
-        lora_cases=True,
-        batched_tokens_size=True,
-        blackwell_1024=True,
-        decode_request_sizes=True,
-        seqs_size=True,
-    ),
+def _each_adding(*rules: tuple[tuple[int, ...], str]) -> tuple[GraphRules, ...]:
+    """The rows from 0.8.5's, each release turning on one more rule than the row before."""
+    rows = [GraphRules((0, 8, 5))]
+    for since, rule in rules:
+        rows.append(replace(rows[-1], since=since, **{rule: True}))
+    return tuple(rows)
+
+
+_GRAPH_RULES = _each_adding(
+    ((0, 11, 0), "full_decode"),
+    ((0, 11, 1), "step16"),
+    ((0, 19, 0), "lora_cases"),
+    ((0, 21, 0), "batched_tokens_size"),
+    ((0, 28, 0), "blackwell_1024"),
+    ((0, 29, 0), "decode_request_sizes"),
+    ((0, 33, 0), "seqs_size"),
 )
 
 
@@ -300,28 +281,11 @@ def cuda_graph_modes(
     return modes
 
 
-def cuda_graph_count(
-    max_num_seqs: int,
-    max_num_batched_tokens: int,
-    decode_query_len: int = 1,
-    release: tuple[int, ...] | None = None,
-    runner: str = "generate",
-    *,
-    blackwell: bool = False,
-    lora: bool = False,
-) -> int:
-    """The graphs ``release`` captures, all modes together (:func:`cuda_graph_modes`). 256
-    sequences, 2,048 tokens: 67 + 35 = 102 in 0.11.0, 51 + 35 = 86 from 0.11.1, 67 in 0.10."""
-    modes = cuda_graph_modes(
-        max_num_seqs,
-        max_num_batched_tokens,
-        decode_query_len,
-        release,
-        runner,
-        blackwell=blackwell,
-        lora=lora,
-    )
-    return sum(count for count, _ in modes.values())
+def cuda_graph_count(*args: Any, **kwargs: Any) -> int:
+    """The graphs ``release`` captures, all modes together: the counts of
+    :func:`cuda_graph_modes` (which takes the same arguments), summed. 256 sequences, 2,048
+    tokens: 67 + 35 = 102 in 0.11.0, 51 + 35 = 86 from 0.11.1, 67 in 0.10."""
+    return sum(count for count, _ in cuda_graph_modes(*args, **kwargs).values())
 
 
 def cuda_graph_estimate_bytes(

@@ -231,6 +231,11 @@ class VllmCapacity:
     warmup_bytes: int = 0
     post_allocation_free_bytes: int | None = None
     free_at_start_bytes: int | None = None
+    # vLLM >= 0.34's extensible KV cache (:class:`MeasuredSizing`): the margin it keeps free
+    # beyond the activation peak, and the address range it reserves first (its "Available KV
+    # cache memory" line); None where the pool is sized from the profile run
+    measured_margin_bytes: int | None = None
+    reserved_kv_bytes: int | None = None
     # the term a won't-start names ("gpu_free_memory", "available_kv", "max_model_len",
     # "cuda_graphs", "sampler_warmup") and the changes that start (as settings)
     wont_start_term: str | None = None
@@ -251,7 +256,17 @@ class VllmCapacity:
         decimals; tokens and concurrency on one line from 0.33, two lines before)."""
         if self.wont_start_term == "gpu_free_memory":  # refused before loading the weights
             return [f"ValueError: {self.error}"]
-        lines = [f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB"]
+        if self.reserved_kv_bytes is not None:
+            # 0.34: the reservation first, then the pool measured after warm-up
+            # (v1/worker/extensible_kv_cache.py 0.34.0:536-540)
+            lines = [f"Available KV cache memory: {format_gib(self.reserved_kv_bytes)} GiB"]
+            if self.fits:
+                lines.append(
+                    f"Extended KV cache to {self.num_gpu_blocks} blocks "
+                    f"({format_gib(self.num_gpu_blocks * self.bytes_per_block)} GiB)."
+                )
+        else:
+            lines = [f"Available KV cache memory: {format_gib(self.available_kv_bytes)} GiB"]
         if self.wont_start_term in ("cuda_graphs", "sampler_warmup"):
             size = f"GPU KV cache size: {self.kv_cache_size_tokens:,} tokens"
             lines.append(size)  # the pool was sized and allocated; then the warm-up died
@@ -447,6 +462,33 @@ def min_group_block_size(layout: VllmLayout) -> int:
     return min((g.block_size for g in layout.groups), default=1)
 
 
+# vLLM >= 0.34's extensible KV cache keeps free, beyond the activation peak it measured, a
+# margin of max(1 GiB (3 GiB on ROCm), 0.75 x that peak) (``KV_CACHE_MARGIN_FLOOR_BYTES``,
+# ``KV_CACHE_MARGIN_FRACTION``, v1/worker/extensible_kv_cache.py 0.34.0:64-65)
+MEASURED_MARGIN_FLOOR_BYTES = GIB
+MEASURED_MARGIN_FLOOR_ROCM_BYTES = 3 * GIB
+MEASURED_MARGIN_MILLI = 750
+
+
+@dataclass(frozen=True)
+class MeasuredSizing:
+    """vLLM >= 0.34's extensible KV cache (:attr:`planner.deployment.ServeSettings.
+    measured_kv_sizing`): the pool is sized after warm-up and CUDA-graph capture from the
+    memory measured then (``measure_kv_cache_bytes``, v1/worker/extensible_kv_cache.py
+    0.34.0:592-618)::
+
+        pool = min(requested - N, free_at_start - N - margin) - P
+
+    N is what vLLM holds beside the cache (weights, non-torch, the captured graphs), P the
+    transient peak it keeps free (the profile's activation) and ``margin = max(floor, 0.75 x
+    P)``. ``free_at_start_bytes`` is the GPU's free memory when vLLM starts (the total less
+    the CUDA context, or ``--gpu-free-memory``); the request is only a cap: 0.34 never
+    refuses it against free memory (v1/worker/utils.py 0.34.0:783-796)."""
+
+    free_at_start_bytes: int
+    margin_floor_bytes: int = MEASURED_MARGIN_FLOOR_BYTES
+
+
 def vllm_capacity(
     est: KVEstimate,
     *,
@@ -464,6 +506,7 @@ def vllm_capacity(
     after: AfterSizing | None = None,
     rules: VllmRules | None = None,
     dcp: int = 1,
+    measured: MeasuredSizing | None = None,
 ) -> VllmCapacity:
     """vLLM's available KV memory, block count, token capacity and concurrency.
 
@@ -484,6 +527,8 @@ def vllm_capacity(
             nothing after sizing.
         rules: the release whose non-torch default applies (the newest when None).
         dcp: the decode-context-parallel size (vLLM multiplies its logged tokens by it).
+        measured: 0.34's pool measured after warm-up (:class:`MeasuredSizing`); None: the
+            pool is what the profile leaves of the request.
 
     Returns:
         The :class:`VllmCapacity`.
@@ -497,17 +542,18 @@ def vllm_capacity(
         if (non_torch is None)
         else non_torch
     )
+    margin = reserved = None
     if kv_cache_memory_bytes is not None:
         available = kv_cache_memory_bytes
     else:
-        available = (
-            requested
-            - weights_bytes
-            - activation_bytes
-            - non_torch
-            - cuda_graph_bytes
-            - headroom_bytes
-        )
+        terms = weights_bytes + activation_bytes + non_torch + cuda_graph_bytes + headroom_bytes
+        available = requested - terms
+        if measured is not None:
+            margin = max(
+                measured.margin_floor_bytes, activation_bytes * MEASURED_MARGIN_MILLI // 1000
+            )
+            reserved = available
+            available = min(available, measured.free_at_start_bytes - terms - margin)
     bpb = layout.bytes_per_block
     bpr = layout.blocks_per_request
     num_blocks = max(0, available // bpb) if bpb else 0
@@ -565,6 +611,8 @@ def vllm_capacity(
         one_line_log=one_line_log,
         encoder_activation_bytes=encoder_activation_bytes,
         wont_start_term=term,
+        measured_margin_bytes=margin,
+        reserved_kv_bytes=reserved,
     )
     return post_allocation(cap, after) if after is not None else cap
 
@@ -627,6 +675,10 @@ def post_allocation(cap: VllmCapacity, after: AfterSizing) -> VllmCapacity:
         warmup_bytes=after.warmup_bytes,
         free_at_start_bytes=free_start if after.gpu_free_given else None,
     )
+    if cap.measured_margin_bytes is not None:
+        # 0.34 sizes the pool after warm-up and capture from what it measures: nothing runs
+        # after it, and free memory below the request shrinks the pool instead of refusing
+        return replace(base, free_at_start_bytes=free_start)
     own_pool = cap.kv_cache_memory_override and not after.gpu_free_given
     if free_start < cap.requested_bytes and not own_pool and (after.gpu_free_given or cap.fits):
         gmu = math.floor(free_start / total * 100) / 100 if total else 0.0
@@ -935,6 +987,7 @@ def vllm_budget(
         after=after_sizing(dep, est, activation) if dep.gpu and dep.gpu.memory_bytes else None,
         rules=rules,
         dcp=s.dcp,
+        measured=_measured(dep),
     )
     forward, sampler, _, _ = _activation_parts(dep, tokens, seqs)
     return replace(
@@ -944,6 +997,17 @@ def vllm_budget(
         activation_forward_bytes=forward,
         activation_sampler_bytes=sampler,
     )
+
+
+def _measured(dep: Deployment) -> MeasuredSizing | None:
+    """``dep``'s :class:`MeasuredSizing` where its vLLM measures the pool (0.34 on, the
+    extensible KV cache on); None otherwise, or without a GPU's total."""
+    s = dep.settings
+    if not s.measured_kv_sizing or dep.gpu is None or not dep.gpu.memory_bytes:
+        return None
+    free = (s.gpu_free_memory_bytes or dep.gpu.memory_bytes) - CUDA_CONTEXT_BYTES
+    floor = MEASURED_MARGIN_FLOOR_ROCM_BYTES if is_rocm(dep.gpu) else MEASURED_MARGIN_FLOOR_BYTES
+    return MeasuredSizing(free_at_start_bytes=free, margin_floor_bytes=floor)
 
 
 def _activation_parts(dep: Deployment, tokens: int, seqs: int) -> tuple[int, int, int, int]:

@@ -325,6 +325,8 @@ def vllm_parallel_flags(settings: ServeSettings) -> list[str]:
         words += ["--decode-context-parallel-size", str(settings.dcp)]
     if settings.disable_custom_all_reduce:
         words += ["--disable-custom-all-reduce"]
+    if settings.disable_extensible_kv_cache and settings.rules.extensible_kv_cache:
+        words += ["--disable-extensible-kv-cache"]  # a flag from 0.34 on
     if settings.all2all_backend != "allgather_reducescatter":
         words += ["--all2all-backend", settings.all2all_backend]
     if settings.speculative is not None:

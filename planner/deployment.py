@@ -260,6 +260,8 @@ class ServeSettings:
         interconnect: ``nvlink``, ``xgmi`` or ``pcie``: how the GPUs talk, over the catalog's
             (:func:`planner.budget.non_torch_bytes`).
         disable_custom_all_reduce: vLLM's ``--disable-custom-all-reduce``.
+        disable_extensible_kv_cache: vLLM's ``--disable-extensible-kv-cache`` (0.34 on):
+            the pool sized from the profile run as before 0.34, not measured after warm-up.
         sampler: ``flashinfer`` or ``native``: the top-k/top-p sampler vLLM runs, over the
             release's default (:meth:`planner.vllm_rules.VllmRules.with_sampler`).
         mxfp4_backend: ``marlin`` or ``triton``: the kernel vLLM runs gpt-oss's MXFP4 experts
@@ -312,6 +314,7 @@ class ServeSettings:
     gpu_free_memory_bytes: int | None = None
     interconnect: str | None = None
     disable_custom_all_reduce: bool = False
+    disable_extensible_kv_cache: bool = False
     sampler: str | None = None
     mxfp4_backend: str | None = None
     vllm_version: str | None = None
@@ -455,10 +458,24 @@ class ServeSettings:
     @property
     def gmu(self) -> float:
         """``gpu_memory_utilization`` as vLLM runs it (its version's default when not given:
-        0.92 in 0.33, 0.9 in the 0.10 and 0.11 releases)."""
+        0.92 in 0.33, 0.9 in the 0.10 and 0.11 releases, 1.0 where 0.34 measures the pool:
+        :attr:`measured_kv_sizing`)."""
         if self.gpu_memory_utilization is not None:
             return self.gpu_memory_utilization
-        return self.rules.default_gmu
+        return 1.0 if self.measured_kv_sizing else self.rules.default_gmu
+
+    @property
+    def measured_kv_sizing(self) -> bool:
+        """Whether vLLM sizes the pool from the memory measured after warm-up and graph
+        capture (0.34's extensible KV cache, :attr:`planner.vllm_rules.VllmRules.
+        extensible_kv_cache`): on unless ``--kv-cache-memory-bytes`` fixes the pool or
+        ``--disable-extensible-kv-cache`` turns it off (``config/vllm.py`` 0.34.0:
+        3180-3263)."""
+        return (
+            self.rules.extensible_kv_cache
+            and not self.disable_extensible_kv_cache
+            and self.kv_cache_memory_bytes is None
+        )
 
     @property
     def enforce_eager(self) -> bool:

@@ -1,9 +1,9 @@
 """What changes with the vLLM release: the defaults and rules kvplan's budget follows per
 version (``--vllm-version``; ``diagnose`` reads the version from the log).
 
-Each :class:`VllmRules` row holds from its ``since`` release until the next row; the newest
-row is what kvplan assumes when no version is given. Read in vLLM's released sources
-(0.8.5-0.33.0):
+Each :class:`VllmRules` row holds from its ``since`` release until the next row; 0.33.0's
+row (:data:`NEWEST`) is what kvplan assumes when no version is given, the last one checked
+against public start-up logs. Read in vLLM's released sources (0.8.5-0.34.0):
 
 - ``default_gmu``: ``CacheConfig.gpu_memory_utilization``: 0.9 through 0.19.1, 0.92 from
   0.20.0 (``vllm/config/cache.py``);
@@ -16,7 +16,19 @@ row is what kvplan assumes when no version is given. Read in vLLM's released sou
   (``"a100" not in device_name``, PR #17885);
 - ``large_gpu_tier``: GPUs of >= 160 GiB get their own (largest) batch defaults, from 0.28.0;
 - ``one_line_capacity_log``: "GPU KV cache size: N tokens, Maximum concurrency for L tokens
-  per request: X.XXx" is one line from 0.28.0 (``update_kv_cache_capacity``), two before.
+  per request: X.XXx" is one line from 0.28.0 (``update_kv_cache_capacity``), two before;
+- ``extensible_kv_cache``: from 0.34.0 the KV cache is sized *after* warm-up and CUDA-graph
+  capture, from the memory measured then (``CacheConfig.enable_extensible_kv_cache``, on by
+  default on CUDA and ROCm unless ``--kv-cache-memory-bytes`` or
+  ``--disable-extensible-kv-cache``: ``config/vllm.py`` 0.34.0:3180-3263): the pool is
+  ``min(requested - N, free - N - margin) - P`` where N is all vLLM holds but the KV cache
+  (weights, non-torch, the captured graphs), P the transient peak it keeps free (the profile's
+  activation) and ``margin = max(1 GiB (3 on ROCm), 0.75 x P)`` (``v1/worker/
+  extensible_kv_cache.py`` 0.34.0:64-65, 592-618); gpu_memory_utilization defaults to 1.0
+  there (``CacheConfig.resolved_gpu_memory_utilization``, ``config/cache.py`` 0.34.0:495-501)
+  and the budget is a cap, never refused against free memory (``v1/worker/utils.py``
+  0.34.0:783-796). No public 0.34 start-up log was found to check it against, so 0.33.0
+  stays the default release.
 
 The scheduler rules :mod:`planner.simulate` replays (``SimConfig`` takes them from here):
 
@@ -277,6 +289,7 @@ class VllmRules:
     a100_small: bool
     large_gpu_tier: bool
     one_line_capacity_log: bool
+    extensible_kv_cache: bool = False
     async_scheduling: bool = False
     reserve_full_isl: bool = False
     prepend_uncached_free: bool = False
@@ -349,6 +362,7 @@ def _row(
     reuse: bool = True,
     rocm_graphs: bool = False,
     non_torch: tuple[int, tuple[int, int]] = _NT11,
+    extensible: bool = False,
 ) -> VllmRules:
     """One row; ``sched`` counts the scheduler rules that hold (async scheduling, then the
     full-ISL reservation, then prepending freed uncached blocks), ``large`` the >= 160 GiB
@@ -360,6 +374,7 @@ def _row(
         a100_small=a100_small,
         large_gpu_tier=large,
         one_line_capacity_log=large,
+        extensible_kv_cache=extensible,
         async_scheduling=sched >= 1,
         window_in_flight=since >= (0, 26, 0),
         hybrid_prefix_caching=since >= (0, 26, 0),
@@ -412,9 +427,23 @@ RULES: tuple[VllmRules, ...] = (
         rocm_graphs=True,
         non_torch=_NT19,
     ),
+    _row(
+        (0, 34, 0),
+        0.92,
+        graphs=True,
+        large=True,
+        sched=3,
+        sampler="flashinfer",
+        rocm_graphs=True,
+        non_torch=_NT19,
+        extensible=True,
+    ),
 )
-NEWEST_VERSION = "0.33.0"  # the newest release whose sources kvplan was checked against
-NEWEST = RULES[-1]
+# the release kvplan plans for when none is given: the newest checked against public start-up
+# logs (0.34.0's sources are read, its measured sizing is not yet seen in a log)
+NEWEST_VERSION = "0.33.0"
+NEWEST = RULES[-2]
+assert NEWEST.since <= (0, 33, 0) < RULES[-1].since
 
 
 def parse_version(text: str) -> tuple[int, ...]:

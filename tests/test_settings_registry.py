@@ -39,6 +39,8 @@ NEEDS: dict[str, dict[str, Any]] = {
     "num_redundant_experts": {"enable_expert_parallel": True},
     "dcp": {"tp": 2},
     "kv_offloading_backend": {"kv_offloading_size": 8.0},
+    # the flag exists from vLLM 0.34 (config/cache.py 0.34.0:395)
+    "disable_extensible_kv_cache": {"vllm_version": "0.34.0"},
 }
 WITH_EXAMPLE = [s for s in SETTINGS if s.example is not None]
 IDS = [s.name for s in WITH_EXAMPLE]

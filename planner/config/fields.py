@@ -597,6 +597,20 @@ SETTINGS: tuple[Setting, ...] = (
         example=True,
     ),
     Setting(
+        name="disable_extensible_kv_cache",
+        kind="bool",
+        help="vLLM >= 0.34 without its extensible KV cache: the pool sized from the profile run "
+        "(gpu_memory_utilization 0.92), not from the memory measured after warm-up.",
+        cli="--disable-extensible-kv-cache",
+        yaml="disable_extensible_kv_cache",
+        log=None,
+        concern="cache",
+        engines=_engines("--enable-extensible-kv-cache", None, None),
+        no_flag={"sglang": _VLLM_ONLY, "trtllm": _VLLM_ONLY},
+        commands=frozenset({"estimate"}),
+        example=True,
+    ),
+    Setting(
         name="interconnect",
         kind="choice",
         choices=("nvlink", "xgmi", "pcie"),

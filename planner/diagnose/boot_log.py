@@ -99,6 +99,17 @@ def _consumed(log: BootLog, m: re.Match[str], line: int) -> None:
     log.activation_includes_graph_estimate = True
 
 
+def _extended(log: BootLog, m: re.Match[str], line: int) -> None:
+    """ "Extended KV cache to 31166 blocks (60.87 GiB).": the pool itself (the "Available KV
+    cache memory" before it is only the address range reserved)."""
+    if log.available_kv_bytes is not None:
+        log.reserved_kv_bytes = log.available_kv_bytes
+    _many(("num_gpu_blocks", lambda m: int(m.group(1))), ("available_kv_bytes", _g(2)))(
+        log, m, line
+    )
+    log.measured_pool = True
+
+
 def _graph_modes(log: BootLog, m: re.Match[str], line: int) -> None:
     """vLLM >= 0.21's "Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35
     (largest=256)" (``gpu_model_runner.py`` 0.30.0:6683-6697): each mode's graph count and its
@@ -455,6 +466,13 @@ RULES: list[tuple[str, re.Pattern[str], Handler]] = [
         "Available KV cache memory",
         re.compile(rf"Available KV cache memory: {_NUM} ?GiB"),
         _set("available_kv_bytes", _g(1)),
+    ),
+    # vLLM >= 0.34's extensible KV cache: the pool measured after warm-up, logged after the
+    # reservation's "Available KV cache memory" (v1/worker/extensible_kv_cache.py 0.34.0:536-540)
+    (
+        "Extended KV cache to",
+        re.compile(rf"Extended KV cache to (\d+) blocks \({_NUM} GiB\)"),
+        _extended,
     ),
     (
         "Current kv cache memory in use",

@@ -399,7 +399,11 @@ def _terms(log: BootLog, p: Plan | None, serve: ServeSettings | None = None) -> 
             "bytes",
             log.available_kv_bytes,
             plan_of("available_kv_bytes"),
-            "the log's 'kv cache memory in use'" if log.available_from_in_use else "",
+            "the log's 'kv cache memory in use'"
+            if log.available_from_in_use
+            else "measured after warm-up"
+            if log.measured_pool
+            else "",
         ),
         *_graph_mode_terms(log, p, serve),
         Term("GPU blocks", "blocks", log.num_gpu_blocks, plan_of("num_gpu_blocks")),

@@ -146,6 +146,11 @@ class BootLog:
     # a log that quotes only it has its available KV read from it (``available_from_in_use``)
     kv_in_use_bytes: int | None = None
     available_from_in_use: bool = False
+    # vLLM >= 0.34 sizes the pool after warm-up ("Extended KV cache to N blocks (G GiB)."):
+    # then ``available_kv_bytes`` is that pool and ``reserved_kv_bytes`` the "Available KV
+    # cache memory" reserved before it
+    measured_pool: bool = False
+    reserved_kv_bytes: int | None = None
     num_gpu_blocks: int | None = None
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None

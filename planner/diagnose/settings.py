@@ -26,7 +26,7 @@ from planner.deployment import SPELLINGS, VLLM_DEFAULT_GMU, ServeSettings
 from planner.diagnose.boot_log import SETTING_KEYS
 from planner.diagnose.log_figures import BootLog
 from planner.errors import UsageError
-from planner.vllm_rules import parse_version, rules_for
+from planner.vllm_rules import parse_version
 
 COMMAND_LINE = "command line"
 
@@ -53,10 +53,10 @@ def log_version(log: BootLog) -> str | None:
 
 def vllm_default_gmu(engine: str | None, version: str | None = None) -> float:
     """``gpu_memory_utilization`` when nobody states it, for the release that wrote the log
-    (:mod:`planner.vllm_rules`: 0.9 through 0.19, 0.92 from 0.20); a V0 log without a version
-    0.9; else the newest's 0.92."""
+    (:mod:`planner.vllm_rules`: 0.9 through 0.19, 0.92 from 0.20, 1.0 from 0.34 where the
+    pool is measured after warm-up); a V0 log without a version 0.9; else the newest's 0.92."""
     if version is not None:
-        return rules_for(version).default_gmu
+        return ServeSettings(vllm_version=version).gmu
     return 0.9 if engine == "V0" else VLLM_DEFAULT_GMU
 
 

@@ -111,6 +111,21 @@ def host_ram_line(p: Plan) -> str:
     return f"Host RAM: {fmt_bytes(p.host_ram.total)} =\n  " + " + ".join(shown)
 
 
+def kept_free_bytes(cap: Any) -> int:
+    """What 0.34's measured sizing keeps out of the pool beyond the profile's terms (its margin
+    and the CUDA context, or memory another process holds); 0 for a profiled pool."""
+    if cap.measured_margin_bytes is None:
+        return 0
+    terms = (
+        cap.weights_bytes
+        + cap.activation_peak_bytes
+        + cap.non_torch_bytes
+        + cap.cuda_graph_bytes
+        + cap.headroom_bytes
+    )
+    return int(max(0, cap.requested_bytes - terms - max(cap.available_kv_bytes, 0)))
+
+
 def budget_lines(p: Plan) -> None:
     from rich.table import Table
 
@@ -121,10 +136,11 @@ def budget_lines(p: Plan) -> None:
         f"{cap.gpu_memory_utilization:g} = {fmt_bytes(cap.requested_bytes)}"
     )
     free = p.gpu.memory_bytes - cap.requested_bytes
+    kept = kept_free_bytes(cap)
     parts = [
         ("weights", cap.weights_bytes),
         ("activation", cap.activation_peak_bytes),
-        ("overhead", cap.non_torch_bytes + cap.cuda_graph_bytes + cap.headroom_bytes),
+        ("overhead", cap.non_torch_bytes + cap.cuda_graph_bytes + cap.headroom_bytes + kept),
         ("KV cache", max(cap.available_kv_bytes, 0)),
         ("not requested", free),
     ]
@@ -181,6 +197,16 @@ def budget_lines(p: Plan) -> None:
         )
     if cap.headroom_bytes:
         rows.append(("headroom", cap.headroom_bytes, "--headroom"))
+    if cap.measured_margin_bytes is not None:
+        rows.append(
+            (
+                "kept free",
+                kept,
+                f"vLLM {p.vllm_version} sizes the pool after warm-up from measured memory: a "
+                f"margin of {format_gib(cap.measured_margin_bytes)} GiB (max of 1 GiB and 0.75 x "
+                "the activation peak) and the CUDA context",
+            )
+        )
     rows.append(("KV cache", cap.available_kv_bytes, f"what is left: {span('available_kv_bytes')}"))
     if cap.post_allocation_free_bytes is not None and (
         cap.graphs_after_sizing_bytes or cap.wont_start_term in ("cuda_graphs", "sampler_warmup")

@@ -69,6 +69,18 @@ def report_dict(rep: Report) -> dict[str, Any]:
             "free_bytes": cap.post_allocation_free_bytes,
             "free_at_start_bytes": cap.free_at_start_bytes,
         },
+        # vLLM >= 0.34: the pool measured after warm-up (planner.budget.MeasuredSizing)
+        **(
+            {
+                "measured_sizing": {
+                    "margin_bytes": cap.measured_margin_bytes,
+                    "reserved_kv_bytes": cap.reserved_kv_bytes,
+                    "free_at_start_bytes": cap.free_at_start_bytes,
+                }
+            }
+            if cap.measured_margin_bytes is not None
+            else {}
+        ),
         wont_start_term=cap.wont_start_term,
         start_changes=[dict(c) for c in cap.start_changes],
         available_kv_bytes=cap.available_kv_bytes,

@@ -1,0 +1,176 @@
+"""vLLM 0.34's extensible KV cache: the pool is sized after warm-up and CUDA-graph capture from
+the memory measured then, not from the profile run (planner.budget.MeasuredSizing). Expected
+values are the arithmetic of ``measure_kv_cache_bytes`` (v1/worker/extensible_kv_cache.py
+0.34.0:592-618) over the plan's own terms:
+
+    pool = min(requested - N, free_at_start - N - margin) - P,  margin = max(1 GiB, 0.75 P)
+
+with N the weights, non-torch and graphs, P the activation peak, free_at_start the total less
+the CUDA context, and gpu_memory_utilization 1.0 unless given (config/cache.py 0.34.0:495-501).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.budget import CUDA_CONTEXT_BYTES
+from planner.commands import vllm_parallel_flags
+from planner.deployment import ServeSettings
+from planner.vllm_rules import NEWEST_VERSION, rules_for
+from tests.helpers import plan_for
+
+GIB = 1 << 30
+
+
+def terms(cap: object) -> int:
+    return (
+        cap.weights_bytes  # type: ignore[attr-defined]
+        + cap.activation_peak_bytes  # type: ignore[attr-defined]
+        + cap.non_torch_bytes  # type: ignore[attr-defined]
+        + cap.cuda_graph_bytes  # type: ignore[attr-defined]
+    )
+
+
+def test_the_pool_is_what_is_free_after_warm_up_less_the_margin_and_the_peak() -> None:
+    p = plan_for("llama-3.1-8b", "h100", max_model_len=8192, vllm_version="0.34.0")
+    cap = p.vllm
+    total = p.gpu.memory_bytes
+    assert cap.gpu_memory_utilization == 1.0 and cap.requested_bytes == total
+    # Llama-3.1-8B's activation (0.93 GiB) is under 1 GiB / 0.75: the 1 GiB floor holds
+    assert cap.activation_peak_bytes * 3 // 4 < GIB and cap.measured_margin_bytes == GIB
+    free = total - CUDA_CONTEXT_BYTES
+    assert cap.available_kv_bytes == min(total - terms(cap), free - terms(cap) - GIB)
+    assert cap.available_kv_bytes == free - terms(cap) - GIB  # the device binds, not the cap
+    # what it reserves first, and logs as "Available KV cache memory": the request less the
+    # profile's terms (the graphs as its estimate)
+    assert cap.reserved_kv_bytes == total - terms(cap)
+    lines = cap.log_lines
+    assert lines[1] == (
+        f"Extended KV cache to {cap.num_gpu_blocks} blocks "
+        f"({cap.num_gpu_blocks * cap.bytes_per_block / GIB:.2f} GiB)."
+    )
+    # against 0.33 (gmu 0.92, the pool what the profile leaves of the request): 4.83 GiB more
+    old = plan_for("llama-3.1-8b", "h100", max_model_len=8192, vllm_version="0.33.0").vllm
+    assert old.available_kv_bytes == old.requested_bytes - terms(old)
+    assert round((cap.available_kv_bytes - old.available_kv_bytes) / GIB, 2) == 4.83
+
+
+def test_a_given_utilisation_caps_the_pool() -> None:
+    p = plan_for(
+        "llama-3.1-8b",
+        "h100",
+        max_model_len=8192,
+        vllm_version="0.34.0",
+        gpu_memory_utilization=0.9,
+    )
+    cap = p.vllm
+    # 0.9 x 79.18 - N - P is below what the device leaves: the request binds
+    assert cap.available_kv_bytes == cap.requested_bytes - terms(cap)
+
+
+def test_a_large_activation_sets_the_margin() -> None:
+    # 32,768 batched tokens: the forward peak 32,768 x 2 x (3 x 14,336 + 4 x 4,096) B = 3.75
+    # GiB (+ 27 MB), so the margin is 0.75 of it, not the floor
+    p = plan_for(
+        "llama-3.1-8b",
+        "h100",
+        max_model_len=8192,
+        vllm_version="0.34.0",
+        max_num_batched_tokens=32_768,
+    )
+    cap = p.vllm
+    margin = cap.activation_peak_bytes * 750 // 1000
+    assert margin > GIB and cap.measured_margin_bytes == margin
+    free = p.gpu.memory_bytes - CUDA_CONTEXT_BYTES
+    assert cap.available_kv_bytes == free - terms(cap) - margin
+
+
+def test_rocm_keeps_a_3_gib_floor() -> None:
+    # KV_CACHE_MARGIN_FLOOR_BYTES is 3 GiB on ROCm (extensible_kv_cache.py 0.34.0:64)
+    cap = plan_for("llama-3.1-8b", "mi300x", max_model_len=8192, vllm_version="0.34.0").vllm
+    assert cap.measured_margin_bytes == 3 * GIB
+
+
+def test_a_shared_gpu_shrinks_the_pool_instead_of_refusing() -> None:
+    # 0.34 never refuses the request against free memory with the extensible cache
+    # (v1/worker/utils.py 0.34.0:783-796); 0.33 does
+    shared = dict(max_model_len=8192, gpu_free_memory_bytes=40 * GIB)
+    new = plan_for("llama-3.1-8b", "h100", vllm_version="0.34.0", **shared)
+    assert new.vllm.fits and new.outcome != "wont_start"
+    free = 40 * GIB - CUDA_CONTEXT_BYTES
+    assert new.vllm.available_kv_bytes == free - terms(new.vllm) - GIB
+    old = plan_for("llama-3.1-8b", "h100", vllm_version="0.33.0", **shared)
+    assert old.vllm.wont_start_term == "gpu_free_memory"
+
+
+def test_a_fixed_pool_or_the_flag_sizes_it_from_the_profile_as_before() -> None:
+    fixed = plan_for(
+        "llama-3.1-8b",
+        "h100",
+        max_model_len=8192,
+        vllm_version="0.34.0",
+        kv_cache_memory_bytes=20 * GIB,
+    ).vllm
+    assert fixed.measured_margin_bytes is None and fixed.available_kv_bytes == 20 * GIB
+    off = plan_for(
+        "llama-3.1-8b",
+        "h100",
+        max_model_len=8192,
+        vllm_version="0.34.0",
+        disable_extensible_kv_cache=True,
+    )
+    assert off.vllm.measured_margin_bytes is None and off.vllm.gpu_memory_utilization == 0.92
+    assert off.vllm.available_kv_bytes == off.vllm.requested_bytes - terms(off.vllm)
+    # the command says so, in vLLM 0.34's spelling; before 0.34 the flag does not exist
+    words = vllm_parallel_flags(
+        ServeSettings(disable_extensible_kv_cache=True, vllm_version="0.34.0")
+    )
+    assert "--disable-extensible-kv-cache" in words
+    assert "--disable-extensible-kv-cache" not in shlex.join(
+        vllm_parallel_flags(ServeSettings(disable_extensible_kv_cache=True, vllm_version="0.33.0"))
+    )
+
+
+def test_the_default_release_is_still_033() -> None:
+    # no public 0.34 start-up log has been held out yet: without --vllm-version kvplan plans
+    # 0.33, and a newer release gets 0.34's rules
+    assert NEWEST_VERSION == "0.33.0"
+    p = plan_for("llama-3.1-8b", "h100", max_model_len=8192)
+    assert p.vllm.measured_margin_bytes is None and p.vllm.gpu_memory_utilization == 0.92
+    assert rules_for("0.35.0").extensible_kv_cache and not rules_for(None).extensible_kv_cache
+
+
+# A 0.34 start-up in vLLM's formats (gpu_worker.py 0.34.0:796 for the reservation,
+# extensible_kv_cache.py 0.34.0:536-540 for the pool); the figures are made up for the test:
+# 62.37 GiB reserved, then 31,000 blocks of 2 MiB = 60.55 GiB committed.
+LOG_034 = """\
+(APIServer pid=1) INFO 11-20 10:00:00 [api_server.py:1900] vLLM API server version 0.34.0
+(EngineCore pid=9) INFO 11-20 10:00:01 [core.py:90] Initializing a V1 LLM engine (v0.34.0) with \
+config: model='meta-llama/Llama-3.1-8B', dtype=torch.bfloat16, max_seq_len=8192, \
+tensor_parallel_size=1
+(EngineCore pid=9) INFO 11-20 10:00:30 [gpu_worker.py:796] Available KV cache memory: 62.37 GiB
+(EngineCore pid=9) INFO 11-20 10:00:31 [kv_cache_utils.py:1300] GPU KV cache size: 510,928 \
+tokens, Maximum concurrency for 8,192 tokens per request: 62.37x
+(EngineCore pid=9) INFO 11-20 10:01:10 [extensible_kv_cache.py:536] Extended KV cache to 31000 \
+blocks (60.55 GiB).
+(EngineCore pid=9) INFO 11-20 10:01:10 [kv_cache_utils.py:1300] GPU KV cache size: 496,000 \
+tokens, Maximum concurrency for 8,192 tokens per request: 60.55x
+"""
+
+
+def test_diagnose_reads_the_measured_pool_not_the_reservation(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from planner.diagnose import diagnose_file, parse_log
+    from planner.gpus import get_gpu
+
+    log = parse_log(LOG_034)
+    assert log.measured_pool and log.num_gpu_blocks == 31_000
+    assert log.available_kv_bytes == round(60.55 * GIB)
+    assert log.reserved_kv_bytes == round(62.37 * GIB)
+    assert log.kv_cache_tokens == 496_000  # the last capacity line: 31,000 x 16 tokens
+    path = tmp_path / "v034.log"
+    path.write_text(LOG_034, encoding="utf-8")
+    dg = diagnose_file(path, model="llama-3.1-8b", gpu=get_gpu("h100"))
+    term = {t.name: t for t in dg.terms}["available KV"]
+    assert term.log == round(60.55 * GIB) and term.note == "measured after warm-up"
+    planned = plan_for("llama-3.1-8b", "h100", max_model_len=8192, vllm_version="0.34.0")
+    assert term.plan == planned.vllm.available_kv_bytes  # the 0.34 plan: measured too

@@ -174,3 +174,21 @@ def test_diagnose_reads_the_measured_pool_not_the_reservation(tmp_path) -> None:
     assert term.log == round(60.55 * GIB) and term.note == "measured after warm-up"
     planned = plan_for("llama-3.1-8b", "h100", max_model_len=8192, vllm_version="0.34.0")
     assert term.plan == planned.vllm.available_kv_bytes  # the 0.34 plan: measured too
+    # the graph estimate sized only the reservation: its gap with the capture costs no pool
+    # (the pool line's format: gpu_worker.py 0.34.0:1113)
+    pool = (
+        "(EngineCore pid=9) INFO 11-20 10:01:09 [gpu_worker.py:1113] CUDA graph pool memory: "
+        "0.23 GiB (actual), 0.90 GiB (estimated), difference: 0.67 GiB (291.3%).\n"
+    )
+    path.write_text(
+        LOG_034.replace(
+            "(EngineCore pid=9) INFO 11-20 10:01:10 [extensible",
+            pool + "(EngineCore pid=9) INFO 11-20 10:01:10 [extensible",
+            1,
+        ),
+        encoding="utf-8",
+    )
+    kinds = {
+        f.kind for f in diagnose_file(path, model="llama-3.1-8b", gpu=get_gpu("h100")).findings
+    }
+    assert "graph-estimate" not in kinds

@@ -508,6 +508,10 @@ def _graph_estimate_finding(log: BootLog, s: ServeSettings) -> Finding | None:
     available = log.available_kv_bytes
     if est is None or got is None or log.graph_estimate_disabled or available is None:
         return None
+    if log.measured_pool:
+        # 0.34's extensible cache: the pool was measured after the capture, the estimate only
+        # sized the address range reserved before it
+        return None
     if est < 0 or got < 0:
         # the free-memory reading went backwards (GB10's unified memory: vllm#44740 logs an
         # estimate of -20.50 GiB): neither figure says what the graphs hold

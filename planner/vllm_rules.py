@@ -362,7 +362,6 @@ def _row(
     reuse: bool = True,
     rocm_graphs: bool = False,
     non_torch: tuple[int, tuple[int, int]] = _NT11,
-    extensible: bool = False,
 ) -> VllmRules:
     """One row; ``sched`` counts the scheduler rules that hold (async scheduling, then the
     full-ISL reservation, then prepending freed uncached blocks), ``large`` the >= 160 GiB
@@ -374,7 +373,6 @@ def _row(
         a100_small=a100_small,
         large_gpu_tier=large,
         one_line_capacity_log=large,
-        extensible_kv_cache=extensible,
         async_scheduling=sched >= 1,
         window_in_flight=since >= (0, 26, 0),
         hybrid_prefix_caching=since >= (0, 26, 0),
@@ -417,7 +415,7 @@ RULES: tuple[VllmRules, ...] = (
         rocm_graphs=True,
         non_torch=_NT19,
     ),
-    _row(
+    _R28 := _row(
         (0, 28, 0),
         0.92,
         graphs=True,
@@ -427,17 +425,8 @@ RULES: tuple[VllmRules, ...] = (
         rocm_graphs=True,
         non_torch=_NT19,
     ),
-    _row(
-        (0, 34, 0),
-        0.92,
-        graphs=True,
-        large=True,
-        sched=3,
-        sampler="flashinfer",
-        rocm_graphs=True,
-        non_torch=_NT19,
-        extensible=True,
-    ),
+    # 0.34: 0.28's rules with the pool measured after warm-up
+    replace(_R28, since=(0, 34, 0), extensible_kv_cache=True),
 )
 # the release kvplan plans for when none is given: the newest checked against public start-up
 # logs (0.34.0's sources are read, its measured sizing is not yet seen in a log)

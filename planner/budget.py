@@ -480,8 +480,10 @@ class MeasuredSizing:
         pool = min(requested - N, free_at_start - N - margin) - P
 
     N is what vLLM holds beside the cache (weights, non-torch, the captured graphs), P the
-    transient peak it keeps free (the profile's activation) and ``margin = max(floor, 0.75 x
-    P)``. ``free_at_start_bytes`` is the GPU's free memory when vLLM starts (the total less
+    transient peak it keeps free, which starts as the profile's activation plus the graph
+    estimate (``peak_activation_memory``, gpu_worker.py 0.34.0:942-948; the graphs are in N
+    and in P) and ``margin = max(floor, 0.75 x P)``. The sizing steps' own peaks
+    (``run_kv_cache_sizing_warmup``) can raise P further; kvplan does not model them. ``free_at_start_bytes`` is the GPU's free memory when vLLM starts (the total less
     the CUDA context, or ``--gpu-free-memory``); the request is only a cap: 0.34 never
     refuses it against free memory (v1/worker/utils.py 0.34.0:783-796)."""
 
@@ -549,11 +551,15 @@ def vllm_capacity(
         terms = weights_bytes + activation_bytes + non_torch + cuda_graph_bytes + headroom_bytes
         available = requested - terms
         if measured is not None:
-            margin = max(
-                measured.margin_floor_bytes, activation_bytes * MEASURED_MARGIN_MILLI // 1000
-            )
+            # the peak kept free starts as the profile's activation plus the graph estimate
+            # (gpu_worker.py 0.34.0:942-948), while N holds the graphs as captured: 0.34
+            # counts the graphs twice
+            peak = activation_bytes + cuda_graph_bytes
+            margin = max(measured.margin_floor_bytes, peak * MEASURED_MARGIN_MILLI // 1000)
             reserved = available
-            available = min(available, measured.free_at_start_bytes - terms - margin)
+            available = min(available, measured.free_at_start_bytes - terms - margin) - (
+                cuda_graph_bytes
+            )
     bpb = layout.bytes_per_block
     bpr = layout.blocks_per_request
     num_blocks = max(0, available // bpb) if bpb else 0

@@ -5,7 +5,8 @@ values are the arithmetic of ``measure_kv_cache_bytes`` (v1/worker/extensible_kv
 
     pool = min(requested - N, free_at_start - N - margin) - P,  margin = max(1 GiB, 0.75 P)
 
-with N the weights, non-torch and graphs, P the activation peak, free_at_start the total less
+with N the weights, non-torch and captured graphs, P the activation peak plus the graph
+estimate (gpu_worker.py 0.34.0:942-948: the graphs count twice), free_at_start the total less
 the CUDA context, and gpu_memory_utilization 1.0 unless given (config/cache.py 0.34.0:495-501).
 """
 
@@ -23,6 +24,7 @@ GIB = 1 << 30
 
 
 def terms(cap: object) -> int:
+    """The profile's terms: weights, activation, non-torch, graphs."""
     return (
         cap.weights_bytes  # type: ignore[attr-defined]
         + cap.activation_peak_bytes  # type: ignore[attr-defined]
@@ -31,28 +33,53 @@ def terms(cap: object) -> int:
     )
 
 
+def n_plus_p(cap: object) -> int:
+    """N + P of the module docstring: the terms with the graphs a second time."""
+    return terms(cap) + cap.cuda_graph_bytes  # type: ignore[attr-defined]
+
+
+def peak(cap: object) -> int:
+    return cap.activation_peak_bytes + cap.cuda_graph_bytes  # type: ignore[attr-defined]
+
+
 def test_the_pool_is_what_is_free_after_warm_up_less_the_margin_and_the_peak() -> None:
     p = plan_for("llama-3.1-8b", "h100", max_model_len=8192, vllm_version="0.34.0")
     cap = p.vllm
     total = p.gpu.memory_bytes
     assert cap.gpu_memory_utilization == 1.0 and cap.requested_bytes == total
-    # Llama-3.1-8B's activation (0.93 GiB) is under 1 GiB / 0.75: the 1 GiB floor holds
-    assert cap.activation_peak_bytes * 3 // 4 < GIB and cap.measured_margin_bytes == GIB
+    # P is the activation (0.93 GiB) and the graph estimate (0.64): 0.75 x 1.57 GiB is above
+    # the 1 GiB floor
+    margin = peak(cap) * 750 // 1000
+    assert margin > GIB and cap.measured_margin_bytes == margin
     free = total - CUDA_CONTEXT_BYTES
-    assert cap.available_kv_bytes == min(total - terms(cap), free - terms(cap) - GIB)
-    assert cap.available_kv_bytes == free - terms(cap) - GIB  # the device binds, not the cap
+    assert cap.available_kv_bytes == min(total - n_plus_p(cap), free - n_plus_p(cap) - margin)
+    assert cap.available_kv_bytes == free - n_plus_p(cap) - margin  # the device binds
     # what it reserves first, and logs as "Available KV cache memory": the request less the
-    # profile's terms (the graphs as its estimate)
+    # profile's terms (the graphs once, as its estimate)
     assert cap.reserved_kv_bytes == total - terms(cap)
     lines = cap.log_lines
     assert lines[1] == (
         f"Extended KV cache to {cap.num_gpu_blocks} blocks "
         f"({cap.num_gpu_blocks * cap.bytes_per_block / GIB:.2f} GiB)."
     )
-    # against 0.33 (gmu 0.92, the pool what the profile leaves of the request): 4.83 GiB more
+    # against 0.33 (gmu 0.92, the pool what the profile leaves of the request), the same terms:
+    # 0.34 gains 0.08 x total less the context, the margin and the graphs' second count
     old = plan_for("llama-3.1-8b", "h100", max_model_len=8192, vllm_version="0.33.0").vllm
+    assert terms(old) == terms(cap)
     assert old.available_kv_bytes == old.requested_bytes - terms(old)
-    assert round((cap.available_kv_bytes - old.available_kv_bytes) / GIB, 2) == 4.83
+    gain = total - CUDA_CONTEXT_BYTES - margin - cap.cuda_graph_bytes - old.requested_bytes
+    assert cap.available_kv_bytes - old.available_kv_bytes == gain > 0
+
+
+def test_eager_mode_keeps_the_floor() -> None:
+    # no graphs: P is the activation alone (0.93 GiB), 0.75 x it under the 1 GiB floor
+    p = plan_for(
+        "llama-3.1-8b", "h100", max_model_len=8192, vllm_version="0.34.0", cuda_graph_bytes=0
+    )
+    cap = p.vllm
+    assert cap.activation_peak_bytes * 750 // 1000 < GIB and cap.measured_margin_bytes == GIB
+    free = p.gpu.memory_bytes - CUDA_CONTEXT_BYTES
+    assert cap.available_kv_bytes == free - terms(cap) - GIB
 
 
 def test_a_given_utilisation_caps_the_pool() -> None:
@@ -65,12 +92,12 @@ def test_a_given_utilisation_caps_the_pool() -> None:
     )
     cap = p.vllm
     # 0.9 x 79.18 - N - P is below what the device leaves: the request binds
-    assert cap.available_kv_bytes == cap.requested_bytes - terms(cap)
+    assert cap.available_kv_bytes == cap.requested_bytes - n_plus_p(cap)
 
 
-def test_a_large_activation_sets_the_margin() -> None:
+def test_a_large_activation_sets_a_larger_margin() -> None:
     # 32,768 batched tokens: the forward peak 32,768 x 2 x (3 x 14,336 + 4 x 4,096) B = 3.75
-    # GiB (+ 27 MB), so the margin is 0.75 of it, not the floor
+    # GiB (+ 27 MB)
     p = plan_for(
         "llama-3.1-8b",
         "h100",
@@ -79,10 +106,11 @@ def test_a_large_activation_sets_the_margin() -> None:
         max_num_batched_tokens=32_768,
     )
     cap = p.vllm
-    margin = cap.activation_peak_bytes * 750 // 1000
-    assert margin > GIB and cap.measured_margin_bytes == margin
+    assert cap.activation_peak_bytes == 32_768 * 2 * (3 * 14_336 + 4 * 4_096) + 27_100_000
+    margin = peak(cap) * 750 // 1000
+    assert cap.measured_margin_bytes == margin > 3 * GIB
     free = p.gpu.memory_bytes - CUDA_CONTEXT_BYTES
-    assert cap.available_kv_bytes == free - terms(cap) - margin
+    assert cap.available_kv_bytes == free - n_plus_p(cap) - margin
 
 
 def test_rocm_keeps_a_3_gib_floor() -> None:
@@ -98,7 +126,8 @@ def test_a_shared_gpu_shrinks_the_pool_instead_of_refusing() -> None:
     new = plan_for("llama-3.1-8b", "h100", vllm_version="0.34.0", **shared)
     assert new.vllm.fits and new.outcome != "wont_start"
     free = 40 * GIB - CUDA_CONTEXT_BYTES
-    assert new.vllm.available_kv_bytes == free - terms(new.vllm) - GIB
+    margin = peak(new.vllm) * 750 // 1000
+    assert new.vllm.available_kv_bytes == free - n_plus_p(new.vllm) - margin
     old = plan_for("llama-3.1-8b", "h100", vllm_version="0.33.0", **shared)
     assert old.vllm.wont_start_term == "gpu_free_memory"
 

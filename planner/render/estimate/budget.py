@@ -202,9 +202,10 @@ def budget_lines(p: Plan) -> None:
             (
                 "kept free",
                 kept,
-                f"vLLM {p.vllm_version} sizes the pool after warm-up from measured memory: a "
-                f"margin of {format_gib(cap.measured_margin_bytes)} GiB (max of 1 GiB and 0.75 x "
-                "the activation peak) and the CUDA context",
+                f"vLLM {p.vllm_version} sizes the pool after warm-up from measured memory: it "
+                "keeps the activation and the graph estimate free beside the captured graphs, a "
+                f"margin of {format_gib(cap.measured_margin_bytes)} GiB (1 GiB or 0.75 x that "
+                "peak) and the CUDA context",
             )
         )
     rows.append(("KV cache", cap.available_kv_bytes, f"what is left: {span('available_kv_bytes')}"))

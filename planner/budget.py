@@ -483,9 +483,10 @@ class MeasuredSizing:
     transient peak it keeps free, which starts as the profile's activation plus the graph
     estimate (``peak_activation_memory``, gpu_worker.py 0.34.0:942-948; the graphs are in N
     and in P) and ``margin = max(floor, 0.75 x P)``. The sizing steps' own peaks
-    (``run_kv_cache_sizing_warmup``) can raise P further; kvplan does not model them. ``free_at_start_bytes`` is the GPU's free memory when vLLM starts (the total less
-    the CUDA context, or ``--gpu-free-memory``); the request is only a cap: 0.34 never
-    refuses it against free memory (v1/worker/utils.py 0.34.0:783-796)."""
+    (``run_kv_cache_sizing_warmup``) can raise P further; kvplan does not model them.
+    ``free_at_start_bytes`` is the GPU's free memory when vLLM starts (the total less the CUDA
+    context, or ``--gpu-free-memory``); the request is only a cap: 0.34 never refuses it
+    against free memory (v1/worker/utils.py 0.34.0:783-796)."""
 
     free_at_start_bytes: int
     margin_floor_bytes: int = MEASURED_MARGIN_FLOOR_BYTES

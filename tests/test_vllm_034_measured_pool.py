@@ -221,3 +221,23 @@ def test_diagnose_reads_the_measured_pool_not_the_reservation(tmp_path) -> None:
         f.kind for f in diagnose_file(path, model="llama-3.1-8b", gpu=get_gpu("h100")).findings
     }
     assert "graph-estimate" not in kinds
+
+
+def test_the_feature_says_how_the_pool_was_sized_and_refuses_nothing_silently() -> None:
+    new = plan_for("llama-3.1-8b", "h100", max_model_len=8192, vllm_version="0.34.0")
+    (record,) = [f for f in new.features if f.name == "measured_pool"]
+    assert "sizes the KV pool after warm-up" in record.notes[0]
+    assert f"a margin of {new.vllm.measured_margin_bytes / GIB:.2f} GiB" in record.notes[0]
+    # the flag on a release without the extensible cache changes nothing, and says so
+    old = plan_for(
+        "llama-3.1-8b",
+        "h100",
+        max_model_len=8192,
+        vllm_version="0.33.0",
+        disable_extensible_kv_cache=True,
+    )
+    assert any("has no extensible KV cache (0.34 on)" in w for w in old.warnings)
+    plain = plan_for("llama-3.1-8b", "h100", max_model_len=8192, vllm_version="0.33.0")
+    assert old.vllm.available_kv_bytes == plain.vllm.available_kv_bytes
+    assert "--disable-extensible-kv-cache" not in old.commands["vllm"]
+    assert not [f for f in plain.features if f.name == "measured_pool"]

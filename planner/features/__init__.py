@@ -21,6 +21,7 @@ from planner.features import (
     expert_parallel,
     kv_offload,
     lora,
+    measured_pool,
     multi_node,
     multimodal,
     speculative,
@@ -56,6 +57,7 @@ FEATURES: tuple[Any, ...] = (
     weight_offload,
     kv_offload,
     multi_node,
+    measured_pool,
 )
 
 

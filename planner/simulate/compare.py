@@ -370,6 +370,13 @@ def simulate_model(
             f"weights from {weights.source} - activation, non-torch and CUDA-graph estimates), "
             "as `kvplan estimate --gpu` computes it"
         )
+        if base.measured_kv_sizing:
+            pool = (
+                f"{gpu.name}: the pool vLLM {base.vllm_version} measures after warm-up (what "
+                f"is free less {weights.bytes_per_rank:,} B of weights from {weights.source}, "
+                "the activation, non-torch and CUDA-graph estimates and its margin), as "
+                "`kvplan estimate --gpu` computes it"
+            )
     if base.speculative is not None:
         sc = base.speculative
         notes.append(

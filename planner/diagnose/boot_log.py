@@ -99,14 +99,17 @@ def _consumed(log: BootLog, m: re.Match[str], line: int) -> None:
     log.activation_includes_graph_estimate = True
 
 
+_extended_figures = _many(
+    ("num_gpu_blocks", lambda m: int(m.group(1))), ("available_kv_bytes", _g(2))
+)
+
+
 def _extended(log: BootLog, m: re.Match[str], line: int) -> None:
     """ "Extended KV cache to 31166 blocks (60.87 GiB).": the pool itself (the "Available KV
     cache memory" before it is only the address range reserved)."""
     if log.available_kv_bytes is not None:
         log.reserved_kv_bytes = log.available_kv_bytes
-    _many(("num_gpu_blocks", lambda m: int(m.group(1))), ("available_kv_bytes", _g(2)))(
-        log, m, line
-    )
+    _extended_figures(log, m, line)
     log.measured_pool = True
 
 

@@ -437,13 +437,15 @@ def _graph_mode_terms(log: BootLog, p: Plan | None, serve: ServeSettings | None)
     a drafter, LoRA)."""
     if not log.cuda_graph_modes:
         return []
-    planned: dict[str, tuple[int, int]] = {}
-    has_plan = p is not None and serve is not None
-    if p is not None and serve is not None:
-        planned = graph_modes(serve, p.gpu, p.vllm.max_num_seqs, p.vllm.max_num_batched_tokens)
+    planned = (
+        graph_modes(serve, p.gpu, p.vllm.max_num_seqs, p.vllm.max_num_batched_tokens)
+        if p is not None and serve is not None
+        else None
+    )
+    has_plan = planned is not None
     terms = []
-    for mode in sorted(set(log.cuda_graph_modes) | set(planned), key=_MODE_ORDER.index):
-        logged, plan_mode = log.cuda_graph_modes.get(mode), planned.get(mode)
+    for mode in sorted(set(log.cuda_graph_modes) | set(planned or {}), key=_MODE_ORDER.index):
+        logged, plan_mode = log.cuda_graph_modes.get(mode), (planned or {}).get(mode)
         note = ""
         if logged and plan_mode and logged[1] != plan_mode[1]:
             note = f"largest {logged[1]:,} tokens logged, {plan_mode[1]:,} planned"

@@ -112,18 +112,13 @@ def host_ram_line(p: Plan) -> str:
 
 
 def kept_free_bytes(cap: Any) -> int:
-    """What 0.34's measured sizing keeps out of the pool beyond the profile's terms (its margin
-    and the CUDA context, or memory another process holds); 0 for a profiled pool."""
-    if cap.measured_margin_bytes is None:
+    """What 0.34's measured sizing keeps out of the pool beyond the profile's terms (the graph
+    estimate a second time, its margin and the CUDA context, or memory another process
+    holds): the reservation (the request less those terms) less the pool; 0 for a profiled
+    pool."""
+    if cap.reserved_kv_bytes is None:
         return 0
-    terms = (
-        cap.weights_bytes
-        + cap.activation_peak_bytes
-        + cap.non_torch_bytes
-        + cap.cuda_graph_bytes
-        + cap.headroom_bytes
-    )
-    return int(max(0, cap.requested_bytes - terms - max(cap.available_kv_bytes, 0)))
+    return int(max(0, cap.reserved_kv_bytes - max(cap.available_kv_bytes, 0)))
 
 
 def budget_lines(p: Plan) -> None:
